@@ -1,0 +1,103 @@
+"""Per-generation counters: steps, drafted, accepted, acceptance per draft position, timings."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    """What one generation did, and where its time went."""
+
+    prompt_tokens: int = 0
+    generated: int = 0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafted_at: list[int] = field(default_factory=list)   # [position] drafts proposed at draft position i
+    accepted_at: list[int] = field(default_factory=list)  # [position] of those, accepted
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0   # the decode loop, prefill excluded
+    finish_reason: str = ""
+    reused_tokens: int = 0
+
+    def record_step(self, n_drafted: int, n_accepted: int) -> None:
+        """Count one draft-verify step."""
+        self.steps += 1
+        self.drafted += n_drafted
+        self.accepted += n_accepted
+        grow = n_drafted - len(self.drafted_at)
+        if grow > 0:
+            self.drafted_at.extend([0] * grow)
+            self.accepted_at.extend([0] * grow)
+        for i in range(n_drafted):
+            self.drafted_at[i] += 1
+            self.accepted_at[i] += i < n_accepted
+
+    @property
+    def alpha(self) -> float | None:
+        """Fraction of drafted tokens the target accepted (None before any draft)."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per target verify: 1 + accepted / steps."""
+        return 1 + self.accepted / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def controller_s(self) -> float:
+        """Loop time spent outside the draft and the target verify."""
+        return max(0.0, self.total_s - self.draft_s - self.verify_s)
+
+    def alpha_at(self) -> list[float]:
+        """Acceptance rate per draft position (conditional on the position being drafted)."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
+    def to_dict(self) -> dict:
+        """A JSON-ready summary."""
+        return {
+            "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated,
+            "reused_tokens": self.reused_tokens, "finish_reason": self.finish_reason,
+            "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
+            "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
+            "alpha_per_position": self.alpha_at(), "tokens_per_s": self.tokens_per_s,
+            "time_s": {"prefill": self.prefill_s, "draft": self.draft_s, "verify": self.verify_s,
+                       "controller": self.controller_s, "total": self.total_s},
+        }
+
+    def summary(self) -> str:
+        """A few readable lines for --stats."""
+        alpha = "n/a" if self.alpha is None else f"{self.alpha:.3f}"
+        per_pos = " ".join(f"{a:.2f}" for a in self.alpha_at()) or "n/a"
+        t = self.total_s or 1e-9
+        return "\n".join([
+            f"tokens: {self.generated} generated, {self.prompt_tokens} prompt "
+            f"({self.reused_tokens} reused); finish: {self.finish_reason}",
+            f"speed: {self.tokens_per_s:.1f} tok/s over {self.total_s:.2f} s (prefill {self.prefill_s:.2f} s)",
+            f"speculation: {self.steps} steps, {self.drafted} drafted, {self.accepted} accepted, "
+            f"alpha {alpha}, mean accepted length {self.mean_accepted_length:.2f}",
+            f"alpha per draft position: {per_pos}",
+            f"time split: draft {100 * self.draft_s / t:.0f}%, verify {100 * self.verify_s / t:.0f}%, "
+            f"controller {100 * self.controller_s / t:.0f}%",
+        ])
+
+
+class Stopwatch:
+    """Adds elapsed wall time to an attribute of a stats object: `with Stopwatch(s, 'draft_s'):`."""
+
+    def __init__(self, stats: GenerationStats, attr: str):
+        self.stats, self.attr = stats, attr
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        setattr(self.stats, self.attr, getattr(self.stats, self.attr) + time.perf_counter() - self.t0)
