@@ -55,13 +55,16 @@ class CostTracker:
     """Live measurements of one pair on one machine; chooses γ before each step.
 
     Policy: until a draft has been measured, probe at `probe_gamma`; afterwards take the γ with the
-    best predicted tokens/s, and while that is 0 re-probe every `probe_every` steps so a choice of
-    plain decoding can recover when conditions (acceptance, load) change.
+    best predicted tokens/s. While that is 0, re-probe after `probe_every` plain steps so the choice
+    can recover when conditions (acceptance, load) change; each probe that changes nothing doubles
+    the wait (up to `probe_every_max`), because a probe costs the draft a catch-up over every token
+    generated since it last ran.
     """
 
     gamma_max: int = 8
     probe_gamma: int = 3
-    probe_every: int = 24
+    probe_every: int = 16
+    probe_every_max: int = 1024
     prior_accept: float = 0.6   # Beta-style prior, worth `prior_weight` observations per position
     prior_weight: float = 2.0
     draft_s: Ema = field(default_factory=Ema)
@@ -70,6 +73,7 @@ class CostTracker:
     reached: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     steps_since_probe: int = 0
+    wait: int = 0  # plain steps before the next probe; 0 until the first choice of plain decoding
 
     def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float) -> None:
         """Add one step's measurements."""
@@ -123,6 +127,12 @@ class CostTracker:
             return min(self.probe_gamma, gamma_max) if self.draft_s.value is None else 0
         gamma, _ = best_gamma(self.acceptance(), self.draft_s.value, self.verify_seconds,
                               self.overhead_s.value or 0.0, gamma_max)
-        if gamma == 0 and self.steps_since_probe >= self.probe_every:
+        if gamma > 0:
+            self.wait = 0
+            return gamma
+        if not self.wait:
+            self.wait = self.probe_every
+        if self.steps_since_probe >= self.wait:
+            self.wait = min(2 * self.wait, self.probe_every_max)
             return min(self.probe_gamma, gamma_max)
-        return gamma
+        return 0

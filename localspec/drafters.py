@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -37,6 +38,7 @@ class ModelDrafter:
     def __init__(self, ctx: Context, params: SamplingParams):
         self.ctx = ctx
         self.params = params
+        self.sync_s = 0.0  # time the last propose() spent catching up on the context
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> tuple[list[int], list[Dist]]:
         k = min(k, self.ctx.n_ctx - len(context) + 1)
@@ -45,8 +47,10 @@ class ModelDrafter:
         ctx = self.ctx
         # Keep what the cache shares with the context, but always re-decode the last token: its logits
         # are what the first guess is drawn from.
+        t0 = time.perf_counter()
         n = ctx.reuse_prefix(context[:-1])
         ctx.decode(context[n:], logits="last")
+        self.sync_s = time.perf_counter() - t0 if len(context) - n > 2 else 0.0
         ids: list[int] = []
         dists: list[Dist] = []
         for i in range(k):

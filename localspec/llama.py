@@ -52,6 +52,8 @@ def check_gguf_file(path: Path) -> None:
 class Model:
     """A loaded GGUF model and its vocabulary."""
 
+    ptr = None  # set once loaded; close() and __del__ are safe on a failed load
+
     def __init__(self, path: str | Path, n_gpu_layers: int = 0, vocab_only: bool = False):
         self.path = Path(path)
         check_gguf_file(self.path)
@@ -187,6 +189,8 @@ class TextStream:
 class Context:
     """A llama.cpp context over one sequence; `tokens` mirrors what its KV cache holds."""
 
+    ptr = None
+
     def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512):
         self.model = model
         params = lc.llama_context_default_params()
@@ -198,10 +202,11 @@ class Context:
         self.ptr = lc.llama_init_from_model(model.ptr, params)
         if not self.ptr:
             raise LlamaError(f"llama.cpp could not create a context of {n_ctx} tokens; lower --ctx")
-        self.n_ctx = lc.llama_n_ctx(self.ptr)
-        self.n_batch = n_batch
+        # llama.cpp pads n_ctx up (to 256) but clamps n_batch to the n_ctx asked for: honour both.
+        self.n_ctx = min(n_ctx, lc.llama_n_ctx(self.ptr))
+        self.n_batch = lc.llama_n_batch(self.ptr)
         self.memory = lc.llama_get_memory(self.ptr)
-        self._batch = lc.llama_batch_init(n_batch, 0, 1)
+        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self.tokens: list[int] = []
         self._rows: list[int] = []  # batch index of each output row of the last decode
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from .compat import check_compatible
+from .costmodel import CostTracker
 from .drafters import ModelDrafter
 from .llama import Context, Model
 from .speculative import GenerationConfig, Piece, SpeculativeDecoder
@@ -34,13 +35,16 @@ class Pair:
             check_compatible(self.target_model, self.draft_model)
         self.target_ctx = Context(self.target_model, options.n_ctx, options.threads)
         self.draft_ctx = Context(self.draft_model, options.n_ctx, options.threads) if self.draft_model else None
+        self.costs: dict[bool, CostTracker] = {}  # measured costs and acceptance, kept across generations
 
     def decoder(self, config: GenerationConfig) -> SpeculativeDecoder:
         """A controller over this pair; target-only when there is no draft or gamma is 0."""
         drafter = None
-        if self.draft_ctx is not None and config.gamma > 0:
+        if self.draft_ctx is not None and config.gamma != 0:
             drafter = ModelDrafter(self.draft_ctx, config.sampling)
-        return SpeculativeDecoder(self.target_ctx, drafter)
+        # Acceptance differs between greedy and sampled decoding: one tracker for each.
+        costs = self.costs.setdefault(config.sampling.greedy, CostTracker(gamma_max=config.gamma_max))
+        return SpeculativeDecoder(self.target_ctx, drafter, costs)
 
     def is_instruct(self) -> bool:
         """True when the target has a chat template and calls itself instruct/chat."""

@@ -18,6 +18,7 @@ import numpy as np
 from .drafters import Drafter
 from .llama import Context, TextStream
 from .sampling import SamplingParams, accept_drafts, accept_greedy, distribution, greedy_token
+from .costmodel import CostTracker
 from .stats import GenerationStats, Stopwatch
 
 
@@ -30,16 +31,19 @@ class GenerationConfig:
     """What to generate: length, sampling, draft length, seed and stop strings."""
 
     max_tokens: int = 256
-    gamma: int = 4
+    gamma: int | None = None  # None: chosen before each step by the cost model ("auto")
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = None
     stop: tuple[str, ...] = ()
     trace: bool = False  # record each verify batch (tests replay them)
+    gamma_max: int = 8   # the most that auto may draft
 
     def validate(self) -> "GenerationConfig":
         """Return self, or raise GenerationError naming the bad value and the fix."""
-        if self.gamma < 0:
-            raise GenerationError(f"gamma must be >= 0 (got {self.gamma}); use 0 for plain decoding")
+        if self.gamma is not None and self.gamma < 0:
+            raise GenerationError(f"gamma must be >= 0 or auto (got {self.gamma}); use 0 for plain decoding")
+        if self.gamma_max < 0:
+            raise GenerationError(f"gamma_max must be >= 0 (got {self.gamma_max})")
         if self.max_tokens < 1:
             raise GenerationError(f"max_tokens must be >= 1 (got {self.max_tokens})")
         try:
@@ -102,9 +106,10 @@ class StopStrings:
 class SpeculativeDecoder:
     """Generates from the target, exactly, with guesses from a drafter (or none: target-only)."""
 
-    def __init__(self, target: Context, drafter: Drafter | None = None):
+    def __init__(self, target: Context, drafter: Drafter | None = None, costs: CostTracker | None = None):
         self.target = target
         self.drafter = drafter
+        self.costs = costs if costs is not None else CostTracker()
         self.stats = GenerationStats()
         self.trace: list[tuple[int, list[int], int]] = []  # (start position, batch, tokens kept)
 
@@ -164,25 +169,33 @@ class SpeculativeDecoder:
         room = self.target.n_ctx - n_tokens  # the verify batch fills positions n_tokens-1 .. n_tokens-1+γ
         if room < 0:
             return -1
-        wanted = config.max_tokens - self.stats.generated - 1
-        gamma = config.gamma if self.drafter is not None else 0
-        return max(0, min(gamma, room, wanted))
+        cap = min(room, config.max_tokens - self.stats.generated - 1)
+        if self.drafter is None or cap <= 0:
+            return 0
+        if config.gamma is None:
+            return self.costs.choose(min(cap, config.gamma_max))
+        return min(config.gamma, cap)
 
     def _step(self, tokens: list[int], gamma: int, config: GenerationConfig, rng) -> tuple[list[int], int, list[int]]:
         """One draft -> verify -> rule -> rollback step; returns (drafts, accepted, emitted)."""
         stats = self.stats
-        draft_ids, q = [], []
-        if gamma:
-            with Stopwatch(stats, "draft_s"):
-                draft_ids, q = self.drafter.propose(tokens, gamma, rng)
+        t0 = time.perf_counter()
+        draft_ids, q = self.drafter.propose(tokens, gamma, rng) if gamma else ([], [])
+        t1 = time.perf_counter()
         start = len(tokens) - 1
-        with Stopwatch(stats, "verify_s"):
-            self.target.decode([tokens[-1], *draft_ids], logits="all")
+        self.target.decode([tokens[-1], *draft_ids], logits="all")
+        t2 = time.perf_counter()
         emitted, n_accepted = self._judge(draft_ids, q, config.sampling, rng)
         self.target.truncate(start + 1 + n_accepted)
-        if self.drafter is not None and draft_ids:
+        if draft_ids:
             self.drafter.observe(n_accepted)
+        t3 = time.perf_counter()
+        stats.draft_s += t1 - t0
+        stats.verify_s += t2 - t1
         stats.record_step(len(draft_ids), n_accepted)
+        # A catch-up over tokens generated while not drafting is a one-off, not the draft's per-token cost.
+        catchup = getattr(self.drafter, "sync_s", 0.0) if draft_ids else 0.0
+        self.costs.record(len(draft_ids), n_accepted, t1 - t0 - catchup, t2 - t1, t3 - t2)
         if config.trace:
             self.trace.append((start, [tokens[-1], *draft_ids], 1 + n_accepted))
         return draft_ids, n_accepted, emitted

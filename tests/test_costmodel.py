@@ -57,17 +57,24 @@ def test_heavy_target_chooses_a_middle_gamma():
     assert tps > 1.4 / verify[1]
 
 
-def test_tracker_probes_then_settles_on_plain_decoding_and_reprobes():
+def test_tracker_probes_then_settles_on_plain_decoding_and_backs_off():
     t = CostTracker(gamma_max=8, probe_gamma=3, probe_every=5)
     assert t.choose(8) == 3                          # nothing measured: probe
     t.record(3, 3, draft_s=3 * 0.017, verify_s=0.0735, overhead_s=0.001)
     assert t.choose(8) == 0                          # verify of 1 not measured yet: measure it
-    for _ in range(4):
-        t.record(0, 0, draft_s=0.0, verify_s=0.0276, overhead_s=0.001)
-        assert t.choose(8) == 0                      # measured: speculation loses on this machine
-    t.record(0, 0, draft_s=0.0, verify_s=0.0276, overhead_s=0.001)
-    assert t.choose(8) == 3                          # probe_every steps at 0: look again
-    assert t.choose(2) == 2                          # never beyond the cap
+
+    def plain_steps(n):
+        choices = []
+        for _ in range(n):
+            t.record(0, 0, draft_s=0.0, verify_s=0.0276, overhead_s=0.001)
+            choices.append(t.choose(8))
+        return choices
+
+    assert plain_steps(5) == [0, 0, 0, 0, 3]         # speculation loses here; after 5 plain steps, look again
+    t.record(3, 2, draft_s=3 * 0.017, verify_s=0.0735, overhead_s=0.001)
+    assert plain_steps(10) == [0] * 9 + [3]          # the probe changed nothing: the wait doubles
+    assert CostTracker(probe_gamma=3).choose(2) == 2  # a probe never drafts beyond the cap
+    assert CostTracker().choose(0) == 0
 
 
 def test_tracker_switches_on_when_drafting_pays():
