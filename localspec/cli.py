@@ -81,6 +81,9 @@ def sampling_options(fn):
         click.option("-s", "--seed", type=int, default=None, help="Seed for reproducible sampling."),
         click.option("-n", "--max-tokens", type=int, default=256, show_default=True),
         click.option("--stop", multiple=True, help="Stop string (repeatable)."),
+        click.option("--drafter", type=click.Choice(["auto", "model", "ngram"]), default="auto", show_default=True,
+                     help="Who guesses: the draft model, n-gram lookup in the context, or auto "
+                          "(the model when a draft is loaded, else n-gram)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -113,7 +116,7 @@ def model_options(fn):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the text and the stats.")
 @user_errors
 def generate(prompt, target, draft, ngl_target, ngl_draft, threads, ctx, gamma, temperature, top_k, top_p,
-             min_p, seed, max_tokens, stop, target_only, chat, system, show_stats, as_json):
+             min_p, seed, max_tokens, stop, drafter, target_only, chat, system, show_stats, as_json):
     """Generate a continuation of PROMPT (or of stdin) and stream it to stdout.
 
     Example: localspec generate "def fib(n):" --raw --temperature 0 --stats
@@ -121,7 +124,8 @@ def generate(prompt, target, draft, ngl_target, ngl_draft, threads, ctx, gamma, 
     if prompt is None or prompt == "-":
         prompt = sys.stdin.read()
     sampling = SamplingParams(temperature, top_k, top_p, min_p).validate()
-    config = GenerationConfig(max_tokens, 0 if target_only else gamma, sampling, seed, tuple(stop)).validate()
+    config = GenerationConfig(max_tokens, 0 if target_only else gamma, sampling, seed, tuple(stop),
+                              drafter=drafter).validate()
     target_path, draft_path = resolve_pair_args(target, draft)
     pair = Pair(target_path, None if target_only else draft_path, LoadOptions(ctx, threads, ngl_target, ngl_draft))
     try:

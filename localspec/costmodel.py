@@ -29,14 +29,18 @@ def step_seconds(gamma: int, draft_s: float, verify_s: Callable[[int], float], o
 
 
 def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int], float],
-               overhead_s: float, gamma_max: int) -> tuple[int, float]:
-    """(gamma, predicted tokens/s) maximising expected tokens per second; gamma 0 included."""
-    best = (0, 1.0 / step_seconds(0, draft_s, verify_s, overhead_s))
+               overhead_s: float, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
+    """(gamma, predicted tokens/s) maximising expected tokens per second; gamma 0 included.
+
+    Speculation must beat plain decoding by min_gain (a fraction) to be chosen: the prediction
+    has errors, and losing to plain decoding is worse than missing a marginal win."""
+    plain = 1.0 / step_seconds(0, draft_s, verify_s, overhead_s)
+    best = (0, plain * (1 + min_gain))
     for gamma in range(1, gamma_max + 1):
         tps = expected_tokens(accept, gamma) / step_seconds(gamma, draft_s, verify_s, overhead_s)
         if tps > best[1] * 1.0001:  # ties go to the shorter draft: less work, same speed
             best = (gamma, tps)
-    return best
+    return best if best[0] else (0, plain)
 
 
 class Ema:
@@ -55,10 +59,11 @@ class CostTracker:
     """Live measurements of one pair on one machine; chooses γ before each step.
 
     Policy: until a draft has been measured, probe at `probe_gamma`; afterwards take the γ with the
-    best predicted tokens/s. While that is 0, re-probe after `probe_every` plain steps so the choice
-    can recover when conditions (acceptance, load) change; each probe that changes nothing doubles
-    the wait (up to `probe_every_max`), because a probe costs the draft a catch-up over every token
-    generated since it last ran.
+    best predicted tokens/s. While that is 0, and only if the measured costs would let speculation
+    win at near-perfect acceptance (`optimistic_accept`), re-probe after `probe_every` plain steps so
+    the choice can recover when acceptance changes; each probe that changes nothing doubles the wait
+    (up to `probe_every_max`), because a probe costs the draft a catch-up over every token generated
+    since it last ran. Where costs alone rule speculation out, it never probes again.
     """
 
     gamma_max: int = 8
@@ -67,6 +72,9 @@ class CostTracker:
     probe_every_max: int = 1024
     prior_accept: float = 0.6   # Beta-style prior, worth `prior_weight` observations per position
     prior_weight: float = 2.0
+    optimistic_accept: float = 0.95
+    min_gain: float = 0.03         # predicted edge over plain decoding needed to speculate
+    min_gain_probe: float = 0.05   # ... and, at optimistic acceptance, to keep probing
     draft_s: Ema = field(default_factory=Ema)
     overhead_s: Ema = field(default_factory=Ema)
     verify: dict[int, Ema] = field(default_factory=dict)
@@ -118,6 +126,15 @@ class CostTracker:
         slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
         return max(lo[1] + slope * (k - lo[0]), known[0][1] * 0.5)
 
+    def could_pay(self, gamma_max: int | None = None) -> bool:
+        """Whether some γ > 0 would beat plain decoding at near-perfect acceptance, given the costs."""
+        if self.draft_s.value is None or 1 not in self.verify:
+            return True  # not measured yet
+        accept = [self.optimistic_accept] * (gamma_max or self.gamma_max)
+        gamma, _ = best_gamma(accept, self.draft_s.value, self.verify_seconds, self.overhead_s.value or 0.0,
+                              gamma_max or self.gamma_max, self.min_gain_probe)
+        return gamma > 0
+
     def choose(self, gamma_cap: int) -> int:
         """The draft length for the next step, at most gamma_cap."""
         gamma_max = min(self.gamma_max, gamma_cap)
@@ -126,10 +143,12 @@ class CostTracker:
         if self.draft_s.value is None or 1 not in self.verify:
             return min(self.probe_gamma, gamma_max) if self.draft_s.value is None else 0
         gamma, _ = best_gamma(self.acceptance(), self.draft_s.value, self.verify_seconds,
-                              self.overhead_s.value or 0.0, gamma_max)
+                              self.overhead_s.value or 0.0, gamma_max, self.min_gain)
         if gamma > 0:
             self.wait = 0
             return gamma
+        if not self.could_pay(gamma_max):
+            return 0
         if not self.wait:
             self.wait = self.probe_every
         if self.steps_since_probe >= self.wait:

@@ -29,6 +29,10 @@ class Drafter(Protocol):
         """Told how many of the last proposal the target accepted."""
         ...
 
+    def prefill(self, prompt: Sequence[int]) -> None:
+        """Take in the prompt ahead of the first proposal (done during the prompt phase)."""
+        ...
+
 
 class ModelDrafter:
     """Drafts with a small model in its own llama.cpp context, sampling from q at T>0."""
@@ -70,3 +74,69 @@ class ModelDrafter:
 
     def observe(self, n_accepted: int) -> None:
         pass  # the KV cache is re-synced against the context at the next propose()
+
+    def prefill(self, prompt: Sequence[int]) -> None:
+        n = self.ctx.reuse_prefix(prompt[:-1])
+        self.ctx.decode(prompt[n:-1], logits="none")
+
+
+class NGramDrafter:
+    """Prompt lookup: find the most recent earlier occurrence of the last n tokens (n from n_max down
+    to n_min, longest first) in the prompt and generated text, and propose the tokens that followed.
+
+    An index from each n-gram to the position it last ended at makes a lookup O(n_max) dict probes,
+    whatever the context length; the index grows by O(n_max) per new token. Proposals are
+    deterministic, so q is one-hot and the p/q rule stays exact. Costs nothing to run.
+    """
+
+    name = "ngram"
+
+    def __init__(self, n_min: int = 1, n_max: int = 4):
+        assert 1 <= n_min <= n_max
+        self.n_min, self.n_max = n_min, n_max
+        self.tokens: list[int] = []
+        self.index: dict[tuple[int, ...], int] = {}  # n-gram -> position of its last token, latest
+        self.probes = 0                               # dict lookups made by propose (tests count them)
+        self.last_n = 0                               # match length behind the last proposal
+        self.proposed_at: dict[int, int] = {}         # match length -> tokens proposed
+        self.accepted_at: dict[int, int] = {}         # match length -> tokens accepted
+
+    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator | None = None) -> tuple[list[int], list[Dist]]:
+        self._sync(context)
+        self.last_n = 0
+        end = len(self.tokens)
+        for n in range(min(self.n_max, end), self.n_min - 1, -1):
+            self.probes += 1
+            pos = self.index.get(tuple(self.tokens[end - n:]))
+            if pos is not None:
+                ids = self.tokens[pos + 1: pos + 1 + k]  # may run into the end of the context
+                self.last_n = n
+                self.proposed_at[n] = self.proposed_at.get(n, 0) + len(ids)
+                return ids, [one_hot(t) for t in ids]
+        return [], []
+
+    def _sync(self, context: Sequence[int], full_check: bool = False) -> None:
+        """Extend the index with new context tokens; rebuild when the context is not an extension.
+
+        Within a generation the context only grows, so propose() checks the boundary token (O(1));
+        prefill() compares the whole prefix once per generation."""
+        n_old = len(self.tokens)
+        same = len(context) >= n_old and (not n_old or context[n_old - 1] == self.tokens[-1])
+        if not same or (full_check and self.tokens != list(context[:n_old])):
+            self.tokens, self.index, n_old = [], {}, 0
+        for t in context[n_old:]:
+            self.tokens.append(t)
+            i = len(self.tokens) - 1  # t is the continuation of every n-gram ending at i - 1
+            for n in range(self.n_min, min(self.n_max, i) + 1):
+                self.index[tuple(self.tokens[i - n: i])] = i - 1
+
+    def observe(self, n_accepted: int) -> None:
+        if self.last_n:
+            self.accepted_at[self.last_n] = self.accepted_at.get(self.last_n, 0) + n_accepted
+
+    def prefill(self, prompt: Sequence[int]) -> None:
+        self._sync(prompt, full_check=True)
+
+    def acceptance(self) -> dict[int, float]:
+        """Fraction of proposed tokens accepted, per match length."""
+        return {n: self.accepted_at.get(n, 0) / p for n, p in self.proposed_at.items() if p}

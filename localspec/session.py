@@ -8,9 +8,9 @@ from typing import Iterator, Sequence
 
 from .compat import check_compatible
 from .costmodel import CostTracker
-from .drafters import ModelDrafter
+from .drafters import ModelDrafter, NGramDrafter
 from .llama import Context, Model
-from .speculative import GenerationConfig, Piece, SpeculativeDecoder
+from .speculative import GenerationConfig, GenerationError, Piece, SpeculativeDecoder
 from .stats import GenerationStats
 
 
@@ -35,16 +35,30 @@ class Pair:
             check_compatible(self.target_model, self.draft_model)
         self.target_ctx = Context(self.target_model, options.n_ctx, options.threads)
         self.draft_ctx = Context(self.draft_model, options.n_ctx, options.threads) if self.draft_model else None
-        self.costs: dict[bool, CostTracker] = {}  # measured costs and acceptance, kept across generations
+        self.costs: dict[tuple, CostTracker] = {}  # measured costs and acceptance, kept across generations
+        self.ngram = NGramDrafter()
 
     def decoder(self, config: GenerationConfig) -> SpeculativeDecoder:
         """A controller over this pair; target-only when there is no draft or gamma is 0."""
+        kind = self.drafter_kind(config)
         drafter = None
-        if self.draft_ctx is not None and config.gamma != 0:
+        if kind == "model":
             drafter = ModelDrafter(self.draft_ctx, config.sampling)
-        # Acceptance differs between greedy and sampled decoding: one tracker for each.
-        costs = self.costs.setdefault(config.sampling.greedy, CostTracker(gamma_max=config.gamma_max))
+        elif kind == "ngram":
+            drafter = self.ngram
+        # Costs and acceptance differ per drafter, and between greedy and sampled decoding.
+        costs = self.costs.setdefault((kind, config.sampling.greedy), CostTracker(gamma_max=config.gamma_max))
         return SpeculativeDecoder(self.target_ctx, drafter, costs)
+
+    def drafter_kind(self, config: GenerationConfig) -> str | None:
+        """Which drafter a generation uses: None for plain decoding."""
+        if config.gamma == 0:
+            return None
+        if config.drafter == "model" and self.draft_ctx is None:
+            raise GenerationError("--drafter model needs a draft model; give --draft, or use --drafter ngram")
+        if config.drafter == "auto":
+            return "model" if self.draft_ctx is not None else "ngram"
+        return config.drafter
 
     def is_instruct(self) -> bool:
         """True when the target has a chat template and calls itself instruct/chat."""

@@ -22,6 +22,9 @@ from .costmodel import CostTracker
 from .stats import GenerationStats, Stopwatch
 
 
+DRAFTERS = ("auto", "model", "ngram")
+
+
 class GenerationError(ValueError):
     """A request that cannot be generated; str() names the value and the fix."""
 
@@ -37,11 +40,14 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     trace: bool = False  # record each verify batch (tests replay them)
     gamma_max: int = 8   # the most that auto may draft
+    drafter: str = "auto"  # model | ngram | auto (the draft model when one is loaded, else ngram)
 
     def validate(self) -> "GenerationConfig":
         """Return self, or raise GenerationError naming the bad value and the fix."""
         if self.gamma is not None and self.gamma < 0:
             raise GenerationError(f"gamma must be >= 0 or auto (got {self.gamma}); use 0 for plain decoding")
+        if self.drafter not in DRAFTERS:
+            raise GenerationError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTERS)}")
         if self.gamma_max < 0:
             raise GenerationError(f"gamma_max must be >= 0 (got {self.gamma_max})")
         if self.max_tokens < 1:
@@ -118,11 +124,15 @@ class SpeculativeDecoder:
         config.validate()
         self._check_prompt(prompt)
         self.stats = stats = GenerationStats(prompt_tokens=len(prompt))
+        stats.drafter = self.drafter.name if self.drafter is not None else "none"
+        stats.gamma_mode = "auto" if config.gamma is None else str(config.gamma)
         self.trace = []
         rng = np.random.default_rng(config.seed)
         with Stopwatch(stats, "prefill_s"):
             stats.reused_tokens = self.target.reuse_prefix(prompt[:-1])
             self.target.decode(prompt[stats.reused_tokens : -1], logits="none")
+            if self.drafter is not None and config.gamma != 0 and (config.gamma or self.costs.could_pay()):
+                self.drafter.prefill(prompt)  # as llama.cpp does; skipped where costs rule drafting out
         tokens = list(prompt)
         text, stops = TextStream(self.target.model), StopStrings(config.stop)
         t0 = time.perf_counter()

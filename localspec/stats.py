@@ -23,6 +23,8 @@ class GenerationStats:
     total_s: float = 0.0   # the decode loop, prefill excluded
     finish_reason: str = ""
     reused_tokens: int = 0
+    drafter: str = "none"  # who proposed: model, ngram, or none (plain decoding)
+    gamma_mode: str = ""   # "auto" or the fixed draft length
 
     def record_step(self, n_drafted: int, n_accepted: int) -> None:
         """Count one draft-verify step."""
@@ -65,6 +67,7 @@ class GenerationStats:
         return {
             "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated,
             "reused_tokens": self.reused_tokens, "finish_reason": self.finish_reason,
+            "drafter": self.drafter, "gamma": self.gamma_mode,
             "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
             "alpha_per_position": self.alpha_at(), "tokens_per_s": self.tokens_per_s,
@@ -81,7 +84,8 @@ class GenerationStats:
             f"tokens: {self.generated} generated, {self.prompt_tokens} prompt "
             f"({self.reused_tokens} reused); finish: {self.finish_reason}",
             f"speed: {self.tokens_per_s:.1f} tok/s over {self.total_s:.2f} s (prefill {self.prefill_s:.2f} s)",
-            f"speculation: {self.steps} steps, {self.drafted} drafted, {self.accepted} accepted, "
+            f"speculation ({self.drafter} drafter, gamma {self.gamma_mode}): {self.steps} steps, "
+            f"{self.drafted} drafted, {self.accepted} accepted, "
             f"alpha {alpha}, mean accepted length {self.mean_accepted_length:.2f}",
             f"alpha per draft position: {per_pos}",
             f"time split: draft {100 * self.draft_s / t:.0f}%, verify {100 * self.verify_s / t:.0f}%, "

@@ -111,3 +111,18 @@ def test_real_subprocess(smol_path, smol_q4_0, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "localspec", "generate", "x", "--target", str(tmp_path / "x.gguf")],
                          capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 1 and "Model file not found" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_ngram_drafter_without_a_draft_model(smol_path):
+    # One GGUF only: the n-gram drafter speculates from the context; greedy output is unchanged.
+    common = ["generate", "1 2 3 4 5 1 2 3 4 5 1 2 3", "--target", str(smol_path), "--draft", "none", "--raw",
+              "--ctx", "256", "--threads", "2", "--temperature", "0", "-n", "32", "--json"]
+    spec = json.loads(invoke(*common, "--drafter", "ngram", "--gamma", "4").output)
+    plain = json.loads(invoke(*common, "--target-only").output)
+    assert spec["stats"]["drafter"] == "ngram" and spec["stats"]["drafted"] > 0
+    assert spec["text"] == plain["text"]
+
+
+def test_model_drafter_without_a_draft_is_an_error(smol_path):
+    assert_one_line_error(invoke("generate", "hi", "--target", str(smol_path), "--draft", "none",
+                                 "--drafter", "model"), "--drafter model needs a draft model")

@@ -7,7 +7,8 @@ from collections import Counter
 import pytest
 from scipy.stats import chi2_contingency
 
-from localspec.drafters import ModelDrafter
+from localspec.costmodel import CostTracker
+from localspec.drafters import ModelDrafter, NGramDrafter
 from localspec.llama import Context, Model
 from localspec.sampling import SamplingParams
 from localspec.speculative import GenerationConfig, GenerationError, SpeculativeDecoder
@@ -66,14 +67,25 @@ def test_greedy_speculative_equals_target_only(target, target_ctx, draft_ctx):
         assert stats.drafted > 0 and stats.steps < 48
 
 
-def first_two(target_ctx, drafter, prompt, sampling, gamma, seeds):
-    """The first two emitted tokens (EOS as -1) for each seed."""
-    out = []
+def first_two(target_ctx, drafter, prompt, sampling, gamma, seeds, costs=None):
+    """The first two emitted tokens (EOS as -1) for each seed, and how many tokens were drafted."""
+    out, drafted = [], 0
     for seed in seeds:
-        cfg = GenerationConfig(max_tokens=max(2, gamma + 1), gamma=gamma, sampling=sampling, seed=seed)
-        tokens, _ = run(target_ctx, drafter, prompt, cfg)
+        cfg = GenerationConfig(max_tokens=max(2, (gamma or 3) + 1), gamma=gamma, sampling=sampling, seed=seed)
+        decoder = SpeculativeDecoder(target_ctx, drafter, costs() if costs else None)
+        tokens = [p.token for p in decoder.generate(prompt, cfg) if p.token >= 0]
+        drafted += decoder.stats.drafted
         out.append(tuple((tokens + [-1, -1])[:2]))
-    return out
+    return out if costs is None else (out, drafted)
+
+
+def eager_costs() -> CostTracker:
+    """A cost tracker that has seen a cheap draft and a flat verify: auto mode drafts 1..8 tokens,
+    changing its choice as the run's own acceptance comes in."""
+    t = CostTracker(gamma_max=8)
+    for k in (1, 3, 5, 9):
+        t.record(k - 1, 0 if k == 1 else 1, draft_s=0.0005 * (k - 1), verify_s=0.010, overhead_s=0.0)
+    return t
 
 
 def same_distribution_pvalue(a, b) -> float:
@@ -103,6 +115,27 @@ def test_speculative_sampling_matches_target_only(target, target_ctx, draft_ctx,
     plain = first_two(target_ctx, None, prompt, sampling, 0, range(n))
     spec = first_two(target_ctx, ModelDrafter(draft_ctx, draft_sampling), prompt, sampling, 2, range(n, 2 * n))
     assert len(set(plain)) > 20  # a spread-out distribution, not a near-certain continuation
+    assert same_distribution_pvalue(plain, spec) > 1e-3
+
+
+def test_auto_gamma_keeps_the_distribution(target, target_ctx, draft_ctx):
+    # Auto mode only changes how many tokens are drafted each step, never the rule.
+    prompt = target.tokenize(PROMPT, True)
+    hot = SamplingParams(temperature=1.6, top_k=0, top_p=1.0, min_p=0.0)
+    plain = first_two(target_ctx, None, prompt, PURE_T1, 0, range(2000))
+    spec, drafted = first_two(target_ctx, ModelDrafter(draft_ctx, hot), prompt, PURE_T1, None,
+                              range(2000, 4000), costs=eager_costs)
+    assert drafted > 2000  # it did speculate
+    assert same_distribution_pvalue(plain, spec) > 1e-3
+
+
+def test_ngram_proposals_keep_the_distribution(target, target_ctx):
+    # One-hot q from prompt lookup: accept with probability p(x), else sample p without x.
+    prompt = target.tokenize("red, blue, green, red, blue, green, red, blue, green, red,", True)
+    plain = first_two(target_ctx, None, prompt, PURE_T1, 0, range(2000))
+    spec, drafted = first_two(target_ctx, NGramDrafter(), prompt, PURE_T1, 3, range(2000, 4000),
+                              costs=CostTracker)
+    assert drafted > 2000
     assert same_distribution_pvalue(plain, spec) > 1e-3
 
 

@@ -57,23 +57,35 @@ def test_heavy_target_chooses_a_middle_gamma():
     assert tps > 1.4 / verify[1]
 
 
-def test_tracker_probes_then_settles_on_plain_decoding_and_backs_off():
+def plain_steps(t: CostTracker, n: int, verify_s: float) -> list[int]:
+    """Record n plain-decoding steps; the choice of gamma after each."""
+    choices = []
+    for _ in range(n):
+        t.record(0, 0, draft_s=0.0, verify_s=verify_s, overhead_s=0.001)
+        choices.append(t.choose(8))
+    return choices
+
+
+def test_tracker_stops_probing_where_costs_rule_speculation_out():
+    # The CPU light pair: even at 95% acceptance, drafting at 0.62x with this verify curve loses.
     t = CostTracker(gamma_max=8, probe_gamma=3, probe_every=5)
     assert t.choose(8) == 3                          # nothing measured: probe
     t.record(3, 3, draft_s=3 * 0.017, verify_s=0.0735, overhead_s=0.001)
     assert t.choose(8) == 0                          # verify of 1 not measured yet: measure it
+    assert plain_steps(t, 200, 0.0276) == [0] * 200  # never probes again: no acceptance could pay
+    assert not t.could_pay()
 
-    def plain_steps(n):
-        choices = []
-        for _ in range(n):
-            t.record(0, 0, draft_s=0.0, verify_s=0.0276, overhead_s=0.001)
-            choices.append(t.choose(8))
-        return choices
 
-    assert plain_steps(5) == [0, 0, 0, 0, 3]         # speculation loses here; after 5 plain steps, look again
-    t.record(3, 2, draft_s=3 * 0.017, verify_s=0.0735, overhead_s=0.001)
-    assert plain_steps(10) == [0] * 9 + [3]          # the probe changed nothing: the wait doubles
-    assert CostTracker(probe_gamma=3).choose(2) == 2  # a probe never drafts beyond the cap
+def test_tracker_backs_off_when_low_acceptance_is_the_reason():
+    # A cheap draft and flat verify could pay, but this draft is never accepted: re-probe, ever more rarely.
+    t = CostTracker(gamma_max=8, probe_gamma=3, probe_every=5, prior_weight=0.5)
+    for _ in range(10):
+        t.record(3, 0, draft_s=3 * 0.001, verify_s=0.0105, overhead_s=0.001)
+    assert plain_steps(t, 5, 0.010) == [0, 0, 0, 0, 3]        # after 5 plain steps, look again
+    assert t.could_pay()
+    t.record(3, 0, draft_s=3 * 0.001, verify_s=0.0105, overhead_s=0.001)
+    assert plain_steps(t, 10, 0.010) == [0] * 9 + [3]         # nothing changed: the wait doubles
+    assert CostTracker(probe_gamma=3).choose(2) == 2           # a probe never drafts beyond the cap
     assert CostTracker().choose(0) == 0
 
 
@@ -100,3 +112,11 @@ def test_verify_interpolation_and_extrapolation():
     t.record(3, 0, 0.003, 0.016, 0.0)
     assert t.verify_seconds(2) == pytest.approx(0.012)      # between 1 and 4
     assert t.verify_seconds(7) == pytest.approx(0.022)      # the last slope continued
+
+
+def test_marginal_wins_are_not_taken():
+    # gamma 1 predicts 1.8% over plain decoding: inside the model's error, so plain decoding stays.
+    args = ([0.12] * 8, 0.001, lambda k: 0.010, 0.0, 1)
+    assert best_gamma(*args)[0] == 1
+    gamma, tps = best_gamma(*args, min_gain=0.03)
+    assert gamma == 0 and tps == pytest.approx(100.0)

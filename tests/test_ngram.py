@@ -1,0 +1,66 @@
+"""The n-gram (prompt lookup) drafter on hand-made token sequences, and through the controller."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from localspec.drafters import NGramDrafter
+
+
+def test_longest_match_wins():
+    d = NGramDrafter(n_min=1, n_max=3)
+    #          0  1  2  3  4  5  6  7  8  9 10
+    context = [7, 1, 2, 3, 4, 9, 2, 3, 8, 1, 2, 3]
+    ids, q = d.propose(context, 3)
+    # "1 2 3" (n=3) was followed by 4 at position 4; the shorter "2 3" last ended at 7, followed by 8.
+    assert ids == [4, 9, 2] and d.last_n == 3
+    assert all(len(x.ids) == 1 and x.probs[0] == 1.0 and x.ids[0] == t for x, t in zip(q, ids))  # one-hot q
+
+
+def test_no_match_proposes_nothing():
+    d = NGramDrafter(n_min=2, n_max=3)
+    assert d.propose([1, 2, 3, 4, 5], 4) == ([], [])
+    assert d.last_n == 0
+
+
+def test_match_running_into_the_end_of_the_context():
+    d = NGramDrafter(n_min=1, n_max=2)
+    # "5 6" last ended at 2 and was followed by 5, 6 only: the proposal stops at the end.
+    assert d.propose([9, 5, 6, 5, 6], 8)[0] == [5, 6]
+
+
+def test_most_recent_occurrence_is_used():
+    d = NGramDrafter(n_min=1, n_max=1)
+    assert d.propose([4, 1, 4, 2, 4], 1)[0] == [2]
+
+
+def test_context_change_rebuilds_the_index():
+    d = NGramDrafter(n_min=1, n_max=2)
+    assert d.propose([1, 2, 3, 1, 2], 1)[0] == [3]
+    d.prefill([5, 6, 1, 2])                         # a new prompt, not an extension
+    assert d.propose([5, 6, 1, 2], 1) == ([], [])
+
+
+def test_acceptance_is_tracked_per_match_length():
+    d = NGramDrafter(n_min=1, n_max=3)
+    d.propose([1, 2, 3, 4, 1, 2, 3], 2)             # n = 3, proposes 4 1
+    d.observe(1)
+    d.propose([1, 2, 3, 4, 1, 2, 3, 4, 5, 7, 5], 2)  # "5" -> 7: n = 1, proposes 7 5
+    d.observe(0)
+    assert d.acceptance() == {3: 0.5, 1: 0.0}
+
+
+def test_lookup_cost_does_not_grow_with_the_context():
+    # Count dict probes per proposal, not time: the same for 100 and 100,000 context tokens.
+    rng = np.random.default_rng(0)
+    probes = []
+    for length in (100, 100_000):
+        d = NGramDrafter(n_min=1, n_max=4)
+        context = rng.integers(0, 50_000, size=length).tolist()
+        d.prefill(context)
+        before = d.probes
+        for extra in range(20):
+            context.append(int(rng.integers(0, 50_000)))
+            d.propose(context, 4)
+        probes.append(d.probes - before)
+    assert probes[0] == probes[1] <= 20 * 4
