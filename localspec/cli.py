@@ -81,9 +81,9 @@ def sampling_options(fn):
         click.option("-s", "--seed", type=int, default=None, help="Seed for reproducible sampling."),
         click.option("-n", "--max-tokens", type=int, default=256, show_default=True),
         click.option("--stop", multiple=True, help="Stop string (repeatable)."),
-        click.option("--drafter", type=click.Choice(["auto", "model", "ngram"]), default="auto", show_default=True,
-                     help="Who guesses: the draft model, n-gram lookup in the context, or auto "
-                          "(the model when a draft is loaded, else n-gram)."),
+        click.option("--drafter", type=click.Choice(["auto", "model", "ngram", "hybrid"]), default="auto",
+                     show_default=True, help="Who guesses: the draft model, n-gram lookup in the context, "
+                     "hybrid (each step the cheaper likely guess), or auto (hybrid with a draft, else n-gram)."),
     ]
     for option in reversed(options):
         fn = option(fn)

@@ -10,6 +10,7 @@ token, 73.5 ms for 4) + the controller's own time. γ = 0 is plain decoding and 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -137,21 +138,27 @@ class CostTracker:
 
     def choose(self, gamma_cap: int) -> int:
         """The draft length for the next step, at most gamma_cap."""
+        return self.plan(gamma_cap)[0]
+
+    def plan(self, gamma_cap: int) -> tuple[int, float]:
+        """(draft length, predicted tokens/s) for the next step; a probe predicts +inf (it must run)."""
         gamma_max = min(self.gamma_max, gamma_cap)
         if gamma_max <= 0:
-            return 0
-        if self.draft_s.value is None or 1 not in self.verify:
-            return min(self.probe_gamma, gamma_max) if self.draft_s.value is None else 0
-        gamma, _ = best_gamma(self.acceptance(), self.draft_s.value, self.verify_seconds,
-                              self.overhead_s.value or 0.0, gamma_max, self.min_gain)
+            return 0, 0.0
+        if self.draft_s.value is None:
+            return min(self.probe_gamma, gamma_max), math.inf
+        if 1 not in self.verify:
+            return 0, 0.0
+        gamma, tps = best_gamma(self.acceptance(), self.draft_s.value, self.verify_seconds,
+                                self.overhead_s.value or 0.0, gamma_max, self.min_gain)
         if gamma > 0:
             self.wait = 0
-            return gamma
+            return gamma, tps
         if not self.could_pay(gamma_max):
-            return 0
+            return 0, tps
         if not self.wait:
             self.wait = self.probe_every
         if self.steps_since_probe >= self.wait:
             self.wait = min(2 * self.wait, self.probe_every_max)
-            return min(self.probe_gamma, gamma_max)
-        return 0
+            return min(self.probe_gamma, gamma_max), math.inf
+        return 0, tps

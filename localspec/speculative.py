@@ -22,7 +22,7 @@ from .costmodel import CostTracker
 from .stats import GenerationStats, Stopwatch
 
 
-DRAFTERS = ("auto", "model", "ngram")
+DRAFTERS = ("auto", "model", "ngram", "hybrid")
 
 
 class GenerationError(ValueError):
@@ -40,7 +40,7 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     trace: bool = False  # record each verify batch (tests replay them)
     gamma_max: int = 8   # the most that auto may draft
-    drafter: str = "auto"  # model | ngram | auto (the draft model when one is loaded, else ngram)
+    drafter: str = "auto"  # model | ngram | hybrid | auto (hybrid when a draft model is loaded, else ngram)
 
     def validate(self) -> "GenerationConfig":
         """Return self, or raise GenerationError naming the bad value and the fix."""
@@ -112,10 +112,13 @@ class StopStrings:
 class SpeculativeDecoder:
     """Generates from the target, exactly, with guesses from a drafter (or none: target-only)."""
 
-    def __init__(self, target: Context, drafter: Drafter | None = None, costs: CostTracker | None = None):
+    def __init__(self, target: Context, drafter: Drafter | None = None, costs: CostTracker | None = None,
+                 sources: Sequence[tuple[Drafter, CostTracker]] | None = None):
+        """sources: drafters, each with its own cost tracker, tried in order (the hybrid: n-gram, model)."""
         self.target = target
-        self.drafter = drafter
-        self.costs = costs if costs is not None else CostTracker()
+        if sources is None:
+            sources = [(drafter, costs if costs is not None else CostTracker())] if drafter is not None else []
+        self.sources = list(sources)
         self.stats = GenerationStats()
         self.trace: list[tuple[int, list[int], int]] = []  # (start position, batch, tokens kept)
 
@@ -124,15 +127,16 @@ class SpeculativeDecoder:
         config.validate()
         self._check_prompt(prompt)
         self.stats = stats = GenerationStats(prompt_tokens=len(prompt))
-        stats.drafter = self.drafter.name if self.drafter is not None else "none"
+        stats.drafter = "+".join(d.name for d, _ in self.sources) or "none"
         stats.gamma_mode = "auto" if config.gamma is None else str(config.gamma)
         self.trace = []
         rng = np.random.default_rng(config.seed)
         with Stopwatch(stats, "prefill_s"):
             stats.reused_tokens = self.target.reuse_prefix(prompt[:-1])
             self.target.decode(prompt[stats.reused_tokens : -1], logits="none")
-            if self.drafter is not None and config.gamma != 0 and (config.gamma or self.costs.could_pay()):
-                self.drafter.prefill(prompt)  # as llama.cpp does; skipped where costs rule drafting out
+            for drafter, costs in self.sources:
+                if config.gamma != 0 and (config.gamma or costs.could_pay()):
+                    drafter.prefill(prompt)  # as llama.cpp does; skipped where costs rule drafting out
         tokens = list(prompt)
         text, stops = TextStream(self.target.model), StopStrings(config.stop)
         t0 = time.perf_counter()
@@ -144,11 +148,11 @@ class SpeculativeDecoder:
     def _loop(self, tokens, config, rng, text: TextStream, stops: StopStrings) -> Iterator[Piece]:
         stats = self.stats
         while not stats.finish_reason:
-            gamma = self._gamma(config, len(tokens))
+            source, gamma = self._plan(tokens, config)
             if gamma < 0:
                 stats.finish_reason = "length"
                 break
-            _, n_accepted, emitted = self._step(tokens, gamma, config, rng)
+            _, n_accepted, emitted = self._step(tokens, source, gamma, config, rng)
             yield from self._emit(tokens, emitted, n_accepted, config, text, stops)
         if not stops.stopped:  # print what was held back for a stop string that never came
             safe, _ = stops.feed(text.flush())
@@ -174,23 +178,33 @@ class SpeculativeDecoder:
                 stats.finish_reason = "length"
                 return
 
-    def _gamma(self, config: GenerationConfig, n_tokens: int) -> int:
-        """Draft length for this step, clipped to the context and to the tokens still wanted; -1: full."""
-        room = self.target.n_ctx - n_tokens  # the verify batch fills positions n_tokens-1 .. n_tokens-1+γ
+    def _plan(self, tokens: list[int], config: GenerationConfig) -> tuple[int | None, int]:
+        """(source index or None, draft length) for this step, within the context and the tokens still
+        wanted; gamma -1 when the context is full. Fixed gamma: the first source with a guess to offer.
+        Auto: each source's own cost model, and the one predicting the most tokens/s (plain included)."""
+        room = self.target.n_ctx - len(tokens)  # the verify batch fills positions len-1 .. len-1+γ
         if room < 0:
-            return -1
+            return None, -1
         cap = min(room, config.max_tokens - self.stats.generated - 1)
-        if self.drafter is None or cap <= 0:
-            return 0
-        if config.gamma is None:
-            return self.costs.choose(min(cap, config.gamma_max))
-        return min(config.gamma, cap)
+        best: tuple[int | None, int, float] = (None, 0, 0.0)
+        for i, (drafter, costs) in enumerate(self.sources if cap > 0 else []):
+            limit = min(cap, config.gamma_max if config.gamma is None else config.gamma, drafter.offer(tokens, cap))
+            if limit <= 0:
+                continue
+            if config.gamma is not None:
+                return i, limit
+            gamma, tps = costs.plan(limit)
+            if gamma and tps > best[2]:
+                best = (i, gamma, tps)
+        return best[0], best[1]
 
-    def _step(self, tokens: list[int], gamma: int, config: GenerationConfig, rng) -> tuple[list[int], int, list[int]]:
+    def _step(self, tokens: list[int], source: int | None, gamma: int, config: GenerationConfig,
+              rng) -> tuple[list[int], int, list[int]]:
         """One draft -> verify -> rule -> rollback step; returns (drafts, accepted, emitted)."""
         stats = self.stats
+        drafter = self.sources[source][0] if source is not None else None
         t0 = time.perf_counter()
-        draft_ids, q = self.drafter.propose(tokens, gamma, rng) if gamma else ([], [])
+        draft_ids, q = drafter.propose(tokens, gamma, rng) if drafter and gamma else ([], [])
         t1 = time.perf_counter()
         start = len(tokens) - 1
         self.target.decode([tokens[-1], *draft_ids], logits="all")
@@ -198,14 +212,16 @@ class SpeculativeDecoder:
         emitted, n_accepted = self._judge(draft_ids, q, config.sampling, rng)
         self.target.truncate(start + 1 + n_accepted)
         if draft_ids:
-            self.drafter.observe(n_accepted)
+            drafter.observe(n_accepted)
         t3 = time.perf_counter()
         stats.draft_s += t1 - t0
         stats.verify_s += t2 - t1
-        stats.record_step(len(draft_ids), n_accepted)
+        stats.record_step(len(draft_ids), n_accepted, drafter.name if draft_ids else None)
         # A catch-up over tokens generated while not drafting is a one-off, not the draft's per-token cost.
-        catchup = getattr(self.drafter, "sync_s", 0.0) if draft_ids else 0.0
-        self.costs.record(len(draft_ids), n_accepted, t1 - t0 - catchup, t2 - t1, t3 - t2)
+        catchup = getattr(drafter, "sync_s", 0.0) if draft_ids else 0.0
+        for i, (_, costs) in enumerate(self.sources):
+            if i == source or not draft_ids:  # a plain step teaches every source the cost of verify(1)
+                costs.record(len(draft_ids), n_accepted, t1 - t0 - catchup, t2 - t1, t3 - t2)
         if config.trace:
             self.trace.append((start, [tokens[-1], *draft_ids], 1 + n_accepted))
         return draft_ids, n_accepted, emitted

@@ -23,12 +23,17 @@ class GenerationStats:
     total_s: float = 0.0   # the decode loop, prefill excluded
     finish_reason: str = ""
     reused_tokens: int = 0
-    drafter: str = "none"  # who proposed: model, ngram, or none (plain decoding)
+    drafter: str = "none"  # who may propose: model, ngram, ngram+model (hybrid), or none
+    by_drafter: dict[str, list[int]] = field(default_factory=dict)  # name -> [drafted, accepted]
     gamma_mode: str = ""   # "auto" or the fixed draft length
 
-    def record_step(self, n_drafted: int, n_accepted: int) -> None:
-        """Count one draft-verify step."""
+    def record_step(self, n_drafted: int, n_accepted: int, drafter: str | None = None) -> None:
+        """Count one draft-verify step (drafter: who proposed, when anyone did)."""
         self.steps += 1
+        if drafter:
+            counts = self.by_drafter.setdefault(drafter, [0, 0])
+            counts[0] += n_drafted
+            counts[1] += n_accepted
         self.drafted += n_drafted
         self.accepted += n_accepted
         grow = n_drafted - len(self.drafted_at)
@@ -68,6 +73,7 @@ class GenerationStats:
             "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated,
             "reused_tokens": self.reused_tokens, "finish_reason": self.finish_reason,
             "drafter": self.drafter, "gamma": self.gamma_mode,
+            "by_drafter": {k: {"drafted": d, "accepted": a} for k, (d, a) in self.by_drafter.items()},
             "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
             "alpha_per_position": self.alpha_at(), "tokens_per_s": self.tokens_per_s,
@@ -88,6 +94,7 @@ class GenerationStats:
             f"{self.drafted} drafted, {self.accepted} accepted, "
             f"alpha {alpha}, mean accepted length {self.mean_accepted_length:.2f}",
             f"alpha per draft position: {per_pos}",
+            "by drafter: " + (", ".join(f"{k} {a}/{d}" for k, (d, a) in self.by_drafter.items()) or "n/a"),
             f"time split: draft {100 * self.draft_s / t:.0f}%, verify {100 * self.verify_s / t:.0f}%, "
             f"controller {100 * self.controller_s / t:.0f}%",
         ])

@@ -3,7 +3,7 @@
 # Hub is out of reach), then generate code with speculative decoding and print the statistics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOCALSPEC_EXTRAS=test ./scripts/setup.sh
+./scripts/setup.sh
 .venv/bin/localspec models pull
 PROMPT=${1:-"Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring."}
 .venv/bin/localspec generate "$PROMPT" --temperature 0 --max-tokens 200 --stats

