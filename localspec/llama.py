@@ -39,6 +39,17 @@ def init_backend(verbose: bool = False) -> None:
     _backend_ready = True
 
 
+def amx_guard() -> bool:
+    """True when weights must not go to ggml's extra (repacked) buffers: its AMX kernels are compiled in.
+
+    ggml's AMX matmul segfaults on some AMX machines (llama.cpp issue #20824, open): seen here on the
+    first decode of any Q4_0/Q4_1/Q8_0/Q4_K model. scripts/setup.sh builds without AMX; for other
+    builds, skipping the extra buffers avoids the AMX path (and CPU repacking with it: slower, but
+    correct). LOCALSPEC_ALLOW_AMX=1 keeps them."""
+    compiled = b"AMX_INT8 = 1" in (lc.llama_print_system_info() or b"")
+    return compiled and not os.environ.get("LOCALSPEC_ALLOW_AMX")
+
+
 def check_gguf_file(path: Path) -> None:
     """Raise LlamaError unless path is an existing file that starts with the GGUF magic."""
     if not path.is_file():
@@ -61,6 +72,8 @@ class Model:
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        if amx_guard():
+            params.use_extra_bufts = False
         self.ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.ptr:
             raise LlamaError(
@@ -267,11 +280,19 @@ class Context:
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token lists."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    # Called every draft step over the whole context: compare slices (C speed) and bisect to the first
+    # difference, rather than a Python loop over every token.
+    a, b = list(a), list(b)
+    lo, hi = 0, min(len(a), len(b))  # a[:lo] == b[:lo]; the first difference, if any, is before hi
+    if a[:hi] == b[:hi]:
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def default_threads() -> int:

@@ -1,0 +1,106 @@
+"""The bindings layer on SmolLM2-135M: tokens, incremental text, logits views, rollback."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from localspec.llama import Context, Model, TextStream, common_prefix_len
+
+
+@pytest.fixture(scope="module")
+def model(smol_path):
+    return Model(smol_path)
+
+
+@pytest.fixture(scope="module")
+def ctx(model):
+    return Context(model, n_ctx=256, n_threads=2)
+
+
+def test_common_prefix_len_matches_a_plain_scan():
+    def scan(a, b):
+        n = min(len(a), len(b))
+        return next((i for i in range(n) if a[i] != b[i]), n)
+
+    rng = random.Random(0)
+    for _ in range(5000):
+        a = [rng.randint(0, 3) for _ in range(rng.randint(0, 40))]
+        b = a[: rng.randint(0, len(a))] + [rng.randint(0, 3) for _ in range(rng.randint(0, 6))]
+        assert common_prefix_len(a, b) == scan(a, b) == common_prefix_len(tuple(b), a)
+
+
+def test_tokenize_follows_the_models_bos_rule(model):
+    with_special = model.tokenize("Hello world", add_special=True)
+    plain = model.tokenize("Hello world", add_special=False)
+    assert with_special == ([model.bos()] + plain if model.adds_bos() else plain)
+    assert model.detokenize(plain) == "Hello world"
+
+
+def test_multibyte_text_split_across_tokens_prints_once_complete(model):
+    text = "naïve café — 日本語 🙂🚀 done"
+    tokens = model.tokenize(text, add_special=False)
+    # Byte-level BPE splits some of these characters over several tokens: their bytes alone are no text.
+    assert any(_incomplete_utf8(model.piece(t)) for t in tokens)
+    stream = TextStream(model)
+    pieces = [stream.push(t) for t in tokens] + [stream.flush()]
+    assert "".join(pieces) == text and "\ufffd" not in "".join(pieces)
+
+
+def _incomplete_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
+
+
+def test_logits_rows_are_views_and_rollback_recomputes_the_same(model, ctx):
+    prompt = model.tokenize("The capital of France is", add_special=True)
+    ctx.truncate(0)
+    ctx.decode(prompt[:-1], logits="none")
+    ctx.decode([prompt[-1], 11, 12], logits="all")  # a verify-shaped batch of 3 rows
+    rows = [ctx.logits(i) for i in range(3)]
+    assert all(r.shape == (model.n_vocab,) and r.dtype == np.float32 and not r.flags.owndata for r in rows)
+    first = [r.copy() for r in rows]
+    assert not np.array_equal(first[0], first[1])  # distinct rows, not one buffer
+    # Roll back the last two tokens and decode the same batch again: the cache holds exactly the prefix.
+    ctx.truncate(len(prompt) - 1)
+    assert ctx.tokens == prompt[:-1]
+    ctx.decode([prompt[-1], 11, 12], logits="all")
+    for i in range(3):
+        np.testing.assert_array_equal(ctx.logits(i), first[i])
+
+
+def test_decode_only_the_rows_asked_for(model, ctx):
+    ctx.truncate(0)
+    ctx.decode(model.tokenize("one two three", add_special=True), logits="last")
+    last = ctx.logits(-1).copy()
+    with pytest.raises(IndexError):
+        ctx.logits(1)  # only one output row was computed
+    assert np.isfinite(last).all()
+
+
+def test_reuse_prefix_keeps_only_the_shared_tokens(model, ctx):
+    a = model.tokenize("def add(a, b): return a + b", add_special=True)
+    ctx.truncate(0)
+    ctx.decode(a, logits="none")
+    b = a[:4] + model.tokenize(" something else", add_special=False)
+    assert ctx.reuse_prefix(b) == 4 and ctx.tokens == a[:4]
+
+
+def test_amx_guard_follows_the_build_and_the_override(monkeypatch):
+    # An AMX build must load weights without ggml's extra buffers (its AMX matmul segfaults here).
+    import localspec.llama as layer
+
+    info = b"CPU : AVX512 = 1 | AVX512_VNNI = 1 | AMX_INT8 = %d | REPACK = 1 | "
+    monkeypatch.delenv("LOCALSPEC_ALLOW_AMX", raising=False)
+    monkeypatch.setattr(layer.lc, "llama_print_system_info", lambda: info % 1)
+    assert layer.amx_guard()
+    monkeypatch.setenv("LOCALSPEC_ALLOW_AMX", "1")
+    assert not layer.amx_guard()
+    monkeypatch.delenv("LOCALSPEC_ALLOW_AMX")
+    monkeypatch.setattr(layer.lc, "llama_print_system_info", lambda: info % 0)
+    assert not layer.amx_guard()
