@@ -37,8 +37,11 @@ def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int]
     has errors, and losing to plain decoding is worse than missing a marginal win."""
     plain = 1.0 / step_seconds(0, draft_s, verify_s, overhead_s)
     best = (0, plain * (1 + min_gain))
+    total, reach = 1.0, 1.0  # expected_tokens(accept, gamma), grown one position at a time
     for gamma in range(1, gamma_max + 1):
-        tps = expected_tokens(accept, gamma) / step_seconds(gamma, draft_s, verify_s, overhead_s)
+        reach *= accept[gamma - 1] if gamma - 1 < len(accept) else accept[-1]
+        total += reach
+        tps = total / step_seconds(gamma, draft_s, verify_s, overhead_s)
         if tps > best[1] * 1.0001:  # ties go to the shorter draft: less work, same speed
             best = (gamma, tps)
     return best if best[0] else (0, plain)
@@ -83,9 +86,11 @@ class CostTracker:
     accepted: list[int] = field(default_factory=list)
     steps_since_probe: int = 0
     wait: int = 0  # plain steps before the next probe; 0 until the first choice of plain decoding
+    _curve: dict[int, float] = field(default_factory=dict)  # verify_seconds memo, cleared by record()
 
     def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float) -> None:
         """Add one step's measurements."""
+        self._curve.clear()
         self.verify.setdefault(n_drafted + 1, Ema()).add(verify_s)
         self.overhead_s.add(overhead_s)
         if n_drafted:
@@ -112,7 +117,16 @@ class CostTracker:
 
     def verify_seconds(self, k: int) -> float:
         """Measured verify time for a batch of k, interpolated (or extrapolated linearly) otherwise."""
-        known = sorted((n, e.value) for n, e in self.verify.items())
+        if not self._curve:  # the whole curve at once, after each new measurement
+            known = self._known_verify()
+            self._curve.update((n, self._interpolate_verify(n, known)) for n in range(1, self.gamma_max + 2))
+        t = self._curve.get(k)
+        return t if t is not None else self._interpolate_verify(k, self._known_verify())
+
+    def _known_verify(self) -> list[tuple[int, float]]:
+        return sorted((n, e.value) for n, e in self.verify.items())
+
+    def _interpolate_verify(self, k: int, known: list[tuple[int, float]]) -> float:
         if not known:
             return 0.0
         if k in self.verify:

@@ -8,7 +8,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .llama import Context
-from .sampling import Dist, SamplingParams, distribution, greedy_token, sample
+from .sampling import Dist, SamplingParams, distribution, greedy_token, sample, top_probability
 
 
 def one_hot(token: int) -> Dist:
@@ -39,13 +39,18 @@ class Drafter(Protocol):
 
 
 class ModelDrafter:
-    """Drafts with a small model in its own llama.cpp context, sampling from q at T>0."""
+    """Drafts with a small model in its own llama.cpp context, sampling from q at T>0.
+
+    Like llama.cpp's p-min, it stops drafting where its own confidence (top_probability of its logits)
+    falls below p_min: a guess it doubts is likely rejected, and costs a draft step and a wider verify.
+    Where to stop depends only on the draft's state, so the rule, and the output, stay exact."""
 
     name = "model"
 
-    def __init__(self, ctx: Context, params: SamplingParams):
+    def __init__(self, ctx: Context, params: SamplingParams, p_min: float = 0.0):
         self.ctx = ctx
         self.params = params
+        self.p_min = p_min
         self.sync_s = 0.0  # time the last propose() spent catching up on the context
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> tuple[list[int], list[Dist]]:
@@ -62,7 +67,10 @@ class ModelDrafter:
         ids: list[int] = []
         dists: list[Dist] = []
         for i in range(k):
-            token, q = self._draw(ctx.logits(-1), rng)
+            logits = ctx.logits(-1)  # [V]
+            if self.p_min > 0 and top_probability(logits) < self.p_min:
+                break
+            token, q = self._draw(logits, rng)
             ids.append(token)
             dists.append(q)
             if i + 1 < k:

@@ -108,6 +108,17 @@ def greedy_token(logits: np.ndarray) -> int:
     return token
 
 
+def top_probability(logits: np.ndarray, k: int = 10) -> float:
+    """The most likely token's probability among the k most likely, renormalised, at temperature 1.
+
+    llama.cpp's draft confidence (its draft sampler keeps the top 10 candidates): drafting stops where
+    this falls below p-min. Cheap: no pass over the whole vocabulary beyond a few counts."""
+    logits = np.asarray(logits)  # [V]
+    top = _checked_max(logits)
+    ids = _top_k_ids(logits, min(k, logits.size), top)  # [k]
+    return 1.0 / float(np.exp(logits[ids].astype(np.float64) - top).sum())
+
+
 def accept_drafts(
     draft_ids: Sequence[int], q: Sequence[Dist], p: Sequence[Dist], rng: np.random.Generator
 ) -> tuple[list[int], int]:

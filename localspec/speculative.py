@@ -41,6 +41,7 @@ class GenerationConfig:
     trace: bool = False  # record each verify batch (tests replay them)
     gamma_max: int = 8   # the most that auto may draft
     drafter: str = "auto"  # model | ngram | hybrid | auto (hybrid when a draft model is loaded, else ngram)
+    p_min: float = 0.75  # the draft model stops where its confidence falls below this (llama.cpp's p-min)
 
     def validate(self) -> "GenerationConfig":
         """Return self, or raise GenerationError naming the bad value and the fix."""
@@ -50,6 +51,8 @@ class GenerationConfig:
             raise GenerationError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTERS)}")
         if self.gamma_max < 0:
             raise GenerationError(f"gamma_max must be >= 0 (got {self.gamma_max})")
+        if not 0 <= self.p_min < 1:
+            raise GenerationError(f"p_min must be in [0, 1) (got {self.p_min}); use 0 to never stop a draft early")
         if self.max_tokens < 1:
             raise GenerationError(f"max_tokens must be >= 1 (got {self.max_tokens})")
         try:

@@ -190,3 +190,17 @@ def test_stop_strings_and_stats(target, target_ctx, draft_ctx):
     s = decoder.stats
     assert s.steps >= 1 and s.mean_accepted_length == 1 + s.accepted / s.steps
     assert sum(s.drafted_at) == s.drafted and sum(s.accepted_at) == s.accepted
+
+
+def test_p_min_stops_doubtful_drafts_and_keeps_greedy_output(target, target_ctx, draft_ctx):
+    # p-min 0.9: the draft stops where it is less than 90% sure of its guess (llama.cpp's p-min), so it
+    # drafts fewer than gamma tokens on some steps, and accepts a larger share; the text is unchanged.
+    prompt = target.tokenize("Here is a short story about a robot:", True)
+    greedy = SamplingParams(temperature=0)
+    baseline, _ = run(target_ctx, None, prompt, GenerationConfig(48, 0, greedy))
+    free, free_stats = run(target_ctx, ModelDrafter(draft_ctx, greedy), prompt, GenerationConfig(48, 4, greedy))
+    cautious, stats = run(target_ctx, ModelDrafter(draft_ctx, greedy, p_min=0.9), prompt,
+                          GenerationConfig(48, 4, greedy))
+    assert free == cautious == baseline
+    assert stats.drafted < 4 * stats.steps
+    assert stats.alpha > free_stats.alpha

@@ -16,6 +16,7 @@ from localspec.sampling import (
     distribution,
     greedy_token,
     sample,
+    top_probability,
 )
 
 N = 100_000  # outcomes per statistical test
@@ -615,3 +616,22 @@ def test_validate_accepts_good_values():
                    SamplingParams(2.0, 1, 1e-9, 0.99)):
         assert params.validate() is params
     assert SamplingParams(0.0).greedy and not SamplingParams().greedy
+
+
+# ---------------------------------------------------------------- the draft's confidence (p-min)
+
+def test_top_probability_is_the_top10_renormalised_softmax():
+    # llama.cpp's draft sampler keeps 10 candidates and judges p-min on their renormalised softmax.
+    rng = np.random.default_rng(7)
+    logits = rng.normal(0, 3, 151_936).astype(np.float32)
+    top10 = np.sort(logits.astype(np.float64))[-10:]
+    expected = np.exp(top10[-1] - top10[-1]) / np.exp(top10 - top10[-1]).sum()
+    assert top_probability(logits) == pytest.approx(expected, rel=1e-9)
+
+
+def test_top_probability_peaked_and_flat():
+    peaked = np.zeros(1000, dtype=np.float32)
+    peaked[3] = 20.0  # e^20 against nine e^0: near certain
+    assert top_probability(peaked) > 0.999
+    flat = np.zeros(1000, dtype=np.float32)  # ten equal candidates
+    assert top_probability(flat) == pytest.approx(0.1)
