@@ -1,0 +1,251 @@
+"""Conversations: cache reuse across turns, a full context, stopping an answer, and `localspec chat`
+driven as a user drives it (a pseudo-terminal, and a pipe).
+
+Turn-over-turn equality is checked on F16 targets: llama.cpp's batched and single-token logits agree
+there (see the README), so an answer computed over a reused cache equals one computed from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from localspec.sampling import SamplingParams
+from localspec.session import Chat, LoadOptions, Pair, Reply
+from localspec.speculative import GenerationConfig, GenerationError, Piece
+
+GREEDY = GenerationConfig(max_tokens=64, gamma=4, sampling=SamplingParams(temperature=0), drafter="model")
+GREEN = "\x1b[32m"
+
+
+@pytest.fixture(scope="module")
+def smol_f16(smol_path, tmp_path_factory):
+    """SmolLM2 re-stored as F16: batch and single-token logits agree, so greedy answers are comparable."""
+    from localspec.llama import quantize
+
+    dst = tmp_path_factory.mktemp("smol-f16") / "smol-f16.gguf"
+    quantize(smol_path, dst, "F16")
+    return dst
+
+
+@pytest.fixture(scope="module")
+def smol_pair(smol_f16, smol_q4_0):
+    pair = Pair(smol_f16, smol_q4_0, LoadOptions(n_ctx=1024, threads=2))
+    yield pair
+    pair.close()
+
+
+def run(items) -> tuple[str, Reply]:
+    """Drain a send()/stream() iterator: the text of its pieces and its Reply."""
+    parts, reply = [], None
+    for item in items:
+        if isinstance(item, Piece):
+            parts.append(item.text)
+        else:
+            reply = item
+    return "".join(parts), reply
+
+
+class DecodeLog:
+    """Records the size of every decode a context makes (the first one of a turn is the prompt)."""
+
+    def __init__(self, ctx):
+        self.ctx, self.calls = ctx, []
+        decode = ctx.decode
+
+        def logged(tokens, logits="last"):
+            self.calls.append((len(tokens), logits))
+            return decode(tokens, logits)
+
+        ctx.decode = logged
+
+    def stop(self) -> None:
+        del self.ctx.decode  # back to the class's method
+
+
+def check_second_turn_reuse(pair: Pair, config: GenerationConfig, questions: tuple[str, str]):
+    """Turn 2 evaluates only its new tokens in both caches, and answers as a fresh session would."""
+    pair.target_ctx.truncate(0)
+    pair.draft_ctx.truncate(0)
+    chat = Chat(pair, config, system="You are a helpful assistant. Answer in one short sentence.")
+    prompt1 = chat.prompt([{"role": "user", "content": questions[0]}])
+    _, first = run(chat.send(questions[0]))
+    assert first.finish_reason == "stop", "turn 1 should end by itself so that all of it is cached"
+    assert first.reused_target == 0 and first.evaluated == len(prompt1)
+
+    prompt2 = chat.prompt(chat.messages + [{"role": "user", "content": questions[1]}])
+    turn1 = len(prompt1) + first.stats.generated  # the prompt and the answer, now in the caches
+    target_log, draft_log = DecodeLog(pair.target_ctx), DecodeLog(pair.draft_ctx)
+    try:
+        answer, second = run(chat.send(questions[1]))
+    finally:
+        target_log.stop()
+        draft_log.stop()
+
+    # Everything of turn 1 is reused; the target evaluates the rest of the prompt: its prefill decode,
+    # then the prompt's last token in the first verify batch.
+    new_tokens = len(prompt2) - second.reused_target
+    assert second.reused_target >= turn1
+    assert new_tokens == second.evaluated and new_tokens <= len(prompt2) - turn1
+    assert target_log.calls[0] == (new_tokens - 1, "none")
+    # The draft cache too: it holds turn 1 up to its last guesses, and decodes only what follows.
+    assert second.reused_draft >= turn1 - (config.gamma + 1)
+    assert draft_log.calls[0] == (len(prompt2) - 1 - second.reused_draft, "none")
+
+    # A fresh session given the whole history, cold caches: the same answer.
+    pair.target_ctx.truncate(0)
+    pair.draft_ctx.truncate(0)
+    fresh = Chat(pair, config, system=chat.system, messages=chat.messages[:2])
+    fresh_answer, fresh_reply = run(fresh.send(questions[1]))
+    assert fresh_reply.reused_target == 0 and fresh_reply.evaluated == len(prompt2)
+    assert answer == fresh_answer and answer.strip()
+    return first, second
+
+
+def test_second_turn_reuses_both_caches_tiny(smol_pair):
+    check_second_turn_reuse(smol_pair, GREEDY, ("What is the capital of France?", "And of Italy?"))
+
+
+@pytest.mark.realpair
+def test_second_turn_reuses_both_caches_f16_target(real_pair):
+    pair = Pair(real_pair["target_f16"], real_pair["draft"], LoadOptions(n_ctx=1024, threads=2))
+    try:
+        config = GenerationConfig(max_tokens=96, gamma=4, sampling=SamplingParams(temperature=0), drafter="model")
+        questions = ("Write a Python one-liner that reverses a string s.", "Now one that counts the vowels in s.")
+        _, second = check_second_turn_reuse(pair, config, questions)
+        assert second.stats.accepted > 0
+    finally:
+        pair.close()
+
+
+def test_full_context_ends_with_length_and_keeps_the_conversation(smol_f16, smol_q4_0):
+    pair = Pair(smol_f16, smol_q4_0, LoadOptions(n_ctx=128, threads=2))
+    try:
+        chat = Chat(pair, GenerationConfig(max_tokens=1000, gamma=4, sampling=SamplingParams(temperature=0)))
+        text, reply = run(chat.send("Count from 1 to 500, separated by commas."))
+        assert reply.finish_reason == "length" and reply.context_full and reply.n_ctx == 128
+        assert reply.stats.prompt_tokens + reply.stats.generated >= 127 and text
+        assert len(chat.messages) == 2 and chat.messages[1]["content"] == text
+        with pytest.raises(GenerationError, match=r"context holds 128; nothing was dropped"):
+            run(chat.send("Go on."))
+        assert len(chat.messages) == 2  # the refused turn changed nothing
+        chat.reset()
+        _, again = run(chat.send("Hi"))
+        assert again.finish_reason in ("stop", "length")
+    finally:
+        pair.close()
+
+
+def test_stop_ends_the_answer_within_a_step_and_the_next_turn_works(smol_pair):
+    chat = Chat(smol_pair, GenerationConfig(max_tokens=200, gamma=4, sampling=SamplingParams(temperature=0),
+                                            drafter="model"))
+    parts, reply = [], None
+    for item in chat.send("Count from 1 to 100, separated by commas."):
+        if isinstance(item, Piece):
+            parts.append(item.text)
+            chat.stop()  # as Ctrl-C does, from the signal handler
+        else:
+            reply = item
+    assert reply.finish_reason == "cancelled" and reply.stats.finish_reason == "cancelled"
+    assert 1 <= reply.stats.generated <= 4 + 1  # the step in flight: at most gamma drafts and one more
+    assert chat.messages[-1] == {"role": "assistant", "content": "".join(parts)}
+    text, nxt = run(chat.send("Thanks. What is 2 + 2?"))
+    assert nxt.finish_reason in ("stop", "length") and text.strip()
+    assert nxt.reused_target > 0
+
+
+def test_closing_the_iterator_keeps_what_was_said(smol_pair):
+    chat = Chat(smol_pair, GREEDY)
+    items = chat.send("Say hello.")
+    first = next(items)
+    items.close()
+    assert chat.messages == [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": first.text}]
+
+
+def test_send_takes_a_message_list_and_save_writes_json(smol_pair, tmp_path):
+    chat = Chat(smol_pair, GREEDY, system="Be brief.")
+    text, reply = run(chat.send([{"role": "user", "content": "Name a colour."}]))
+    path = chat.save(tmp_path / "chat.json")
+    data = json.loads(path.read_text())
+    assert [m["role"] for m in data["messages"]] == ["system", "user", "assistant"]
+    assert data["messages"][2]["content"] == text and data["turns"][0]["generated_tokens"] == reply.stats.generated
+    with pytest.raises(GenerationError, match="message 0"):
+        run(chat.send([{"role": "wizard", "content": "x"}]))
+
+
+# --- the chat program -----------------------------------------------------------------------------
+def chat_args(smol_f16, smol_q4_0, *extra):
+    return [sys.executable, "-m", "localspec", "chat", "--target", str(smol_f16), "--draft", str(smol_q4_0),
+            "--ctx", "1024", "--threads", "2", "--temperature", "0", "--gamma", "4", "--drafter", "model", *extra]
+
+
+def chat_env(tmp_path, **extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "LOCALSPEC_TARGET", "LOCALSPEC_DRAFT")}
+    return {**env, "LOCALSPEC_MODELS": str(tmp_path / "models"), "HF_HUB_OFFLINE": "1", **extra}
+
+
+def test_chat_in_a_terminal(smol_f16, smol_q4_0, tmp_path):
+    pexpect = pytest.importorskip("pexpect")
+    args = chat_args(smol_f16, smol_q4_0, "-n", "300")
+    child = pexpect.spawn(args[0], args[1:], env=chat_env(tmp_path, TERM="xterm-256color"), encoding="utf-8",
+                          timeout=120, dimensions=(40, 200))
+    try:
+        child.expect_exact("> ")
+        child.sendline("What is the capital of France?")
+        child.expect_exact("What is the capital of France?")  # the terminal's echo
+        child.expect_exact("> ")
+        answer = child.before
+        assert "Paris" in answer
+        assert GREEN in answer  # accepted draft tokens are green on a colour terminal
+
+        child.sendline("/stats")
+        child.expect_exact("> ")
+        assert "alpha" in child.before and "reused" in child.before
+
+        child.sendline("/reset")
+        child.expect_exact("conversation cleared")
+        child.expect_exact("> ")
+
+        # Ctrl-C stops an answer (a long one: SmolLM2 lists on and on), not the program.
+        child.sendline("List the numbers from 1 to 100.")
+        child.expect_exact("from 1 to 100.")
+        child.expect(r"\d(\x1b\[\d*m)*,(\x1b\[\d*m)* (\x1b\[\d*m)*\d")  # "1, 2", coloured or not
+        child.sendintr()
+        child.expect_exact("[stopped]")
+        child.expect_exact("> ")
+        child.sendline("/stats")
+        child.expect_exact("> ")
+        assert "finish: cancelled" in child.before
+
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+
+
+def test_chat_through_a_pipe_has_no_colour_codes(smol_f16, smol_q4_0, tmp_path):
+    saved = tmp_path / "talk.json"
+    script = f"What is the capital of France?\n/stats\n/save {saved}\n/reset\n/stats\n/bogus\nHello\n"
+    proc = subprocess.run(chat_args(smol_f16, smol_q4_0, "-n", "48", "--show-drafts"), input=script,
+                          capture_output=True, text=True, env=chat_env(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr  # end of input (no /exit) leaves cleanly
+    assert "\x1b[" not in proc.stdout + proc.stderr
+    assert "Paris" in proc.stdout and "alpha" in proc.stdout and "conversation cleared" in proc.stdout
+    assert "unknown command /bogus" in proc.stdout and "Traceback" not in proc.stderr
+    messages = json.loads(saved.read_text())["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"] and "Paris" in messages[1]["content"]
+
+
+def test_chat_tells_when_the_context_is_full_and_goes_on(smol_f16, smol_q4_0, tmp_path):
+    args = chat_args(smol_f16, smol_q4_0)  # without -n an answer may fill the context
+    args[args.index("--ctx") + 1] = "128"
+    script = "Count from 1 to 500, separated by commas.\nGo on.\n/stats\n/exit\n"
+    proc = subprocess.run(args, input=script, capture_output=True, text=True, env=chat_env(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "[context full" in proc.stderr and "context holds 128; nothing was dropped" in proc.stderr
+    assert "conversation: 2 messages" in proc.stdout and "Traceback" not in proc.stderr

@@ -1,0 +1,255 @@
+"""`localspec serve` as a real process on a free loopback port, driven by the official `openai` client
+(and by raw httpx where a client would never send such a request).
+
+The target is SmolLM2 re-stored as F16 (batch and single-token logits agree, so greedy answers can be
+compared with `localspec generate`), the draft its Q4_0 copy. The server runs with --gamma 4
+--drafter model so that every request drafts, and with --max-queue 1 so that a third request finds
+the queue full.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+openai = pytest.importorskip("openai")
+
+KEY = "test-key-7f3a"
+MODEL = "smol-f16"
+COUNT = "1, 2, 3, 4, 5, 6, 7, 8,"  # SmolLM2 goes on counting: a long answer on demand
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def smol_f16(smol_path, tmp_path_factory):
+    """SmolLM2 re-stored as F16."""
+    from localspec.llama import quantize
+
+    dst = tmp_path_factory.mktemp("smol-f16") / f"{MODEL}.gguf"
+    quantize(smol_path, dst, "F16")
+    return dst
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, what: str, seconds: float = 60, proc=None):
+    """Poll condition() until true; fail after `seconds` (or when proc has exited)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the server exited with code {proc.returncode} while waiting for {what}")
+        try:
+            if condition():
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {seconds} s waiting for {what}")
+
+
+class Served:
+    """A running server: its base URL and authenticated helpers."""
+
+    def __init__(self, base: str, proc: subprocess.Popen):
+        self.base, self.proc = base, proc
+        self.auth = {"Authorization": f"Bearer {KEY}"}
+
+    def health(self) -> dict:
+        return httpx.get(f"{self.base}/health", headers=self.auth, timeout=10).json()
+
+    def post(self, path: str, headers=None, **kwargs) -> httpx.Response:
+        return httpx.post(f"{self.base}{path}", headers=self.auth if headers is None else headers, timeout=120, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def server(smol_f16, smol_q4_0, tmp_path_factory):
+    home = tmp_path_factory.mktemp("serve")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCALSPEC_TARGET", "LOCALSPEC_DRAFT", "LOCALSPEC_API_KEY")}
+    env.update(LOCALSPEC_MODELS=str(home / "models"), HF_HUB_OFFLINE="1")
+    args = [sys.executable, "-m", "localspec", "serve", "--target", str(smol_f16), "--draft", str(smol_q4_0),
+            "--ctx", "1024", "--threads", "2", "--port", str(port), "--api-key", KEY, "--max-queue", "1",
+            "--gamma", "4", "--drafter", "model"]
+    log = open(home / "server.log", "w+")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+    served = Served(f"http://127.0.0.1:{port}", proc)
+    try:
+        wait_for(lambda: served.health()["status"] == "ok", "the server to start", 180, proc)
+        yield served
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=20)
+        log.seek(0)
+        print(log.read()[-3000:])  # shown when a test failed
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.base}/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def speculative(obj) -> dict:
+    """The `speculative` object the openai client keeps among a response's extra fields."""
+    return obj.model_extra["speculative"]
+
+
+def test_models_health_and_headers(server, client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=QUESTION, max_tokens=8, temperature=0)
+    assert raw.headers["x-localspec-target"] == f"{MODEL}.gguf"
+    assert raw.headers["x-localspec-draft"] == "smol-q4_0.gguf"
+    health = server.health()
+    assert health["status"] == "ok" and health["model"] == MODEL and not health["busy"]
+
+
+def test_chat_completion_streaming_and_not(client):
+    resp = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=32, temperature=0)
+    text = resp.choices[0].message.content
+    assert "Paris" in text and resp.choices[0].finish_reason in ("stop", "length")
+    assert resp.usage.completion_tokens > 0 and resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+    spec = speculative(resp)
+    assert spec["drafted"] > 0 and 0 <= spec["accepted"] <= spec["drafted"]
+    assert spec["alpha"] == pytest.approx(spec["accepted"] / spec["drafted"])
+    assert spec["mean_accepted_length"] == pytest.approx(1 + spec["accepted"] / spec["steps"])
+
+    chunks = list(client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=32, temperature=0,
+                                                 stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == text
+    last = chunks[-1]
+    assert last.choices[0].finish_reason == resp.choices[0].finish_reason
+    assert last.usage.completion_tokens == resp.usage.completion_tokens and speculative(last)["drafted"] > 0
+    # The same prompt again: the target found it in its cache.
+    assert last.usage.prompt_tokens_details.cached_tokens == resp.usage.prompt_tokens - 1
+
+
+def test_completion_streaming_and_not(client):
+    resp = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0)
+    text = resp.choices[0].text
+    assert text.startswith(" 9, 10") and resp.choices[0].finish_reason == "length"
+    assert resp.usage.completion_tokens == 24 and speculative(resp)["accepted"] > 0
+    chunks = list(client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == text
+    assert chunks[-1].choices[0].finish_reason == "length" and "speculative" in chunks[-1].model_extra
+
+
+def test_stop_strings(client):
+    full = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0).choices[0].text
+    cut = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0, stop=[" 12", "zz"])
+    assert cut.choices[0].text == full[: full.index(" 12")] and cut.choices[0].finish_reason == "stop"
+    streamed = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0, stop=" 12",
+                                         stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == cut.choices[0].text
+
+
+def test_seed_reproducibility(client):
+    def sample(seed):
+        return client.chat.completions.create(model=MODEL, max_tokens=24, temperature=1.0, seed=seed,
+                                              messages=[{"role": "user", "content": "Tell me a story."}]
+                                              ).choices[0].message.content
+    assert sample(11) == sample(11)
+    assert len({sample(s) for s in (1, 2, 3)}) > 1  # and the seed matters
+
+
+def test_greedy_answer_equals_localspec_generate(client, smol_f16, smol_q4_0):
+    from click.testing import CliRunner
+
+    from localspec.cli import cli
+
+    prompt = "Write a haiku about the sea."
+    result = CliRunner().invoke(cli, ["generate", prompt, "--chat", "--target", str(smol_f16), "--draft",
+                                      str(smol_q4_0), "--ctx", "1024", "--threads", "2", "--temperature", "0",
+                                      "--gamma", "4", "--drafter", "model", "-n", "40", "--json"])
+    assert result.exit_code == 0, result.output
+    expected = json.loads(result.output)
+    resp = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}],
+                                          max_tokens=40, temperature=0)
+    assert resp.choices[0].message.content == expected["text"]
+    assert resp.usage.completion_tokens == expected["stats"]["generated_tokens"]
+
+
+@pytest.mark.parametrize("body, status, param, fragment", [
+    (b'{"model": "smol-f16", "messages": [', 400, None, "not valid JSON"),
+    ({"model": MODEL}, 400, "messages", "messages is required"),
+    ({"model": MODEL, "messages": []}, 400, "messages", "at least one message"),
+    ({"model": MODEL, "messages": QUESTION, "max_tokens": -5}, 400, "max_tokens", "got -5"),
+    ({"model": MODEL, "messages": QUESTION, "temperature": 3.5}, 400, "temperature", "between 0 and 2"),
+    ({"model": MODEL, "messages": QUESTION, "top_p": 1.5}, 400, "top_p", "(0, 1]"),
+    ({"model": MODEL, "messages": QUESTION, "gamma": -1}, 400, "gamma", "gamma"),
+    ({"model": MODEL, "messages": QUESTION, "drafter": "oracle"}, 400, "drafter", "oracle"),
+    ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages", "wizard"),
+    ({"model": "gpt-4o", "messages": QUESTION}, 404, "model", "gpt-4o"),
+])
+def test_bad_requests_get_openai_style_errors(server, body, status, param, fragment):
+    kwargs = {"content": body, "headers": {**server.auth, "Content-Type": "application/json"}} \
+        if isinstance(body, bytes) else {"json": body}
+    r = server.post("/v1/chat/completions", **kwargs)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["param"] == param and fragment in error["message"]
+
+
+def test_bad_requests_through_the_openai_client(client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="no-such-model", messages=QUESTION)
+    assert e.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=-1)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="word " * 1500, max_tokens=4)
+    assert e.value.code == "context_length_exceeded" and "context holds 1024" in e.value.message
+
+
+def test_api_key_is_checked_on_every_request(server, client):
+    bad = openai.OpenAI(base_url=f"{server.base}/v1", api_key="wrong", max_retries=0, timeout=30)
+    with pytest.raises(openai.AuthenticationError) as e:
+        bad.chat.completions.create(model=MODEL, messages=QUESTION)
+    assert e.value.status_code == 401 and e.value.code == "invalid_api_key"
+    for path in ("/health", "/v1/models"):
+        r = httpx.get(f"{server.base}{path}", timeout=10)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        assert r.headers["x-localspec-target"] == f"{MODEL}.gguf"
+
+
+def test_full_queue_gets_503_and_a_dropped_stream_frees_the_pair(server, client):
+    request = {"model": MODEL, "prompt": COUNT, "max_tokens": 900, "temperature": 0, "stream": True}
+    later = {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+    cancelled = server.health()["cancelled"]
+    with httpx.Client(timeout=120) as http, ThreadPoolExecutor(1) as pool:
+        first = http.send(http.build_request("POST", f"{server.base}/v1/completions", json=request,
+                                             headers=server.auth), stream=True)
+        assert first.status_code == 200
+        lines = first.iter_lines()
+        next(line for line in lines if '"text": "' in line and '"text": ""' not in line)  # it is generating
+        waiting = pool.submit(client.completions.create, **later)  # waits its turn
+        wait_for(lambda: server.health()["queued"] == 1, "the second request to queue")
+
+        full = server.post("/v1/completions", json=later)
+        assert full.status_code == 503 and int(full.headers["Retry-After"]) >= 1
+        assert full.json()["error"]["code"] == "queue_full"
+
+        first.close()  # the client drops its stream midway
+        answer = waiting.result(timeout=120)
+    assert answer.choices[0].text and answer.choices[0].finish_reason == "length"
+    wait_for(lambda: not server.health()["busy"], "the server to go idle")
+    assert server.health()["cancelled"] == cancelled + 1  # the dropped stream stopped before its 900 tokens
+    again = client.completions.create(**later)
+    assert again.choices[0].text == answer.choices[0].text
