@@ -84,6 +84,8 @@ def sampling_options(fn):
         click.option("--drafter", type=click.Choice(["auto", "model", "ngram", "hybrid"]), default="auto",
                      show_default=True, help="Who guesses: the draft model, n-gram lookup in the context, "
                      "hybrid (each step the cheaper likely guess), or auto (hybrid with a draft, else n-gram)."),
+        click.option("--p-min", type=float, default=0.75, show_default=True,
+                     help="The draft model stops guessing where its confidence falls below this (0: never)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -99,10 +101,59 @@ def model_options(fn):
         click.option("--ngl-draft", type=int, default=999, show_default=True, help="Draft layers on the GPU."),
         click.option("--threads", type=int, default=None, help="CPU threads (default: all cores, at most 8)."),
         click.option("--ctx", type=int, default=4096, show_default=True, help="Context size in tokens."),
+        click.option("--profile/--no-profile", "use_profile", default=True, show_default=True,
+                     envvar="LOCALSPEC_PROFILE", help="Take --draft/--drafter/--gamma you do not give from the "
+                     "target's `localspec tune` profile."),
     ]
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return tuned_defaults(fn)
+
+
+PROFILE_FLAGS = ("draft", "drafter", "gamma", "ngl_draft", "p_min")
+
+
+def tuned_defaults(fn):
+    """Wrap a command so the chosen target's tune profile fills the speculation flags the user left out."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if kwargs.pop("use_profile", True) and not kwargs.get("target_only"):
+            apply_profile(click.get_current_context(), kwargs)
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+def apply_profile(ctx: click.Context, kwargs: dict) -> None:
+    """Update kwargs from the profile beside the target (flags given on the command line or in the
+    environment win); with --stats, say on stderr what was applied."""
+    from click.core import ParameterSource
+
+    from . import tune
+
+    defaults = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    explicit = {n for n in PROFILE_FLAGS if n in kwargs and ctx.get_parameter_source(n) not in defaults}
+    try:
+        target = chosen_target(kwargs.get("target"))
+        choice = target and tune.load_profile(target, kwargs.get("temperature", 0.8))
+    except USER_ERRORS as e:
+        click.echo(f"warning: {e}", err=True)
+        return
+    if choice:
+        updates, note = tune.merge_profile(choice, kwargs, explicit)
+        kwargs.update(updates)
+        if kwargs.get("show_stats"):
+            click.echo(note, err=True)
+
+
+def chosen_target(target: str | None) -> Path | None:
+    """The target file a command will load, if it is installed (a missing one has no profile yet)."""
+    if target is None:
+        catalog = models.load_catalog()
+        target = catalog.pairs[catalog.default_pair][0]
+    try:
+        return models.resolve_model(target, pull_missing=False)
+    except models.ModelError:
+        return None
 
 
 @cli.command()
@@ -116,7 +167,7 @@ def model_options(fn):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the text and the stats.")
 @user_errors
 def generate(prompt, target, draft, ngl_target, ngl_draft, threads, ctx, gamma, temperature, top_k, top_p,
-             min_p, seed, max_tokens, stop, drafter, target_only, chat, system, show_stats, as_json):
+             min_p, seed, max_tokens, stop, drafter, p_min, target_only, chat, system, show_stats, as_json):
     """Generate a continuation of PROMPT (or of stdin) and stream it to stdout.
 
     Example: localspec generate "def fib(n):" --raw --temperature 0 --stats
@@ -125,7 +176,7 @@ def generate(prompt, target, draft, ngl_target, ngl_draft, threads, ctx, gamma, 
         prompt = sys.stdin.read()
     sampling = SamplingParams(temperature, top_k, top_p, min_p).validate()
     config = GenerationConfig(max_tokens, 0 if target_only else gamma, sampling, seed, tuple(stop),
-                              drafter=drafter).validate()
+                              drafter=drafter, p_min=p_min).validate()
     target_path, draft_path = resolve_pair_args(target, draft)
     pair = Pair(target_path, None if target_only else draft_path, LoadOptions(ctx, threads, ngl_target, ngl_draft))
     try:
@@ -159,6 +210,190 @@ def report(pair: Pair, text: str, as_json: bool, show_stats: bool) -> None:
         click.echo(json.dumps({"text": text, **info, "stats": stats.to_dict()}))
     if show_stats:
         click.echo(stats.summary(), err=True)
+
+
+CHAT_HELP = "commands: /stats  /reset  /save FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
+GREEN, PLAIN = "\x1b[32m", "\x1b[0m"
+
+
+@cli.command()
+@model_options
+@sampling_options
+@click.option("--system", help="System prompt.")
+@click.option("--show-drafts/--no-show-drafts", default=None,
+              help="Print accepted draft tokens in green (default: on when stdout is a colour terminal).")
+@click.option("--stats", "show_stats", is_flag=True, help="Print the speculation stats after every answer.")
+@user_errors
+def chat(system, show_drafts, show_stats, **options):
+    """Chat in the terminal, with the model's own chat template; answers stream as they come.
+
+    Each turn reuses what both KV caches already hold of the conversation. Without -n, an answer runs
+    until it ends or fills the context. Commands: /stats, /reset, /save FILE, /exit (or Ctrl-D).
+    Ctrl-C stops the answer being written.
+
+    Example: localspec chat --system "You are a terse Python expert" --temperature 0.3
+    """
+    from .session import Chat
+
+    answer_to_the_context(options)
+    config = options_config(options)
+    pair = options_pair(options)
+    try:
+        session = Chat(pair, config, system)
+        session.prompt([{"role": "user", "content": "hi"}])  # no chat template: a one-line error, now
+        colour = sys.stdout.isatty() and (colour_terminal() if show_drafts is None else show_drafts)
+        draft_name = pair.draft_model.path.name if pair.draft_model else "no draft"
+        click.echo(f"localspec chat: {pair.target_model.path.name} + {draft_name}. {CHAT_HELP}", err=True)
+        if colour:
+            click.echo(f"{GREEN}green{PLAIN}: tokens the draft guessed and the target accepted", err=True)
+        chat_loop(session, colour, show_stats)
+    finally:
+        pair.close()
+
+
+def options_config(options: dict) -> GenerationConfig:
+    """The GenerationConfig that the sampling_options flags describe (flags named after its fields pass through)."""
+    import dataclasses
+
+    sampling = SamplingParams(*(options.pop(k) for k in ("temperature", "top_k", "top_p", "min_p"))).validate()
+    stop = tuple(options.pop("stop"))
+    names = {f.name for f in dataclasses.fields(GenerationConfig)}
+    fields = {k: options.pop(k) for k in list(options) if k in names}
+    return GenerationConfig(sampling=sampling, stop=stop, **fields).validate()
+
+
+def answer_to_the_context(options: dict) -> None:
+    """Without -n, let answers run until they end or the context is full (the loop stops there)."""
+    from click.core import ParameterSource
+
+    if click.get_current_context().get_parameter_source("max_tokens") == ParameterSource.DEFAULT:
+        options["max_tokens"] = options["ctx"]
+
+
+def options_pair(options: dict) -> Pair:
+    """Load the pair that the model_options flags name."""
+    target_path, draft_path = resolve_pair_args(options.pop("target"), options.pop("draft"))
+    load = LoadOptions(options.pop("ctx"), options.pop("threads"), options.pop("ngl_target"), options.pop("ngl_draft"))
+    return Pair(target_path, draft_path, load)
+
+
+def colour_terminal() -> bool:
+    """True when stdout is a terminal that shows colour (and NO_COLOR is not set)."""
+    import os
+
+    return sys.stdout.isatty() and os.environ.get("TERM", "") != "dumb" and "NO_COLOR" not in os.environ
+
+
+def chat_loop(session, colour: bool, show_stats: bool) -> None:
+    """Read a line; run it as a /command or answer it; until /exit or the end of input."""
+    interactive = sys.stdin.isatty()
+    if interactive:
+        import readline  # noqa: F401  (line editing and history for input())
+    while True:
+        try:
+            line = input("> " if interactive else "").strip()
+        except EOFError:
+            if interactive:
+                click.echo()
+            return
+        except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh line, as in Python's REPL
+            click.echo()
+            continue
+        if line.startswith("/"):
+            try:
+                if not chat_command(session, line):
+                    return
+            except USER_ERRORS as e:
+                click.echo(f"Error: {e}", err=True)
+        elif line:
+            chat_answer(session, line, colour, show_stats)
+
+
+def chat_command(session, line: str) -> bool:
+    """Run one /command; False means leave."""
+    cmd, _, arg = line.partition(" ")
+    if cmd in ("/exit", "/quit"):
+        return False
+    if cmd == "/stats":
+        click.echo(session.replies[-1].summary() if session.replies else "no answers yet")
+        n_ctx = session.pair.target_ctx.n_ctx
+        used = len(session.prompt()) if session.messages else 0  # some templates reject an empty chat
+        click.echo(f"conversation: {len(session.messages)} messages, {used} of {n_ctx} tokens")
+    elif cmd == "/reset":
+        session.reset()
+        click.echo("conversation cleared")
+    elif cmd == "/save" and arg.strip():
+        try:
+            click.echo(f"saved {len(session.messages)} messages to {session.save(arg.strip())}")
+        except OSError as e:
+            click.echo(f"Error: could not save to {arg.strip()}: {e.strerror}", err=True)
+    elif cmd == "/save":
+        click.echo("usage: /save FILE")
+    else:
+        click.echo(CHAT_HELP if cmd == "/help" else f"unknown command {cmd}; {CHAT_HELP}")
+    return True
+
+
+def chat_answer(session, text: str, colour: bool, show_stats: bool) -> None:
+    """Stream the answer to one message. Ctrl-C stops it; an error is one line and the chat goes on."""
+    import signal
+
+    from .speculative import Piece
+
+    previous = signal.signal(signal.SIGINT, lambda *_: session.stop())
+    reply = None
+    try:
+        for item in session.send(text):
+            if isinstance(item, Piece):
+                sys.stdout.write(f"{GREEN}{item.text}{PLAIN}" if colour and item.from_draft else item.text)
+                sys.stdout.flush()
+            else:
+                reply = item
+    except USER_ERRORS as e:
+        click.echo(f"Error: {e}", err=True)
+        return
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    click.echo()
+    if reply.finish_reason == "cancelled":
+        click.echo("[stopped]", err=True)
+    elif reply.context_full:
+        click.echo(f"[context full: the conversation fills all {reply.n_ctx} tokens; nothing was dropped. "
+                   "/save FILE, then /reset, or restart with a larger --ctx]", err=True)
+    elif reply.finish_reason == "length":
+        click.echo(f"[cut at --max-tokens {reply.stats.generated}]", err=True)
+    if show_stats:
+        click.echo(reply.summary(), err=True)
+
+
+@cli.command()
+@model_options
+@sampling_options
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="LOCALSPEC_HOST",
+              help="Address to listen on; 0.0.0.0 opens the server to your network.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, envvar="LOCALSPEC_PORT")
+@click.option("--api-key", envvar="LOCALSPEC_API_KEY", help="Require 'Authorization: Bearer KEY' on every request.")
+@click.option("--max-queue", type=click.IntRange(0), default=8, show_default=True,
+              help="Requests that may wait while one generates; more are answered 503.")
+@user_errors
+def serve(host, port, api_key, max_queue, **options):
+    """Serve the pair over an OpenAI-compatible HTTP API (FastAPI + uvicorn).
+
+    /v1/chat/completions and /v1/completions (streamed as server-sent events with "stream": true),
+    /v1/models and /health. The sampling flags are the defaults for fields a request leaves out;
+    without -n, a request without max_tokens runs until it ends or fills the context.
+
+    Example: localspec serve --port 8080, then point a client at http://127.0.0.1:8080/v1
+    """
+    from .server import serve as run_server
+
+    answer_to_the_context(options)
+    defaults = options_config(options)
+    pair = options_pair(options)
+    try:
+        run_server(pair, defaults, host, port, api_key, max_queue, log=lambda s: click.echo(s, err=True))
+    finally:
+        pair.close()
 
 
 @cli.group("models")
@@ -222,6 +457,68 @@ def models_convert(src, quant, out):
     dst = out or src_path.with_name(f"{src_path.stem}-{quant.lower()}.gguf")
     models.convert(src_path, dst, quant)
     click.echo(f"wrote {dst}")
+
+
+@cli.command()
+@click.option("-t", "--target", envvar="LOCALSPEC_TARGET", help="Target: catalog name or .gguf path (default: the default pair's).")
+@click.option("-d", "--draft", "drafts", multiple=True, help="Also try this draft from outside the store (repeatable).")
+@click.option("--quants", default="Q4_0,Q3_K_S,Q2_K", show_default=True,
+              help="Types to derive from each draft and try (cached in the store); 'none' for none.")
+@click.option("--temperature", "--temp", type=float, default=0.8, show_default=True, help="Tune for this temperature (0: greedy).")
+@click.option("--top-k", type=int, default=40, show_default=True)
+@click.option("--top-p", type=float, default=0.95, show_default=True)
+@click.option("--min-p", type=float, default=0.05, show_default=True)
+@click.option("--p-min", type=float, default=0.75, show_default=True, help="Draft confidence stop, as in generate.")
+@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path),
+              help='Calibration prompts: a JSONL file of {"prompt": ...} (default: 8 HumanEval prompts).')
+@click.option("--n-prompts", type=click.IntRange(1), default=8, show_default=True)
+@click.option("-n", "--max-tokens", type=int, default=64, show_default=True, help="Tokens generated per prompt.")
+@click.option("--gamma-max", type=int, default=8, show_default=True, help="The longest draft tried.")
+@click.option("--budget", type=float, default=600, show_default=True, help="Seconds the whole run may take.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG of speedup vs gamma per candidate.")
+@click.option("--chat/--raw", default=None, help="Calibrate through the chat template (default for instruct models).")
+@click.option("--ngl-target", type=int, default=999, show_default=True, help="Target layers on the GPU.")
+@click.option("--threads", type=int, default=None, help="CPU threads (default: all cores, at most 8).")
+@click.option("--ctx", type=int, default=4096, show_default=True, help="Context size in tokens.")
+@click.option("-s", "--seed", type=int, default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
+@user_errors
+def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompts_file, n_prompts, max_tokens,
+         gamma_max, budget, plot, chat, ngl_target, threads, ctx, seed, as_json):
+    """Find the fastest exact configuration for a target on this machine; save it as its profile.
+
+    Tries every compatible draft in the store, types derived from them, n-gram lookup and plain
+    decoding; predicts tokens/s at each draft length from measured acceptance and costs, confirms
+    the best three by real runs, and saves the pick beside the target. Later generate, chat and
+    serve runs with that target use it for the flags they are not given. Example:
+
+        localspec tune --temperature 0 --plot tune.png
+    """
+    from . import tune as tuning
+
+    if plot:
+        tuning.check_plot()
+    options = tuning.TuneOptions(
+        sampling=SamplingParams(temperature, top_k, top_p, min_p).validate(), p_min=p_min, max_tokens=max_tokens,
+        gamma_max=gamma_max, budget_s=budget, seed=seed, chat=chat, load=LoadOptions(ctx, threads, ngl_target, 0),
+        quants=tuning.parse_quants(quants), drafts=tuple(models.resolve_model(d) for d in drafts)).validate()
+    prompts = tuning.load_prompts(prompts_file, n_prompts)
+    target_path, _ = resolve_pair_args(target, "none")
+    result = tuning.tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)
+    rows = tuning.result_rows(result)
+    saved = tuning.save_profile(target_path, result.choice(), rows, tuning.costs_dict(result.baseline.costs))
+    if plot:
+        result.plot(plot)
+    if as_json:
+        click.echo(json.dumps({"target": str(target_path), "pick": result.summary(), "profile": str(saved),
+                               "skipped": result.skipped, "wall_s": result.wall_s, "rows": rows,
+                               "costs": tuning.costs_dict(result.baseline.costs)}, indent=2))
+        return
+    for line in result.skipped:
+        click.echo(f"left out: {line}", err=True)
+    click.echo(result.table())
+    click.echo(result.summary())
+    click.echo(f"profile: {saved}" + (f"\nplot: {plot}" if plot else ""))
 
 
 def main():

@@ -175,13 +175,39 @@ def pull(name: str, *, progress: bool = True, log: Callable[[str], None] = print
 
 
 def convert(src: Path, dst: Path, quant: str) -> None:
-    """Write src re-stored as quant to dst, atomically (llama_model_quantize, requantizing allowed)."""
-    from .llama import quantize
+    """Write src re-stored as quant to dst, atomically (llama_model_quantize, requantizing allowed).
 
-    if dst.exists():
+    What can be checked is checked before anything is written; after any failure (a type llama.cpp
+    refuses, an unwritable folder, a full disk, Ctrl-C) neither dst, nor its temporary file, nor a
+    folder made for it is left behind."""
+    from .llama import QUANT_TYPES, LlamaError, check_gguf_file, quantize
+
+    src, dst = Path(src), Path(dst)
+    check_gguf_file(src)
+    if quant.upper() not in QUANT_TYPES:
+        raise LlamaError(f"Unknown quantization type {quant!r}; choose one of {', '.join(QUANT_TYPES)}")
+    if dst.exists() or dst.is_symlink():
         raise ModelError(f"{dst} already exists; remove it or choose another --out")
-    with staging(dst) as tmp:
-        quantize(src, tmp, quant)
+    made = _missing_folders(dst.parent)
+    try:
+        with staging(dst) as tmp:
+            quantize(src, tmp, quant)
+    except BaseException:
+        for folder in made:  # innermost first; only the folders this call created, and only if empty
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        raise
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """folder and those of its parents that do not exist yet, innermost first."""
+    missing = []
+    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
 
 
 @contextmanager
@@ -210,6 +236,8 @@ def _pull_from_hub(entry: CatalogEntry, tmp: Path, log: Callable[[str], None]) -
         return False
     reason = hub_unreachable()
     if reason is None:
+        os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")  # read when huggingface_hub is first imported
+        os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "20")
         from huggingface_hub import hf_hub_download
 
         try:

@@ -30,6 +30,13 @@ def make_wheel(folder: Path, dist: str, version: str, payload: bytes) -> None:
         z.writestr(f"{info}/RECORD", "")
 
 
+@pytest.fixture(autouse=True)
+def hub_timeouts(monkeypatch):
+    """pull() sets these if unset; set here so that nothing outlives a test."""
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "10")
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "20")
+
+
 @pytest.fixture
 def packs(tmp_path, monkeypatch):
     """Three fake packs (PARTS, in order) served to pip from a local folder; no index is asked."""

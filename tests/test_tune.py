@@ -1,0 +1,415 @@
+"""localspec tune on tiny models: candidate discovery, the replay that predicts, a whole tune, the
+saved profile and how generate applies it, and `models convert` failing cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from localspec import models, tune
+from localspec.cli import cli
+from localspec.llama import Model
+from localspec.sampling import Dist, SamplingParams
+from localspec.session import LoadOptions, Pair
+from localspec.speculative import GenerationConfig
+
+SMALL = dict(max_tokens=16, gamma_max=3, confirm=3, budget_s=None, load=LoadOptions(n_ctx=512, threads=2))
+PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n", "The capital of France is"]
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], env=env)
+
+
+def assert_one_line_error(result, *fragments):
+    """A user mistake: non-zero exit, one 'Error:' line naming the problem, no traceback."""
+    assert result.exit_code != 0, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="session")
+def alien(smol_q4_0, tmp_path_factory) -> Path:
+    """SmolLM2 with token 1001 renamed: loads fine, but cannot draft for SmolLM2."""
+    import gguf
+
+    path = tmp_path_factory.mktemp("alien") / "alien.gguf"
+    shutil.copy(smol_q4_0, path)
+    reader = gguf.GGUFReader(path, "r+")
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    text = tokens.parts[tokens.data[1001]]  # b'\xc4\xa0loc' ('Ġloc'), edited in place: same length
+    text[:] = np.frombuffer("∞".encode() + b"Q" * (len(text) - 3), dtype=np.uint8)
+    reader.data.flush()
+    del reader
+    return path
+
+
+@pytest.fixture
+def store_pair(isolated_store, smol_path, smol_q4_0) -> tuple[Path, Path]:
+    """The target (SmolLM2 Q4_1) and a compatible draft (its Q4_0 copy) in the model store, as links."""
+    isolated_store.mkdir(parents=True, exist_ok=True)
+    target, draft = isolated_store / "smol.gguf", isolated_store / "draft.gguf"
+    target.symlink_to(smol_path)
+    draft.symlink_to(smol_q4_0)
+    return target, draft
+
+
+# --- candidates ---------------------------------------------------------------------------------
+
+def test_discovery_finds_compatible_drafts_and_plans_derived_quants(store_pair, alien, isolated_store):
+    target, draft = store_pair
+    (isolated_store / "alien.gguf").symlink_to(alien)
+    (isolated_store / "notes.gguf").write_bytes(b"not a model")
+    cands, skipped = tune.discover(target, quants=("Q4_0", "Q3_K_S", "Q2_K"))
+    assert [(c.label, c.kind, c.quant) for c in cands] == [
+        ("ngram", "ngram", ""),
+        ("draft", "model", "Q4_0"),
+        # Q4_0 itself is not re-made; the smaller types are planned, made on first use in the store:
+        ("draft-q3_k_s", "model", "Q3_K_S"), ("draft-q2_k", "model", "Q2_K")]
+    assert cands[2].source == draft.absolute() and cands[2].path == isolated_store / "draft-q3_k_s.gguf"
+    assert not cands[2].path.exists()
+    assert "alien.gguf: incompatible, token 1001 is 'Ġloc' in the target but '∞QQ' in the draft" in skipped
+    assert any(s.startswith("notes.gguf: Not a GGUF file") for s in skipped)
+    assert all("smol.gguf" not in s for s in skipped)  # the target itself is no candidate, and no news
+
+
+def test_a_draft_not_smaller_than_the_target_is_left_out(isolated_store, smol_path, smol_q4_0):
+    isolated_store.mkdir(parents=True, exist_ok=True)
+    (isolated_store / "big.gguf").symlink_to(smol_path)  # Q4_1: larger than the Q4_0 target
+    cands, skipped = tune.discover(smol_q4_0, quants=())
+    assert [c.label for c in cands] == ["ngram"]
+    assert skipped == ["big.gguf: not smaller than the target"]
+
+
+def test_derived_drafts_are_not_derived_again(store_pair, isolated_store, smol_q4_0):
+    target, _ = store_pair
+    (isolated_store / "draft-q2_k.gguf").symlink_to(smol_q4_0)  # as if an earlier tune had made it
+    cands, _ = tune.discover(target, quants=("Q2_K",))
+    assert [(c.label, c.source) for c in cands] == [("ngram", None), ("draft", None), ("draft-q2_k", None)]
+
+
+def test_bad_quants_are_one_line_errors():
+    assert tune.parse_quants("q4_0, Q2_K") == ("Q4_0", "Q2_K") and tune.parse_quants("none") == ()
+    with pytest.raises(tune.TuneError, match=r"Unknown quantization type 'Q9' in --quants; choose from F32"):
+        tune.parse_quants("Q4_0,Q9")
+
+
+# --- the replay ---------------------------------------------------------------------------------
+
+def length_run(known: list[int], prompt=(1, 2, 3)) -> tune.Run:
+    """A continuation cut by max_tokens: len(known) + 1 tokens generated, the last never drafted."""
+    return tune.Run(list(prompt), known, len(known) + 1, stopped=False)
+
+
+def test_replay_follows_the_controller_at_fixed_gamma():
+    run = length_run([0] * 9)  # 10 tokens generated
+    beta = [1, 1, 1, 0, 1, 1, 1, 1, 1, 1]
+    guess = tune.model_guess(run, beta, [1.0] * 10, p_min=0.0)
+    rng = np.random.default_rng(0)
+    # (start, asked, drafted, accepted, draft decodes)
+    assert tune.replay(run, 2, 10, guess, rng) == [
+        (0, 2, 2, 2, 2),   # both accepted: 3 tokens
+        (3, 2, 2, 0, 2),   # position 3 rejected: the target's token only
+        (4, 2, 2, 2, 2),
+        (7, 2, 2, 2, 2)]   # drafts may reach position 8, the last before the cap of 10
+    assert tune.replay(run, 4, 10, guess, rng) == [
+        (0, 4, 4, 3, 4),
+        (4, 4, 4, 4, 4),
+        (9, 0, 0, 0, 0)]   # one token left: a plain step, as the controller's cap makes it
+
+
+def test_replay_stops_drafts_below_p_min_and_counts_the_extra_decode():
+    run = length_run([0] * 9)
+    conf = [1.0, 0.5] + [1.0] * 8  # the draft doubts position 1
+    guess = tune.model_guess(run, [1.0] * 10, conf, p_min=0.75)
+    steps = tune.replay(run, 3, 10, guess, np.random.default_rng(0))
+    # At 0 it drafts one token then stops (sync + one decode = 2 decodes); accepted, the step emits 2.
+    assert steps[0] == (0, 3, 1, 1, 2)
+    assert steps[1] == (2, 3, 3, 3, 3)
+
+
+def test_replay_of_the_ngram_drafter_scores_its_lookups():
+    prompt = [5, 6, 7, 5, 6]
+    run = length_run([7, 5, 6, 7, 9], prompt)  # 6 tokens generated
+    guess = tune.ngram_guess(run, greedy=True, is_eog=lambda t: False)
+    steps = tune.replay(run, 3, 6, guess, np.random.default_rng(0))
+    # (5, 6) was followed by 7 5 6: all three right; then (6, 7) was followed by 5, but 9 came.
+    assert steps == [(0, 3, 3, 3, 0), (4, 1, 1, 0, 0), (5, 0, 0, 0, 0)]
+
+
+def test_acceptance_chance_at_t_above_zero_is_the_overlap_of_p_and_q():
+    p = Dist(np.array([1, 2, 3]), np.array([0.5, 0.3, 0.2]))
+    q = Dist(np.array([2, 3, 4]), np.array([0.6, 0.1, 0.3]))
+    assert tune.overlap(p, q) == pytest.approx(0.3 + 0.1)  # Σ min(p, q) over the shared tokens
+
+
+def test_row_predicts_tokens_per_second_from_steps_and_costs():
+    costs = tune.Costs({1: 0.030, 2: 0.040, 3: 0.050}, step_s=0.001, row_s=0.0005)
+    row = tune.Row(tune.NGRAM, steps={2: [[[(0, 2, 2, 2, 0), (3, 2, 2, 0, 0)]]]}, tokens=[4], costs=costs)
+    # step 1: verify 3 + controller 0.001 + 2 rows 0.001; step 2: verify 3 + 0.001
+    assert row.predicted(2) == pytest.approx(4 / (0.050 + 0.002 + 0.050 + 0.001))
+    assert row.alpha(2) == 0.5 and row.alpha_at(2) == [0.5, 1.0]
+
+
+# --- a whole tune on tiny models ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, smol_path, smol_q4_0):
+    """One tune of SmolLM2 at T=0 with its Q4_0 copy in the store and a Q2_K derived from it."""
+    store = tmp_path_factory.mktemp("tuned") / "models"
+    store.mkdir()
+    (store / "smol.gguf").symlink_to(smol_path)
+    (store / "draft.gguf").symlink_to(smol_q4_0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCALSPEC_MODELS", str(store))
+        options = tune.TuneOptions(sampling=SamplingParams(temperature=0.0), quants=("Q2_K",), p_min=0.0, **SMALL)
+        said: list[str] = []
+        result = tune.tune(store / "smol.gguf", options, PROMPTS, log=said.append)
+    return result, store, said
+
+
+def test_tune_measures_every_candidate_and_confirms_the_best(tuned):
+    result, store, said = tuned
+    labels = [r.candidate.label for r in result.rows]
+    assert labels == ["target only", "ngram", "draft", "draft-q2_k"]
+    assert (store / "draft-q2_k.gguf").is_file() and any("making draft-q2_k.gguf" in s for s in said)
+    for row in result.rows[1:]:
+        assert sorted(row.steps) == [1, 2, 3] and all(row.predicted(g) > 0 for g in row.steps)
+        assert row.measured and len(row.measured) == len(PROMPTS)  # confirm=3: every candidate ran for real
+    assert len(result.baseline.measured) == len(PROMPTS)
+    assert result.confirmed
+    assert result.pick.measured_tps() == max(r.measured_tps() for r in result.rows)
+    table = result.table()
+    assert table.count("\n") == 1 + len(result.rows) and "← pick" in table
+
+
+def test_replay_matches_the_real_runs_at_t0(tuned):
+    # With p-min off and greedy decoding, the replay along the target's own continuation makes the
+    # controller's exact steps, unless batched and single-token logits part at a near-tie.
+    result, _, _ = tuned
+    for row in result.rows[1:]:
+        steps = [s for passes in row.steps[row.gamma] for s in passes[0]]
+        replayed = (sum(d for _, _, d, _, _ in steps), sum(a for _, _, _, a, _ in steps))
+        real = (sum(s.drafted for s in row.measured), sum(s.accepted for s in row.measured))
+        assert abs(replayed[1] - real[1]) <= 0.1 * max(real[0], 1), (row.candidate.label, replayed, real)
+        assert all(s.generated == t for s, t in zip(row.measured, row.tokens))
+
+
+def test_a_second_tune_reuses_the_derived_draft(tuned, monkeypatch):
+    _, store, _ = tuned
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(store))
+    monkeypatch.setattr("localspec.llama.quantize", lambda *a, **k: pytest.fail("converted again"))
+    cands, _ = tune.discover(store / "smol.gguf", quants=("Q2_K",))
+    assert [(c.label, c.source) for c in cands][-1] == ("draft-q2_k", None)  # a store file now
+
+
+def test_budget_skips_drafts_and_confirmation(store_pair, monkeypatch):
+    target, _ = store_pair
+    now = [0.0]
+    calibrate = tune.Tuner.calibrate
+
+    def calibrate_then_run_out(self):
+        row = calibrate(self)
+        now[0] = 1000.0  # past the 60 s budget
+        return row
+
+    monkeypatch.setattr(tune.Tuner, "calibrate", calibrate_then_run_out)
+    options = tune.TuneOptions(sampling=SamplingParams(temperature=0.0), quants=("Q2_K",), **{**SMALL, "budget_s": 60})
+    result = tune.tune(target, options, PROMPTS[:1], log=lambda s: None, clock=lambda: now[0])
+    notes = {r.candidate.label: r.note for r in result.rows}
+    assert notes == {"target only": "", "ngram": "", "draft": "skipped: --budget", "draft-q2_k": "skipped: --budget"}
+    assert not result.confirmed and "predicted only" in result.summary()
+    assert not (target.parent / "draft-q2_k.gguf").exists()  # nothing derived without the time for it
+
+
+# --- the profile --------------------------------------------------------------------------------
+
+def test_profile_round_trip(store_pair):
+    target, draft = store_pair
+    greedy = tune.Choice("model", draft, 3, ngl_draft=0, temperature=0.0, tokens_per_s=40.0,
+                         target_only_tokens_per_s=20.0)
+    path = tune.save_profile(target, greedy, [{"candidate": "draft"}])
+    assert path == target.parent / "smol.gguf.tune.json"
+    got = tune.load_profile(target, 0.0)
+    assert (got.drafter, got.draft, got.gamma, got.tokens_per_s, got.path) == ("model", draft, 3, 40.0, path)
+    assert tune.load_profile(target, 0.7) is None  # tuned greedy only: sampled runs are not touched
+    tune.save_profile(target, tune.Choice("ngram", None, 5, temperature=0.7))
+    assert tune.load_profile(target, 0.7).drafter == "ngram" and tune.load_profile(target, 0).drafter == "model"
+    assert json.loads(path.read_text())["modes"]["greedy"]["draft"] == "draft.gguf"  # relative: the store may move
+
+
+def test_unusable_profiles_are_named(store_pair, tmp_path):
+    target, draft = store_pair
+    path = tune.profile_path(target)
+    path.write_text("{not json")
+    with pytest.raises(tune.TuneError, match=r"Cannot read the tune profile .*smol\.gguf\.tune\.json.*tune` again"):
+        tune.load_profile(target, 0)
+    gone = tmp_path / "gone.gguf"
+    gone.write_bytes(b"GGUF")
+    tune.save_profile(target, tune.Choice("model", gone, 2))
+    gone.unlink()
+    with pytest.raises(tune.TuneError, match=r"names a draft that is gone \(.*gone\.gguf\)"):
+        tune.load_profile(target, 0)
+    data = json.loads(path.read_text())
+    data["target_size"] += 1
+    path.write_text(json.dumps(data))
+    with pytest.raises(tune.TuneError, match="made for another file named smol.gguf"):
+        tune.load_profile(target, 0)
+
+
+def test_merge_profile_fills_only_what_the_user_left_out(store_pair):
+    target, draft = store_pair
+    choice = tune.Choice("model", draft, 3, ngl_draft=0, p_min=0.75)
+    given = {"draft": None, "drafter": "auto", "gamma": None, "ngl_draft": 999, "p_min": 0.75}
+    updates, note = tune.merge_profile(choice, given, set())
+    assert updates == {"draft": str(draft), "drafter": "model", "gamma": 3, "ngl_draft": 0, "p_min": 0.75}
+    assert note.startswith("profile: drafter model, draft draft.gguf, gamma 3")
+    updates, note = tune.merge_profile(choice, {**given, "gamma": 5}, {"gamma"})
+    assert "gamma" not in updates and note.endswith("your --gamma kept")
+    updates, note = tune.merge_profile(choice, {**given, "draft": str(draft)}, {"draft"})  # the same draft
+    assert updates["gamma"] == 3
+    updates, note = tune.merge_profile(choice, {**given, "draft": "none"}, {"draft"})
+    assert updates == {} and "not used, --draft differs" in note
+    updates, note = tune.merge_profile(choice, {**given, "drafter": "ngram"}, {"drafter"})
+    assert updates == {} and "not used, --drafter differs" in note
+    plain = tune.Choice("none", None, 0)
+    assert tune.merge_profile(plain, given, set())[0] == {"draft": "none", "gamma": 0}
+    assert tune.merge_profile(plain, {**given, "gamma": 4}, {"gamma"})[0] == {}
+
+
+def generate_json(target, *flags, env=None):
+    result = invoke("generate", "1 2 3 4 5 1 2 3 4 5 1 2 3", "--target", target, "--raw", "--ctx", 256,
+                    "--threads", 2, "--temperature", 0, "-n", 12, "--json", *flags, env=env)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout.splitlines()[-1]), result.stderr
+
+
+def test_generate_applies_the_profile_unless_told_otherwise(store_pair):
+    target, draft = store_pair
+    tune.save_profile(target, tune.Choice("model", draft, 2, temperature=0.0, tokens_per_s=9.0,
+                                          target_only_tokens_per_s=6.0))
+    out, err = generate_json(target, "--stats")
+    assert out["draft"] == str(draft) and out["stats"]["drafter"] == "model" and out["stats"]["gamma"] == "2"
+    assert "profile: drafter model, draft draft.gguf, gamma 2 (tuned at T=0: 9.0 tok/s, 1.50x target-only" in err
+    out, err = generate_json(target, "--gamma", 1, "--stats")  # an explicit flag wins, the rest still applies
+    assert out["stats"]["gamma"] == "1" and out["stats"]["drafter"] == "model" and "your --gamma kept" in err
+    out, _ = generate_json(target, "--drafter", "ngram")  # a different drafter: the profile stands aside
+    assert out["draft"] is None and out["stats"]["drafter"] == "ngram" and out["stats"]["gamma"] == "auto"
+    out, _ = generate_json(target, "--no-profile")
+    assert out["draft"] is None and out["stats"]["gamma"] == "auto"
+    out, _ = generate_json(target, env={"LOCALSPEC_PROFILE": "0"})
+    assert out["draft"] is None
+    out, _ = generate_json(target, env={"LOCALSPEC_DRAFT": "none"})  # set in the environment: the user's choice
+    assert out["draft"] is None and out["stats"]["drafter"] == "ngram"
+    out, _ = generate_json(target, "--temperature", 0.5)  # no profile for sampled decoding
+    assert out["draft"] is None
+
+
+def test_a_broken_profile_warns_and_generate_goes_on(store_pair):
+    target, _ = store_pair
+    tune.profile_path(target).write_text("[]")
+    out, err = generate_json(target)
+    assert out["stats"]["generated_tokens"] == 12
+    assert "warning: Cannot read the tune profile" in err
+
+
+def test_tune_command_end_to_end(store_pair, tmp_path):
+    target, _ = store_pair
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    png = tmp_path / "tune.png"
+    result = invoke("tune", "--target", target, "--temperature", 0, "--prompts", prompts, "-n", 12,
+                    "--gamma-max", 2, "--quants", "none", "--ctx", 512, "--threads", 2, "--plot", png)
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    assert table[0].startswith("| candidate | quant | device | best γ | α | predicted tok/s | measured tok/s")
+    assert [line.split("|")[1].strip().replace(" ← pick", "") for line in table[2:]] == ["target only", "ngram", "draft"]
+    assert "pick: " in result.stdout and f"profile: {tune.profile_path(target)}" in result.stdout
+    assert tune.load_profile(target, 0) is not None
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("flags, fragments", [
+    (["--quants", "Q9_Z"], ["Unknown quantization type 'Q9_Z'"]),
+    (["--max-tokens", "1"], ["--max-tokens must be >= 2"]),
+    (["--budget", "0"], ["--budget must be > 0"]),
+])
+def test_tune_bad_flags(store_pair, flags, fragments):
+    target, _ = store_pair
+    assert_one_line_error(invoke("tune", "--target", target, *flags), *fragments)
+
+
+def test_tune_bad_prompts_file(store_pair, tmp_path):
+    target, _ = store_pair
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"text": "no prompt key"}\n')
+    assert_one_line_error(invoke("tune", "--target", target, "--prompts", bad), "bad.jsonl line 2", '"prompt"')
+
+
+def test_default_prompts_ship_with_the_package():
+    prompts = tune.load_prompts()
+    assert len(prompts) == 8 and prompts[0].startswith("from typing import List")
+
+
+# --- convert ------------------------------------------------------------------------------------
+
+def test_convert_writes_a_model_that_loads_and_generates(smol_path, tmp_path):
+    out = tmp_path / "new" / "smol-q8.gguf"  # the folder is made
+    result = invoke("models", "convert", smol_path, "--quant", "q8_0", "--out", out)
+    assert result.exit_code == 0 and f"wrote {out}" in result.output, result.output
+    assert Model(out, vocab_only=True).meta("general.file_type") == "7"  # Q8_0
+    pair = Pair(out, None, LoadOptions(n_ctx=128, threads=2))
+    try:
+        tokens = pair.prompt_tokens("The sky is", chat=False)
+        text = "".join(p.text for p in pair.generate(tokens, GenerationConfig(max_tokens=4, gamma=0,
+                                                                             sampling=SamplingParams(0.0))))
+        assert pair.last_stats.generated == 4 and text
+    finally:
+        pair.close()
+
+
+def test_convert_to_a_type_llama_cpp_refuses_leaves_nothing(smol_path, tmp_path, monkeypatch):
+    # IQ2_XXS needs an importance matrix: llama.cpp starts, then refuses. Offer it as if it were known.
+    from localspec import llama
+
+    monkeypatch.setitem(llama.QUANT_TYPES, "IQ2_XXS", 19)
+    out = tmp_path / "made" / "for" / "it.gguf"
+    result = invoke("models", "convert", smol_path, "--quant", "IQ2_XXS", "--out", out)
+    assert_one_line_error(result, "llama.cpp refused to convert", "IQ2_XXS")
+    assert list(tmp_path.iterdir()) == []  # no file, no temporary file, no folder made for it
+
+
+def test_convert_to_an_unknown_type_leaves_nothing(smol_path, tmp_path):
+    result = invoke("models", "convert", smol_path, "--quant", "Q9_Z", "--out", tmp_path / "sub" / "x.gguf")
+    assert_one_line_error(result, "Unknown quantization type 'Q9_Z'", "Q4_0")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_convert_to_an_unwritable_destination_leaves_nothing(smol_path, tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("a file, not a folder")  # (permission bits do not stop root; this does)
+    result = invoke("models", "convert", smol_path, "--quant", "Q8_0", "--out", a_file / "x.gguf")
+    assert_one_line_error(result, "Cannot write to", "writable folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and a_file.read_text() == "a file, not a folder"
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        result = invoke("models", "convert", smol_path, "--quant", "Q8_0", "--out", locked / "x.gguf")
+        assert_one_line_error(result, "Cannot write to", "Permission denied")
+        assert list(locked.iterdir()) == []
+
+
+def test_convert_refuses_to_overwrite(smol_path, tmp_path):
+    existing = tmp_path / "x.gguf"
+    existing.write_bytes(b"keep me")
+    assert_one_line_error(invoke("models", "convert", smol_path, "--quant", "Q8_0", "--out", existing),
+                          "already exists")
+    assert existing.read_bytes() == b"keep me"
