@@ -3,20 +3,21 @@ target on this machine; the answer is saved beside the target as its profile.
 
 Every configuration samples exactly from the target (the p/q rule), so only speed is at stake.
 1. Calibrate: the target alone continues each calibration prompt. That is the target-only speed,
-   and its continuations are what every candidate is scored on. Then the target's verify time for
-   a batch of k = 1..γmax+1 tokens is timed once.
+   and its continuations are what every candidate is scored on. The target's verify time for a
+   batch of k = 1..γmax+1 tokens is timed inside the real loop (a probe drafter proposes k - 1
+   tokens that the rule rejects).
 2. Measure each candidate. A draft model reads prompt + continuation in one pass (teacher forcing);
    at each position its guess is scored by the chance that the rule accepts it: 1 if it equals the
    target's token at T=0, Σ_x min(p(x), q(x)) at T>0 (Leviathan et al. 2022, §3.1; p = target,
-   q = draft). Its time per draft decode is timed on real proposals. The n-gram drafter is looked
-   up along the same continuations.
+   q = draft). Its time per draft decode is timed in two short real runs. The n-gram drafter is
+   looked up along the same continuations.
 3. Predict: replay the controller at each fixed γ along the continuations (draft lengths, p-min
    stops, acceptance, the max-tokens cap) and price each step with the measured costs
    (costmodel.step_seconds): tokens/s per (candidate, γ), with per-position acceptance.
-4. Confirm the best predictions by real runs, alternating with target-only prompt by prompt, and
-   pick the fastest measured.
+4. Confirm the best three predictions by real runs, alternating with target-only prompt by prompt,
+   and pick the fastest measured. Predictions are shown at the target-only speed of those runs: a
+   shared machine's speed drifts by several % within minutes.
 """
-
 from __future__ import annotations
 
 import json
@@ -63,7 +64,7 @@ class Candidate:
     """One way to guess: a draft model file (perhaps derived on first use), n-gram lookup, or none."""
 
     label: str
-    kind: str                   # "model", "ngram" or "none" (target only)
+    kind: str                   # "model", "ngram", "hybrid" (both, γ auto) or "none" (target only)
     path: Path | None = None    # the draft file; for a derived draft, where it is (or will be) made
     quant: str = ""
     device: str = "cpu"         # where the draft runs
@@ -191,7 +192,8 @@ def load_prompts(path: Path | None = None, n: int = 8) -> list[str]:
     try:
         lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
     except (OSError, UnicodeDecodeError) as e:
-        raise TuneError(f"Cannot read the prompts file {path} ({e}); give a JSONL file of {{\"prompt\": ...}}") from None
+        raise TuneError(f"Cannot read the prompts file {path} ({e}); "
+                        "give a JSONL file of {\"prompt\": ...}") from None
     prompts = []
     for i, line in enumerate(lines[:n], 1):
         try:
@@ -237,8 +239,8 @@ class TuneOptions:
                 raise TuneError(message)
         return self
 
-    def config(self, gamma: int, seed: int) -> GenerationConfig:
-        """The generation config of one real run at a fixed γ."""
+    def config(self, gamma: int | None, seed: int) -> GenerationConfig:
+        """The generation config of one real run at a fixed γ (None: auto)."""
         return GenerationConfig(self.max_tokens, gamma, self.sampling, seed, gamma_max=self.gamma_max,
                                 p_min=self.p_min)
 
@@ -366,10 +368,11 @@ class Row:
         return out
 
     @property
-    def gamma(self) -> int:
-        """The draft length with the best prediction (ties go to the shorter)."""
-        best = max(self.steps, key=lambda g: (round(self.predicted(g), 6), -g)) if self.steps else 0
-        return best
+    def gamma(self) -> int | None:
+        """The draft length with the best prediction (ties go to the shorter); None: auto (hybrid)."""
+        if self.candidate.kind == "hybrid":
+            return None
+        return max(self.steps, key=lambda g: (round(self.predicted(g), 6), -g)) if self.steps else 0
 
     def _flat(self, gamma: int | None) -> list[Step]:
         """Every replayed step at γ (default: the best γ)."""
@@ -443,17 +446,18 @@ class TuneResult:
         """A markdown table: one row per candidate; ~ marks a ratio that is only predicted."""
         lines = ["| candidate | quant | device | best γ | α | predicted tok/s | measured tok/s | vs target-only |",
                  "|---|---|---|---|---|---|---|---|"]
+        fmt = lambda v, spec: "" if v is None else format(v, spec)  # noqa: E731
         for r in self.rows:
             c = r.candidate
-            label = c.label + (" ← pick" if r is self.pick else "")
-            if not r.steps:
-                lines.append(f"| {label} | {c.quant} | {c.device if c.kind == 'model' else ''} | | | | | {r.note} |")
+            label, device = c.label + (" ← pick" if r is self.pick else ""), c.device if c.path else ""
+            if not r.steps and not r.measured:
+                lines.append(f"| {label} | {c.quant} | {device} | | | | | {r.note} |")
                 continue
-            alpha, measured, (ratio, real) = r.alpha(), r.measured_tps(), self.ratio(r)
-            lines.append(f"| {label} | {c.quant} | {c.device if c.kind == 'model' else ''} | {r.gamma} | "
-                         f"{'' if alpha is None else f'{alpha:.2f}'} | {self.predicted_tps(r):.1f} | "
-                         f"{'' if measured is None else f'{measured:.1f}'} | "
-                         f"{'' if ratio is None else ('' if real else '~') + f'{ratio:.2f}x'} |")
+            alpha = r.alpha() if r.steps else _alpha(r.measured)
+            ratio, real = self.ratio(r)
+            lines.append(f"| {label} | {c.quant} | {device} | {'auto' if r.gamma is None else r.gamma} | "
+                         f"{fmt(alpha, '.2f')} | {fmt(self.predicted_tps(r), '.1f')} | "
+                         f"{fmt(r.measured_tps(), '.1f')} | {'' if real else '~'}{fmt(ratio, '.2f')}x |")
         return "\n".join(lines)
 
     def summary(self) -> str:
@@ -470,7 +474,7 @@ class TuneResult:
         c, r = self.pick.candidate, self.pick
         base = self.baseline.measured_tps()
         tps = r.measured_tps() if self.confirmed else self.predicted_tps(r)
-        return Choice(drafter=c.kind, draft=c.path if c.kind == "model" else None, gamma=r.gamma,
+        return Choice(drafter=c.kind, draft=c.path if c.kind in ("model", "hybrid") else None, gamma=r.gamma,
                       ngl_draft=c.ngl, temperature=self.options.sampling.temperature, p_min=self.options.p_min,
                       tokens_per_s=tps, target_only_tokens_per_s=base, confirmed=self.confirmed)
 
@@ -480,6 +484,9 @@ class TuneResult:
         base_pred, base_meas = self.baseline.predicted(0), self.baseline.measured_tps()
         fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
         for r in self.rows:
+            if r.candidate.kind == "hybrid" and r.measured and base_meas:
+                ax.axhline(r.measured_tps() / base_meas, color="black", lw=0.8, ls=":",
+                           label=f"{r.candidate.label} (measured)")
             if r.candidate.kind == "none" or not r.steps:
                 continue
             gammas = sorted(r.steps)
@@ -498,7 +505,8 @@ class TuneResult:
         try:
             fig.savefig(path)
         except OSError as e:
-            raise TuneError(f"Cannot write the plot {path} ({e.strerror or e}); choose a writable --plot path") from None
+            raise TuneError(f"Cannot write the plot {path} ({e.strerror or e}); "
+                            "choose a writable --plot path") from None
         finally:
             plt.close(fig)
         return path
@@ -526,8 +534,8 @@ def check_plot() -> None:
 class Tuner:
     """Calibrate, measure every candidate, predict, confirm: see the module docstring."""
 
-    def __init__(self, target: Path, options: TuneOptions, prompts: Sequence[str],
-                 log: Callable[[str], None] = print, progress: bool = False, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, target: Path, options: TuneOptions, prompts: Sequence[str], log: Callable[[str], None] = print,
+                 progress: bool = False, clock: Callable[[], float] = time.monotonic):
         self.target, self.options, self.prompts = Path(target), options.validate(), list(prompts)
         self.log, self.progress, self.clock = log, progress, clock
         self.started = clock()
@@ -535,7 +543,7 @@ class Tuner:
         self.pair = Pair(self.target, None, options.load)
         self.runs: list[Run] = []
         self.costs: Costs | None = None
-        self.calibration_s = 0.0
+        self.prompt_s = 0.0  # one calibration prompt's target-only run
         self.model_s = self.derive_s = 0.0  # the longest a draft measurement / a derivation has taken
 
     def close(self) -> None:
@@ -547,21 +555,22 @@ class Tuner:
         t0 = self.clock()
         prompts = prompt_tokens(self.pair, self.prompts, self.options.chat)
         self._check_room(prompts)
-        self._generate(prompts[0], 0, None, -1, max_tokens=8)  # warm-up, not timed
+        self._generate(prompts[0], 0, [], -1, max_tokens=8)  # warm-up, not timed
         row = Row(TARGET_ONLY)
         for i, prompt in enumerate(prompts):
-            stats = self._generate(prompt, 0, None, i)
+            stats = self._generate(prompt, 0, [], i)
             known = self.pair.target_ctx.tokens[len(prompt):]
             self.runs.append(Run(prompt, known, stats.generated, stats.finish_reason == "stop"))
             row.measured.append(stats)
+        self.prompt_s = (self.clock() - t0) / len(prompts)  # one prompt's target-only run, prefill included
         if not self.options.sampling.greedy:
             for run in self.runs:
-                run.target_p = teacher_rows(self.pair.target_ctx, run, lambda logits, t: distribution(logits, self.options.sampling))
+                run.target_p = teacher_rows(self.pair.target_ctx, run,
+                                            lambda logits, t: distribution(logits, self.options.sampling))
         self.costs = self._measure_costs(row.measured)
         row.costs = self.costs
         row.steps = {0: [[[(s, 0, 0, 0, 0) for s in range(run.generated + run.stopped)]] for run in self.runs]}
         row.tokens = [run.generated for run in self.runs]
-        self.calibration_s = self.clock() - t0
         return row
 
     def _check_room(self, prompts: list[list[int]]) -> None:
@@ -577,22 +586,18 @@ class Tuner:
         the real loop (timed alone, back to back, a decode ran up to 18% faster): the plain runs give
         k = 1, short runs with a probe drafter proposing k - 1 tokens the others, interleaved."""
         probe = ProbeDrafter(self.pair.target_model.n_vocab - 1)
-        probes = []
+        probes, samples = [], {}  # samples: k -> the mean verify of k in each probe run (median taken)
         for r in range(rounds):
             run = self.runs[r % len(self.runs)]
             for k in range(2, self.options.gamma_max + 2):
-                probes.append(self._generate(run.prompt, k - 1, probe, r, max_tokens=k + 3))
-        cells: dict[int, list[float]] = {}
-        for stats in [*plain, *probes]:
-            for k, (n, seconds) in stats.verify_at.items():
-                cell = cells.setdefault(k, [0, 0.0])
-                cell[0] += n
-                cell[1] += seconds
-        missing = [k for k in range(1, self.options.gamma_max + 2) if k not in cells]
-        assert not missing, f"no verify of {missing} tokens was timed"
+                stats = self._generate(run.prompt, k - 1, probe, r, max_tokens=k + 3)
+                n, seconds = stats.verify_at[k]
+                samples.setdefault(k, []).append(seconds / n)
+                probes.append(stats)
+        n, seconds = map(sum, zip(*(s.verify_at[1] for s in plain if 1 in s.verify_at)))
+        verify = {1: seconds / n, **{k: float(np.median(v)) for k, v in samples.items()}}
         per_step = lambda runs: sum(s.controller_s for s in runs) / max(sum(s.steps for s in runs), 1)  # noqa: E731
-        return Costs({k: seconds / n for k, (n, seconds) in cells.items()}, per_step(plain), self._row_seconds(),
-                     per_step(probes))
+        return Costs(verify, per_step(plain), self._row_seconds(), per_step(probes))
 
     def _row_seconds(self) -> float:
         """What judging one more verify row costs: the argmax (T=0) or the filtered distribution (T>0)."""
@@ -648,7 +653,7 @@ class Tuner:
         rows = teacher_rows(ctx, run, score)
         return model_guess(run, [b for b, _ in rows], [c for _, c in rows], self.options.p_min)
 
-    def _time_drafts(self, ctx: Context, n_runs: int = 2, max_tokens: int = 32) -> float:
+    def _time_drafts(self, ctx: Context, n_runs: int = 2, max_tokens: int = 24) -> float:
         """Seconds per draft decode, timed in short real runs (the target verifying in between, as it will)."""
         timed = TimedDrafter(ModelDrafter(ctx, self.options.sampling, self.options.p_min))
         for i, run in enumerate(self.runs[:n_runs]):
@@ -664,44 +669,48 @@ class Tuner:
 
     # -- phase 4
     def confirm(self, rows: list[Row]) -> bool:
-        """Real runs of the best predictions and of target-only, alternating prompt by prompt; False
-        when the budget left no time for any."""
+        """Real runs of the best predictions, of target-only, and of what a user gets without a
+        profile with the best draft (hybrid, γ auto: not predicted, only measured), alternating
+        prompt by prompt; False when the budget left no time for any. Appends the hybrid row."""
         ranked = sorted((r for r in rows if r.steps and r.candidate.kind != "none"),
                         key=lambda r: -r.predicted(r.gamma))[: self.options.confirm]
         if not ranked or self.clock() >= self.deadline:
             return False
+        best_draft = max((r for r in rows if r.steps and r.candidate.kind == "model"),
+                         key=lambda r: r.predicted(r.gamma), default=None)
+        if best_draft is not None:
+            c = best_draft.candidate
+            rows.append(Row(replace(c, label=f"hybrid auto, {c.label}", kind="hybrid", source=None),
+                            tokens=best_draft.tokens))
         base = next(r for r in rows if r.candidate.kind == "none")
-        chosen, loaded = [base, *ranked], {}
+        chosen = [base, *ranked] + ([rows[-1]] if best_draft is not None else [])
+        loaded = {id(r): load_draft(r.candidate, self.options.load) for r in chosen if r.candidate.path}
         try:
-            for r in ranked:
-                if r.candidate.kind == "model":
-                    loaded[id(r)] = self._load_draft(r.candidate)
-            self._generate(self.runs[0].prompt, 0, None, -1, max_tokens=8)  # warm-up after the drafts ran
-            base.measured = []
+            self._generate(self.runs[0].prompt, 0, [], -1, max_tokens=8)  # warm-up after the drafts ran
+            base.measured, state = [], {}
             for i, run in enumerate(self.runs):
                 if i and self.clock() >= self.deadline:
                     self.say(f"--budget: confirmed on {i} of {len(self.runs)} prompts")
                     break
                 for r in chosen:
-                    r.measured.append(self._generate(run.prompt, r.gamma, self._drafter(r, loaded), i))
+                    sources = make_sources(r.candidate.kind, loaded.get(id(r), (None, None))[1], self.options,
+                                           state.setdefault(id(r), {}))
+                    r.measured.append(self._generate(run.prompt, r.gamma, sources, i))
         finally:
             for model, ctx in loaded.values():
                 ctx.close()
                 model.close()
         return True
 
-    def _load_draft(self, cand: Candidate) -> tuple[Model, Context]:
-        return load_draft(cand, self.options.load)
-
-    def _drafter(self, row: Row, loaded: dict):
-        draft_ctx = loaded[id(row)][1] if id(row) in loaded else None
-        return make_drafter(row.candidate.kind, draft_ctx, self.options)
-
-    def _generate(self, prompt: list[int], gamma: int, drafter, i: int, max_tokens: int | None = None) -> GenerationStats:
-        """One real generation (fixed γ), as generate runs it; i < 0 for a warm-up."""
+    def _generate(self, prompt: list[int], gamma: int | None, sources, i: int,
+                  max_tokens: int | None = None) -> GenerationStats:
+        """One real generation, as generate runs it; i < 0 for a warm-up. sources: a drafter, or
+        make_sources()'s list."""
         config = self.options.config(gamma, self.options.seed + max(i, 0))
+        if sources is not None and not isinstance(sources, list):
+            sources = [(sources, CostTracker(gamma_max=self.options.gamma_max))]
         return generate_once(self.pair.target_ctx, prompt, replace(config, max_tokens=max_tokens or config.max_tokens),
-                             drafter)
+                             sources or [])
 
     # -- the whole run
     def run(self) -> TuneResult:
@@ -719,7 +728,8 @@ class Tuner:
 
     def _measure_or_skip(self, cand: Candidate) -> Row:
         estimate = self.model_s + (self.derive_s if cand.source and not cand.path.exists() else 0.0)
-        reserve = (self.options.confirm + 1) * self.calibration_s  # the real runs at the end
+        # Measuring every candidate comes first; then the real runs, on at least two prompts.
+        reserve = (self.options.confirm + 1) * 2 * self.prompt_s * 1.25
         if cand.kind == "model" and self.clock() + estimate + reserve > self.deadline:
             return Row(cand, note="skipped: --budget")
         try:
@@ -729,7 +739,7 @@ class Tuner:
             return Row(cand, note="failed: " + str(e).split(";")[0][:60])
 
     def _pick(self, rows: list[Row], confirmed: bool) -> Row:
-        measured = [r for r in rows if r.measured and r.steps]
+        measured = [r for r in rows if r.measured]
         if confirmed and any(r.candidate.kind != "none" for r in measured):
             return max(measured, key=lambda r: r.measured_tps() or 0.0)
         return max((r for r in rows if r.steps), key=lambda r: r.predicted(r.gamma))
@@ -767,18 +777,25 @@ def prompt_tokens(pair: Pair, prompts: Sequence[str], chat: bool | None) -> list
     return [pair.prompt_tokens(p, chat) for p in prompts]
 
 
-def make_drafter(kind: str, draft_ctx: Context | None, options: TuneOptions):
-    """A fresh drafter of a kind ('model', 'ngram'; None for 'none'), set up as generate sets it up."""
+def make_sources(kind: str, draft_ctx: Context | None, options: TuneOptions, state: dict | None = None) -> list:
+    """The controller's (drafter, cost tracker) sources for a kind, set up as Pair.decoder sets them up:
+    'model', 'ngram', 'hybrid' (n-gram, then the model) or 'none'. state, one dict per configuration,
+    keeps the n-gram index and the hybrid's cost trackers from one generation to the next, as a Pair does."""
+    state = {} if state is None else state
+    tracker = lambda name: state.setdefault(name, CostTracker(gamma_max=options.gamma_max))  # noqa: E731
+    model = lambda: ModelDrafter(draft_ctx, options.sampling, options.p_min)  # noqa: E731
+    if kind == "hybrid":
+        return [(state.setdefault("ngram", NGramDrafter()), tracker("t_ngram")), (model(), tracker("t_model"))]
     if kind == "ngram":
-        return NGramDrafter()
+        return [(NGramDrafter(), CostTracker(gamma_max=options.gamma_max))]
     if kind == "model":
-        return ModelDrafter(draft_ctx, options.sampling, options.p_min)
-    return None
+        return [(model(), CostTracker(gamma_max=options.gamma_max))]
+    return []
 
 
-def generate_once(target_ctx: Context, prompt: list[int], config: GenerationConfig, drafter=None) -> GenerationStats:
-    """One real generation through the controller at the config's fixed γ; its stats."""
-    sources = [(drafter, CostTracker(gamma_max=config.gamma_max))] if drafter and config.gamma else []
+def generate_once(target_ctx: Context, prompt: list[int], config: GenerationConfig, sources=()) -> GenerationStats:
+    """One real generation through the controller; its stats."""
+    sources = list(sources) if config.gamma != 0 else []
     decoder = SpeculativeDecoder(target_ctx, sources=sources)
     for _ in decoder.generate(prompt, config):
         pass
@@ -872,9 +889,9 @@ def tune(target: Path, options: TuneOptions, prompts: Sequence[str], log: Callab
 class Choice:
     """What a profile sets for its target: drafter, draft file, γ and draft layers on the GPU."""
 
-    drafter: str               # "model", "ngram" or "none" (target only)
+    drafter: str               # "model", "ngram", "hybrid" or "none" (target only)
     draft: Path | None
-    gamma: int
+    gamma: int | None          # None: auto
     ngl_draft: int = 0
     temperature: float = 0.0
     p_min: float = GenerationConfig.p_min
@@ -889,7 +906,7 @@ class Choice:
         if self.drafter == "none":
             return {"draft": "none", "gamma": 0}
         flags = {"draft": str(self.draft) if self.draft else "none", "drafter": self.drafter, "gamma": self.gamma}
-        if self.drafter == "model":
+        if self.draft is not None:
             flags.update(ngl_draft=self.ngl_draft, p_min=self.p_min)
         return flags
 
@@ -899,7 +916,7 @@ def describe(choice: Choice) -> str:
     if choice.drafter == "none":
         return "target only"
     draft = f", draft {choice.draft.name}" if choice.draft else ""
-    return f"drafter {choice.drafter}{draft}, gamma {choice.gamma}"
+    return f"drafter {choice.drafter}{draft}, gamma {'auto' if choice.gamma is None else choice.gamma}"
 
 
 def profile_path(target: Path) -> Path:
@@ -922,7 +939,8 @@ def save_profile(target: Path, choice: Choice, rows: Sequence[dict] = (), costs:
         modes = {}  # unreadable: replaced by this tune
     draft = None
     if choice.draft is not None:
-        draft = choice.draft.name if choice.draft.parent.resolve() == path.parent.resolve() else str(choice.draft.resolve())
+        beside = choice.draft.parent.resolve() == path.parent.resolve()
+        draft = choice.draft.name if beside else str(choice.draft.resolve())
     modes[mode_of(choice.temperature)] = {
         "drafter": choice.drafter, "draft": draft, "gamma": choice.gamma, "ngl_draft": choice.ngl_draft,
         "temperature": choice.temperature, "p_min": choice.p_min, "tokens_per_s": choice.tokens_per_s,
@@ -967,7 +985,8 @@ def load_profile(target: Path, temperature: float) -> Choice | None:
         if entry is None:
             return None
         draft = (path.parent / entry["draft"]) if entry["draft"] else None
-        choice = Choice(entry["drafter"], draft, int(entry["gamma"]), int(entry.get("ngl_draft", 0)),
+        gamma = None if entry["gamma"] is None else int(entry["gamma"])
+        choice = Choice(entry["drafter"], draft, gamma, int(entry.get("ngl_draft", 0)),
                         float(entry["temperature"]), float(entry.get("p_min", GenerationConfig.p_min)),
                         entry.get("tokens_per_s"), entry.get("target_only_tokens_per_s"),
                         bool(entry.get("confirmed", True)), entry.get("tuned_at", ""), path)
@@ -976,7 +995,8 @@ def load_profile(target: Path, temperature: float) -> Choice | None:
         raise TuneError(f"Cannot read the tune profile {path} ({type(e).__name__}: {e}); {again}") from None
     if size != Path(target).stat().st_size:
         raise TuneError(f"The tune profile {path} was made for another file named {Path(target).name}; {again}")
-    if choice.drafter not in ("model", "ngram", "none") or (choice.drafter == "model" and draft is None):
+    needs_draft = choice.drafter in ("model", "hybrid")
+    if choice.drafter not in ("model", "ngram", "hybrid", "none") or needs_draft != (draft is not None):
         raise TuneError(f"The tune profile {path} has an unknown drafter {choice.drafter!r}; {again}")
     if draft is not None and not draft.is_file():
         raise TuneError(f"The tune profile {path} names a draft that is gone ({draft}); {again}")
@@ -998,7 +1018,8 @@ def merge_profile(choice: Choice, given: dict, explicit: set[str]) -> tuple[dict
     kept = sorted(k for k in mine if k in explicit)
     speed = ""
     if choice.tokens_per_s and choice.target_only_tokens_per_s:
-        speed = f": {choice.tokens_per_s:.1f} tok/s, {choice.tokens_per_s / choice.target_only_tokens_per_s:.2f}x target-only"
+        ratio = choice.tokens_per_s / choice.target_only_tokens_per_s
+        speed = f": {choice.tokens_per_s:.1f} tok/s, {ratio:.2f}x target-only"
     note = f"profile: {describe(choice)} (tuned at T={choice.temperature:g}{speed}; {where})"
     if kept:
         note += "; your " + ", ".join("--" + k.replace("_", "-") for k in kept) + " kept"
@@ -1031,11 +1052,28 @@ def result_rows(result: TuneResult) -> list[dict]:
         c, (ratio, real) = r.candidate, result.ratio(r)
         out.append({"candidate": c.label, "kind": c.kind, "quant": c.quant, "device": c.device,
                     "path": str(c.path) if c.path else None, "note": r.note,
-                    "gamma": r.gamma if r.steps else None, "alpha": r.alpha() if r.steps else None,
+                    "gamma": r.gamma if r.steps else None, "alpha": r.alpha() if r.steps else _alpha(r.measured),
                     "alpha_per_position": r.alpha_at() if r.steps else [],
                     "predicted_tokens_per_s": result.predicted_tps(r),  # at the confirmation's speed
                     "predicted_by_gamma": {g: r.predicted(g) for g in sorted(r.steps)},  # at calibration's
                     "measured_tokens_per_s": r.measured_tps() if r.measured else None,
+                    "measured_alpha": _alpha(r.measured), "measured_verify_ms": _verify_ms(r.measured),
                     "ratio": ratio, "ratio_measured": real, "draft_s": r.draft_s,
                     "pick": r is result.pick})
     return out
+
+
+def _alpha(runs: Sequence[GenerationStats]) -> float | None:
+    drafted = sum(s.drafted for s in runs)
+    return sum(s.accepted for s in runs) / drafted if drafted else None
+
+
+def _verify_ms(runs: Sequence[GenerationStats]) -> dict[int, float]:
+    """Mean verify milliseconds per batch size over real runs."""
+    cells: dict[int, list[float]] = {}
+    for stats in runs:
+        for k, (n, seconds) in stats.verify_at.items():
+            cell = cells.setdefault(k, [0, 0.0])
+            cell[0] += n
+            cell[1] += seconds
+    return {k: 1000 * seconds / n for k, (n, seconds) in sorted(cells.items()) if n}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The exhaustive grid behind `localspec tune`: every candidate tune considers (the same discovery:
-store drafts, derived types, n-gram) at every γ in 1..γmax, plus target-only, each measured by real
-runs on the same calibration prompts, alternating prompt by prompt in ONE process, warm-up excluded.
+store drafts, derived types, n-gram) at every γ in 1..γmax, plus target-only and, per draft, hybrid
+with γ auto (what tune also confirms), each measured by real runs on the same calibration prompts,
+alternating prompt by prompt in ONE process, warm-up excluded.
 Then the tuner's pick, read from the target's saved profile, is looked up in the grid: how far is it
 from the grid's best? The profile's predictions are compared with the grid at every (candidate, γ).
 
@@ -66,13 +67,15 @@ def quick_target(folder: Path) -> Path:
 def run_grid(pair: Pair, prompts, configs, drafts, options: tune.TuneOptions, rounds: int) -> dict:
     """Every prompt, every (candidate, γ) in turn; returns (candidate, γ) -> [GenerationStats]."""
     results = {key: [] for key in configs}
+    states = {key: {} for key in configs}  # the hybrid's cost trackers live across prompts, as in a Pair
     tune.generate_once(pair.target_ctx, prompts[0], replace(options.config(0, options.seed), max_tokens=8))  # warm-up
     t0 = time.time()
     for r in range(rounds):
         for i, prompt in enumerate(prompts):
             for cand, gamma in configs:
-                drafter = tune.make_drafter(cand.kind, drafts.get(cand.path, (None, None))[1], options)
-                stats = tune.generate_once(pair.target_ctx, prompt, options.config(gamma, options.seed + i), drafter)
+                sources = tune.make_sources(cand.kind, drafts.get(cand.path, (None, None))[1], options,
+                                            states[(cand, gamma)])
+                stats = tune.generate_once(pair.target_ctx, prompt, options.config(gamma, options.seed + i), sources)
                 results[(cand, gamma)].append(stats)
             print(f"  round {r + 1} prompt {i + 1}/{len(prompts)} done at {time.time() - t0:.0f} s", file=sys.stderr)
     return results
@@ -91,7 +94,7 @@ def pick_key(choice: tune.Choice | None, configs):
         if choice.drafter == "none" and cand.kind == "none":
             return cand, gamma
         same = cand.kind == choice.drafter and gamma == choice.gamma and (
-            cand.kind != "model" or os.path.samefile(cand.path, choice.draft))
+            cand.path is None or os.path.samefile(cand.path, choice.draft))
         if same:
             return cand, gamma
     return None
@@ -113,12 +116,12 @@ def report(results, base_key, pick, predicted: dict) -> tuple[str, dict]:
         alpha = f"{sum(s.accepted for s in results[key]) / drafted:.2f}" if drafted else ""
         pred = predicted.get((cand.label, gamma))
         mark = " ← tune's pick" if key == pick else (" ← grid best" if key == best else "")
-        lines.append(f"| {cand.label}{mark} | {gamma} | {speed[key]:.1f} | {speed[key] / base:.2f}x | {alpha} | "
+        lines.append(f"| {cand.label}{mark} | {'auto' if gamma is None else gamma} | {speed[key]:.1f} | {speed[key] / base:.2f}x | {alpha} | "
                      f"{'' if pred is None else f'{pred:.1f}'} | {'' if pred is None else f'{pred / speed[key]:.2f}'} |")
-    summary = {"best": f"{best[0].label} γ={best[1]}", "best_tokens_per_s": speed[best],
+    summary = {"best": f"{best[0].label} γ={best[1] if best[1] is not None else 'auto'}", "best_tokens_per_s": speed[best],
                "target_only_tokens_per_s": base}
     if pick is not None:
-        summary.update(pick=f"{pick[0].label} γ={pick[1]}", pick_tokens_per_s=speed[pick],
+        summary.update(pick=f"{pick[0].label} γ={pick[1] if pick[1] is not None else 'auto'}", pick_tokens_per_s=speed[pick],
                        pick_vs_best=speed[pick] / speed[best], within_5_percent=speed[pick] >= 0.95 * speed[best])
     errors = [abs(predicted[(k[0].label, k[1])] / speed[k] - 1) for k in speed if (k[0].label, k[1]) in predicted]
     if errors:
@@ -150,6 +153,8 @@ def main(argv=None) -> int:
     candidates, skipped = tune.discover(target, (), options.quants)
     candidates = [tune.materialize(c, lambda s: print(s, file=sys.stderr)) for c in candidates]
     configs = [(tune.TARGET_ONLY, 0)] + [(c, g) for c in candidates for g in range(1, args.gamma_max + 1)]
+    configs += [(replace(c, label=f"hybrid auto, {c.label}", kind="hybrid", source=None), None)
+                for c in candidates if c.kind == "model"]
     pair = Pair(target, None, options.load)
     drafts = {c.path: tune.load_draft(c, options.load) for c in candidates if c.kind == "model"}
     try:

@@ -179,23 +179,28 @@ def tuned(tmp_path_factory, smol_path, smol_q4_0):
 def test_tune_measures_every_candidate_and_confirms_the_best(tuned):
     result, store, said = tuned
     labels = [r.candidate.label for r in result.rows]
-    assert labels == ["target only", "ngram", "draft", "draft-q2_k"]
+    best_draft = max(result.rows[2:4], key=lambda r: r.predicted(r.gamma)).candidate.label
+    # ... and hybrid with γ auto over the best predicted draft: what generate does without a profile
+    assert labels == ["target only", "ngram", "draft", "draft-q2_k", f"hybrid auto, {best_draft}"]
     assert (store / "draft-q2_k.gguf").is_file() and any("making draft-q2_k.gguf" in s for s in said)
-    for row in result.rows[1:]:
+    for row in result.rows[1:4]:
         assert sorted(row.steps) == [1, 2, 3] and all(row.predicted(g) > 0 for g in row.steps)
-        assert row.measured and len(row.measured) == len(PROMPTS)  # confirm=3: every candidate ran for real
-    assert len(result.baseline.measured) == len(PROMPTS)
+    for row in result.rows:
+        assert len(row.measured) == len(PROMPTS)  # confirm=3: every candidate ran for real
+    hybrid = result.rows[-1]
+    assert hybrid.gamma is None and {s.drafter for s in hybrid.measured} == {"ngram+model"}
     assert result.confirmed
     assert result.pick.measured_tps() == max(r.measured_tps() for r in result.rows)
     table = result.table()
     assert table.count("\n") == 1 + len(result.rows) and "← pick" in table
+    assert f"| hybrid auto, {best_draft}" in table and "| auto |" in table
 
 
 def test_replay_matches_the_real_runs_at_t0(tuned):
     # With p-min off and greedy decoding, the replay along the target's own continuation makes the
     # controller's exact steps, unless batched and single-token logits part at a near-tie.
     result, _, _ = tuned
-    for row in result.rows[1:]:
+    for row in result.rows[1:4]:
         steps = [s for passes in row.steps[row.gamma] for s in passes[0]]
         replayed = (sum(d for _, _, d, _, _ in steps), sum(a for _, _, _, a, _ in steps))
         real = (sum(s.drafted for s in row.measured), sum(s.accepted for s in row.measured))
@@ -313,6 +318,15 @@ def test_generate_applies_the_profile_unless_told_otherwise(store_pair):
     assert out["draft"] is None
 
 
+def test_a_hybrid_auto_profile_loads_its_draft(store_pair):
+    target, draft = store_pair
+    tune.save_profile(target, tune.Choice("hybrid", draft, None, temperature=0.0))
+    assert tune.load_profile(target, 0).gamma is None
+    out, err = generate_json(target, "--stats")
+    assert out["draft"] == str(draft) and out["stats"]["drafter"] == "ngram+model" and out["stats"]["gamma"] == "auto"
+    assert "profile: drafter hybrid, draft draft.gguf, gamma auto" in err
+
+
 def test_a_broken_profile_warns_and_generate_goes_on(store_pair):
     target, _ = store_pair
     tune.profile_path(target).write_text("[]")
@@ -331,7 +345,8 @@ def test_tune_command_end_to_end(store_pair, tmp_path):
     assert result.exit_code == 0, result.output
     table = [line for line in result.stdout.splitlines() if line.startswith("|")]
     assert table[0].startswith("| candidate | quant | device | best γ | α | predicted tok/s | measured tok/s")
-    assert [line.split("|")[1].strip().replace(" ← pick", "") for line in table[2:]] == ["target only", "ngram", "draft"]
+    names = [line.split("|")[1].strip().replace(" ← pick", "") for line in table[2:]]
+    assert names == ["target only", "ngram", "draft", "hybrid auto, draft"]
     assert "pick: " in result.stdout and f"profile: {tune.profile_path(target)}" in result.stdout
     assert tune.load_profile(target, 0) is not None
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
