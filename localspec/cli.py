@@ -69,6 +69,20 @@ class GammaType(click.ParamType):
             self.fail(f"{value!r} is not 'auto' or a whole number", param, ctx)
 
 
+class PMinType(click.ParamType):
+    """--p-min: 'auto' (None) or a confidence in [0, 1)."""
+
+    name = "auto|P"
+
+    def convert(self, value, param, ctx):
+        if value is None or str(value).lower() == "auto":
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            self.fail(f"{value!r} is not 'auto' or a number in [0, 1)", param, ctx)
+
+
 def sampling_options(fn):
     """The sampling and speculation flags shared by generate (and later chat/serve)."""
     options = [
@@ -84,8 +98,9 @@ def sampling_options(fn):
         click.option("--drafter", type=click.Choice(["auto", "model", "ngram", "hybrid"]), default="auto",
                      show_default=True, help="Who guesses: the draft model, n-gram lookup in the context, "
                      "hybrid (each step the cheaper likely guess), or auto (hybrid with a draft, else n-gram)."),
-        click.option("--p-min", type=float, default=0.75, show_default=True,
-                     help="The draft model stops guessing where its confidence falls below this (0: never)."),
+        click.option("--p-min", type=PMinType(), default="auto", show_default=True,
+                     help="The draft model stops guessing where its confidence falls below this (0: never); "
+                     "auto: where one more guess stops paying, from measured acceptance and costs."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -468,7 +483,7 @@ def models_convert(src, quant, out):
 @click.option("--top-k", type=int, default=40, show_default=True)
 @click.option("--top-p", type=float, default=0.95, show_default=True)
 @click.option("--min-p", type=float, default=0.05, show_default=True)
-@click.option("--p-min", type=float, default=0.75, show_default=True, help="Draft confidence stop, as in generate.")
+@click.option("--p-min", type=float, default=0.75, show_default=True, help="Draft confidence stop of the fixed-γ candidates (hybrid auto runs with p-min auto).")
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path),
               help='Calibration prompts: a JSONL file of {"prompt": ...} (default: 8 HumanEval prompts).')
 @click.option("--n-prompts", type=click.IntRange(1), default=8, show_default=True)

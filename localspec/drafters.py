@@ -7,6 +7,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from .costmodel import FixedStop
 from .llama import Context
 from .sampling import Dist, SamplingParams, distribution, greedy_token, sample, top_probability
 
@@ -43,14 +44,18 @@ class ModelDrafter:
 
     Like llama.cpp's p-min, it stops drafting where its own confidence (top_probability of its logits)
     falls below p_min: a guess it doubts is likely rejected, and costs a draft step and a wider verify.
-    Where to stop depends only on the draft's state, so the rule, and the output, stay exact."""
+    With p_min None the controller sets `stop` before each proposal (costmodel.DraftStop: the measured
+    acceptance at that confidence against the measured costs). Where to stop depends only on the
+    draft's state and on past steps, never on the target's verdict, so the output stays exact."""
 
     name = "model"
 
-    def __init__(self, ctx: Context, params: SamplingParams, p_min: float = 0.0):
+    def __init__(self, ctx: Context, params: SamplingParams, p_min: float | None = 0.0):
         self.ctx = ctx
         self.params = params
         self.p_min = p_min
+        self.stop = None if p_min is None else (FixedStop(p_min) if p_min > 0 else None)
+        self.confidences: list[float] = []  # of the last proposal's drafts, when a stop rule judged them
         self.sync_s = 0.0  # time the last propose() spent catching up on the context
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> tuple[list[int], list[Dist]]:
@@ -66,10 +71,14 @@ class ModelDrafter:
         self.sync_s = time.perf_counter() - t0 if len(context) - n > 2 else 0.0
         ids: list[int] = []
         dists: list[Dist] = []
+        self.confidences = confidences = []
         for i in range(k):
             logits = ctx.logits(-1)  # [V]
-            if self.p_min > 0 and top_probability(logits) < self.p_min:
-                break
+            if self.stop is not None:
+                confidence = top_probability(logits)
+                if not self.stop.keep(i, confidence):
+                    break
+                confidences.append(confidence)
             token, q = self._draw(logits, rng)
             ids.append(token)
             dists.append(q)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from .compat import check_compatible
-from .costmodel import CostTracker
+from .costmodel import FALLBACK_P_MIN, CostTracker
 from .drafters import ModelDrafter, NGramDrafter
 from .llama import Context, Model, common_prefix_len
 from .speculative import GenerationConfig, GenerationError, Piece, SpeculativeDecoder
@@ -30,6 +30,14 @@ class LoadOptions:
     threads: int | None = None
     ngl_target: int = 999  # all layers; ignored by a CPU-only build
     ngl_draft: int = 999
+
+
+def p_min_of(config: GenerationConfig) -> float | None:
+    """The draft model's p-min. Auto (None) follows live timings, so a seeded sampled run at a fixed γ
+    takes the fixed FALLBACK_P_MIN instead: the seed then repeats it token for token."""
+    if config.p_min is None and config.seed is not None and config.gamma is not None and not config.sampling.greedy:
+        return FALLBACK_P_MIN
+    return config.p_min
 
 
 class Pair:
@@ -51,7 +59,7 @@ class Pair:
         kind = self.drafter_kind(config)
         sources = []
         for name in {"model": ["model"], "ngram": ["ngram"], "hybrid": ["ngram", "model"]}.get(kind, []):
-            drafter = self.ngram if name == "ngram" else ModelDrafter(self.draft_ctx, config.sampling, config.p_min)
+            drafter = self.ngram if name == "ngram" else ModelDrafter(self.draft_ctx, config.sampling, p_min_of(config))
             # Costs and acceptance differ per drafter, and between greedy and sampled decoding.
             key = (name, config.sampling.greedy)
             sources.append((drafter, self.costs.setdefault(key, CostTracker(gamma_max=config.gamma_max))))

@@ -41,7 +41,7 @@ class GenerationConfig:
     trace: bool = False  # record each verify batch (tests replay them)
     gamma_max: int = 8   # the most that auto may draft
     drafter: str = "auto"  # model | ngram | hybrid | auto (hybrid when a draft model is loaded, else ngram)
-    p_min: float = 0.75  # the draft model stops where its confidence falls below this (llama.cpp's p-min)
+    p_min: float | None = None  # the draft model stops below this confidence; None: where it stops paying
 
     def validate(self) -> "GenerationConfig":
         """Return self, or raise GenerationError naming the bad value and the fix."""
@@ -51,8 +51,8 @@ class GenerationConfig:
             raise GenerationError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTERS)}")
         if self.gamma_max < 0:
             raise GenerationError(f"gamma_max must be >= 0 (got {self.gamma_max})")
-        if not 0 <= self.p_min < 1:
-            raise GenerationError(f"p_min must be in [0, 1) (got {self.p_min}); use 0 to never stop a draft early")
+        if self.p_min is not None and not 0 <= self.p_min < 1:
+            raise GenerationError(f"p_min must be in [0, 1) (got {self.p_min}); use 0 to never stop a draft early, or auto")
         if self.max_tokens < 1:
             raise GenerationError(f"max_tokens must be >= 1 (got {self.max_tokens})")
         try:
@@ -197,6 +197,8 @@ class SpeculativeDecoder:
             if config.gamma is not None:
                 return i, limit
             gamma, tps = costs.plan(limit)
+            if gamma and getattr(drafter, "p_min", 0.0) is None:
+                gamma = limit  # p-min auto decides where this draft stops, token by token
             if gamma and tps > best[2]:
                 best = (i, gamma, tps)
         return best[0], best[1]
@@ -207,6 +209,8 @@ class SpeculativeDecoder:
         stats = self.stats
         drafter = self.sources[source][0] if source is not None else None
         t0 = time.perf_counter()
+        if drafter is not None and getattr(drafter, "p_min", 0.0) is None:  # p-min auto: from its costs
+            drafter.stop = self.sources[source][1].draft_stop()
         draft_ids, q = drafter.propose(tokens, gamma, rng) if drafter and gamma else ([], [])
         t1 = time.perf_counter()
         start = len(tokens) - 1
@@ -222,9 +226,10 @@ class SpeculativeDecoder:
         stats.record_step(len(draft_ids), n_accepted, drafter.name if draft_ids else None)
         # A catch-up over tokens generated while not drafting is a one-off, not the draft's per-token cost.
         catchup = getattr(drafter, "sync_s", 0.0) if draft_ids else 0.0
+        confidences = getattr(drafter, "confidences", ()) if draft_ids else ()
         for i, (_, costs) in enumerate(self.sources):
             if i == source or not draft_ids:  # a plain step teaches every source the cost of verify(1)
-                costs.record(len(draft_ids), n_accepted, t1 - t0 - catchup, t2 - t1, t3 - t2)
+                costs.record(len(draft_ids), n_accepted, t1 - t0 - catchup, t2 - t1, t3 - t2, confidences)
         if config.trace:
             self.trace.append((start, [tokens[-1], *draft_ids], 1 + n_accepted))
         return draft_ids, n_accepted, emitted

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import models
 from .compat import first_difference
-from .costmodel import CostTracker, step_seconds
+from .costmodel import FALLBACK_P_MIN, CostTracker, step_seconds
 from .drafters import ModelDrafter, NGramDrafter, one_hot
 from .llama import QUANT_TYPES, Context, LlamaError, Model, quant_name
 from .sampling import Dist, SamplingParams, distribution, greedy_token, top_probability
@@ -213,7 +213,7 @@ class TuneOptions:
     """How to tune: sample as the user will, how much to calibrate on, how long to take."""
 
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
-    p_min: float = GenerationConfig.p_min
+    p_min: float = FALLBACK_P_MIN  # fixed-γ candidates are replayed with a fixed p-min
     max_tokens: int = 64        # generated per calibration prompt
     gamma_max: int = 8
     budget_s: float | None = 600.0
@@ -240,9 +240,10 @@ class TuneOptions:
         return self
 
     def config(self, gamma: int | None, seed: int) -> GenerationConfig:
-        """The generation config of one real run at a fixed γ (None: auto)."""
+        """The generation config of one real run at a fixed γ, with this p-min; None: auto γ with p-min
+        auto, as generate runs by default."""
         return GenerationConfig(self.max_tokens, gamma, self.sampling, seed, gamma_max=self.gamma_max,
-                                p_min=self.p_min)
+                                p_min=None if gamma is None else self.p_min)
 
 
 @dataclass
@@ -475,7 +476,8 @@ class TuneResult:
         base = self.baseline.measured_tps()
         tps = r.measured_tps() if self.confirmed else self.predicted_tps(r)
         return Choice(drafter=c.kind, draft=c.path if c.kind in ("model", "hybrid") else None, gamma=r.gamma,
-                      ngl_draft=c.ngl, temperature=self.options.sampling.temperature, p_min=self.options.p_min,
+                      ngl_draft=c.ngl, temperature=self.options.sampling.temperature,
+                      p_min=None if r.gamma is None else self.options.p_min,
                       tokens_per_s=tps, target_only_tokens_per_s=base, confirmed=self.confirmed)
 
     def plot(self, path: Path) -> Path:
@@ -894,7 +896,7 @@ class Choice:
     gamma: int | None          # None: auto
     ngl_draft: int = 0
     temperature: float = 0.0
-    p_min: float = GenerationConfig.p_min
+    p_min: float | None = GenerationConfig.p_min  # None: auto
     tokens_per_s: float | None = None
     target_only_tokens_per_s: float | None = None
     confirmed: bool = True
@@ -917,6 +919,10 @@ def describe(choice: Choice) -> str:
         return "target only"
     draft = f", draft {choice.draft.name}" if choice.draft else ""
     return f"drafter {choice.drafter}{draft}, gamma {'auto' if choice.gamma is None else choice.gamma}"
+
+
+def _optional_float(value) -> float | None:
+    return None if value is None else float(value)
 
 
 def profile_path(target: Path) -> Path:
@@ -987,7 +993,7 @@ def load_profile(target: Path, temperature: float) -> Choice | None:
         draft = (path.parent / entry["draft"]) if entry["draft"] else None
         gamma = None if entry["gamma"] is None else int(entry["gamma"])
         choice = Choice(entry["drafter"], draft, gamma, int(entry.get("ngl_draft", 0)),
-                        float(entry["temperature"]), float(entry.get("p_min", GenerationConfig.p_min)),
+                        float(entry["temperature"]), _optional_float(entry.get("p_min")),
                         entry.get("tokens_per_s"), entry.get("target_only_tokens_per_s"),
                         bool(entry.get("confirmed", True)), entry.get("tuned_at", ""), path)
         size = data["target_size"]

@@ -663,7 +663,8 @@ def p_min_text(args) -> str:
     """Which draft-confidence cut each engine used."""
     if args.p_min is not None:
         return f"p-min {args.p_min} (both)"
-    return f"p-min: localspec {getattr(GenerationConfig(), 'p_min', 0.0)}, llama.cpp 0.0 (each its default)"
+    ours = GenerationConfig().p_min
+    return f"p-min: localspec {'auto' if ours is None else ours}, llama.cpp 0.0 (each its default)"
 
 
 def main(argv=None) -> int:

@@ -118,12 +118,13 @@ def test_speculative_sampling_matches_target_only(target, target_ctx, draft_ctx,
     assert same_distribution_pvalue(plain, spec) > 1e-3
 
 
-def test_auto_gamma_keeps_the_distribution(target, target_ctx, draft_ctx):
-    # Auto mode only changes how many tokens are drafted each step, never the rule.
+def test_auto_gamma_and_auto_p_min_keep_the_distribution(target, target_ctx, draft_ctx):
+    # Auto mode only changes how many tokens are drafted each step, never the rule; so does p-min
+    # auto, which stops a draft from the draft's confidence and past steps' costs, never the target's.
     prompt = target.tokenize(PROMPT, True)
     hot = SamplingParams(temperature=1.6, top_k=0, top_p=1.0, min_p=0.0)
     plain = first_two(target_ctx, None, prompt, PURE_T1, 0, range(2000))
-    spec, drafted = first_two(target_ctx, ModelDrafter(draft_ctx, hot), prompt, PURE_T1, None,
+    spec, drafted = first_two(target_ctx, ModelDrafter(draft_ctx, hot, p_min=None), prompt, PURE_T1, None,
                               range(2000, 4000), costs=eager_costs)
     assert drafted > 2000  # it did speculate
     assert same_distribution_pvalue(plain, spec) > 1e-3
@@ -204,3 +205,16 @@ def test_p_min_stops_doubtful_drafts_and_keeps_greedy_output(target, target_ctx,
     assert free == cautious == baseline
     assert stats.drafted < 4 * stats.steps
     assert stats.alpha > free_stats.alpha
+    # p-min auto (None): each step's stop comes from the tracker's measured costs; the text is unchanged.
+    costs = CostTracker(gamma_max=4)
+    for _ in range(2):
+        auto, auto_stats = run_with(target_ctx, ModelDrafter(draft_ctx, greedy, p_min=None), costs, prompt,
+                                    GenerationConfig(48, 4, greedy, p_min=None))
+        assert auto == baseline
+    assert sum(costs.conf_judged) > 0  # the confidences of judged drafts were recorded
+
+
+def run_with(target_ctx, drafter, costs, prompt, config):
+    decoder = SpeculativeDecoder(target_ctx, drafter, costs)
+    tokens = [p.token for p in decoder.generate(prompt, config) if p.token >= 0]
+    return tokens, decoder.stats

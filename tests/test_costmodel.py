@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.costmodel import CostTracker, best_gamma, expected_tokens
+from localspec.costmodel import FALLBACK_P_MIN, CostTracker, DraftStop, FixedStop, best_gamma, expected_tokens
 
 # Target verify time for a batch of k tokens on the 2-core CPU (ANCHORS.md, Python probe), in ms.
 CPU_VERIFY_MS = {1: 27.6, 2: 45.0, 4: 73.5, 5: 92.8, 8: 135.0, 16: 157.0}
@@ -120,3 +120,60 @@ def test_marginal_wins_are_not_taken():
     assert best_gamma(*args)[0] == 1
     gamma, tps = best_gamma(*args, min_gain=0.03)
     assert gamma == 0 and tps == pytest.approx(100.0)
+
+
+def drafts_until_stop(stop, confidences) -> int:
+    """How many of these drafts a stop rule lets through (it is asked before each)."""
+    n = 0
+    for i, c in enumerate(confidences):
+        if not stop.keep(i, c):
+            break
+        n += 1
+    return n
+
+
+def test_draft_stop_keeps_doubtful_drafts_when_drafting_is_cheap():
+    # Heavy target: a verify costs about the same for any batch and a draft token 10% of it. At the
+    # loop's 2 x plain rate, a 40%-sure guess still pays: 0.4 tokens for 0.025 s against 8 tok/s.
+    stop = DraftStop(lambda c: c, rate=8.0, draft_s=0.025, verify_s=lambda k: 0.25)
+    assert drafts_until_stop(stop, [0.9, 0.4, 0.9, 0.9]) == 4
+
+
+def test_draft_stop_cuts_early_when_drafting_is_dear():
+    # The light pair on the CPU: a draft token is 0.62 of a target token and a verify grows with the
+    # batch: at plain decoding's rate not even a sure guess pays (as best_gamma finds: γ = 0).
+    dear = DraftStop(lambda c: c, rate=1 / 0.0276, draft_s=0.62 * 0.0276, verify_s=cpu_verify)
+    assert drafts_until_stop(dear, [0.99, 0.99, 0.99]) == 0
+    # A draft at 0.18 of a target token, verify +5 ms a token, at 40 tok/s: a guess must bring 0.4 tokens.
+    middle = DraftStop(lambda c: c, rate=40.0, draft_s=0.005, verify_s=lambda k: 0.0276 + 0.005 * (k - 1))
+    assert drafts_until_stop(middle, [0.99, 0.99, 0.3, 0.99]) == 2
+    # ... and reach counts: after several merely-likely drafts even a fairly sure one no longer pays.
+    cheap = DraftStop(lambda c: c, rate=8.0, draft_s=0.025, verify_s=lambda k: 0.25)
+    assert drafts_until_stop(cheap, [0.6] * 8) == 3  # a 4th adds 0.6^4 = 0.13 tokens < 8 x 0.025
+
+
+def test_tracker_learns_what_a_confidence_is_worth():
+    t = CostTracker()
+    assert t.accept_at(0.6) == pytest.approx(0.8)  # unmeasured: optimistic, so that it gets measured
+    for _ in range(50):  # drafts 90% sure, accepted a third of the time; the third one never judged
+        t.record(3, 0, 0.03, 0.1, 0.0, confidences=[0.92, 0.93, 0.91])
+        t.record(3, 1, 0.03, 0.1, 0.0, confidences=[0.92, 0.93, 0.91])
+    assert t.conf_judged[9] == 150
+    assert t.accept_at(0.95) == pytest.approx((50 + 2 * 0.975) / (150 + 2))
+    assert t.accept_at(0.5) == pytest.approx(0.75)  # other confidences are untouched
+
+
+def test_tracker_stop_rule_is_fixed_until_measured_then_from_costs():
+    t = CostTracker()
+    first = t.draft_stop()
+    assert isinstance(first, FixedStop) and first.p_min == FALLBACK_P_MIN
+    t.record(0, 0, 0.0, 0.25, 0.0)                    # plain step: verify(1) = 0.25 s
+    t.record(4, 4, 0.1, 0.26, 0.0, [0.9] * 4)         # 25 ms per draft, 5 tokens in 0.36 s
+    stop = t.draft_stop()
+    assert isinstance(stop, DraftStop)
+    assert stop.rate == pytest.approx(5 / 0.36) and stop.draft_s == pytest.approx(0.025)
+    # rate is never below plain decoding, whatever the drafting steps achieved
+    t2 = CostTracker()
+    t2.record(0, 0, 0.0, 0.25, 0.0)
+    t2.record(4, 0, 0.4, 0.26, 0.0, [0.9] * 4)
+    assert t2.draft_stop().rate == pytest.approx(4.0)

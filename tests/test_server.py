@@ -3,7 +3,8 @@
 
 The target is SmolLM2 re-stored as F16 (batch and single-token logits agree, so greedy answers can be
 compared with `localspec generate`), the draft its Q4_0 copy. The server runs with --gamma 4
---drafter model so that every request drafts, and with --max-queue 1 so that a third request finds
+--drafter model --p-min 0 so that every request drafts (p-min auto finds that drafting does not pay
+between two models this small and equally fast), and with --max-queue 1 so that a third request finds
 the queue full.
 """
 
@@ -81,7 +82,7 @@ def server(smol_f16, smol_q4_0, tmp_path_factory):
     env.update(LOCALSPEC_MODELS=str(home / "models"), HF_HUB_OFFLINE="1")
     args = [sys.executable, "-m", "localspec", "serve", "--target", str(smol_f16), "--draft", str(smol_q4_0),
             "--ctx", "1024", "--threads", "2", "--port", str(port), "--api-key", KEY, "--max-queue", "1",
-            "--gamma", "4", "--drafter", "model"]
+            "--gamma", "4", "--drafter", "model", "--p-min", "0"]
     log = open(home / "server.log", "w+")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
     served = Served(f"http://127.0.0.1:{port}", proc)
