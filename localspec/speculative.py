@@ -197,8 +197,6 @@ class SpeculativeDecoder:
             if config.gamma is not None:
                 return i, limit
             gamma, tps = costs.plan(limit)
-            if gamma and getattr(drafter, "p_min", 0.0) is None:
-                gamma = limit  # p-min auto decides where this draft stops, token by token
             if gamma and tps > best[2]:
                 best = (i, gamma, tps)
         return best[0], best[1]
