@@ -64,7 +64,12 @@ def keep_drafting(reach: float, accept: float, rate: float, marginal_s: float) -
 
 
 class DraftStop:
-    """One step's cost-aware p-min: keep(i, confidence) before drafting token i + 1 (i drafted)."""
+    """One step's cost-aware p-min: keep(i, confidence) before drafting token i + 1 (i drafted).
+
+    The first draft of a step is always made: whether to speculate at all is the planner's call
+    (CostTracker.plan), and a step it chose must measure something. Refusing it could trap the
+    tracker: with verify(2) not yet measured it is extrapolated pessimistically, no draft would pay,
+    and the draft's sync would be paid every step for nothing."""
 
     def __init__(self, accept: Callable[[float], float], rate: float, draft_s: float,
                  verify_s: Callable[[int], float]):
@@ -73,6 +78,9 @@ class DraftStop:
 
     def keep(self, i: int, confidence: float) -> bool:
         a = self.accept(confidence)
+        if i == 0:
+            self.reach = a
+            return True
         marginal_s = self.draft_s + max(self.verify_s(i + 2) - self.verify_s(i + 1), 0.0)
         if not keep_drafting(self.reach, a, self.rate, marginal_s):
             return False
@@ -81,13 +89,14 @@ class DraftStop:
 
 
 class FixedStop:
-    """A fixed p-min: keep drafting while the draft's confidence is at least p_min."""
+    """A fixed p-min: keep drafting while the draft's confidence is at least p_min (first: the first
+    draft of a step is always made, as DraftStop does)."""
 
-    def __init__(self, p_min: float):
-        self.p_min = p_min
+    def __init__(self, p_min: float, first: bool = False):
+        self.p_min, self.first = p_min, first
 
     def keep(self, i: int, confidence: float) -> bool:
-        return confidence >= self.p_min
+        return (self.first and i == 0) or confidence >= self.p_min
 
 
 class Ema:
@@ -175,7 +184,7 @@ class CostTracker:
     def draft_stop(self) -> DraftStop | FixedStop:
         """The stopping rule for the next draft (p-min auto); a fixed p-min until costs are measured."""
         if self.draft_s.value is None or 1 not in self.verify:
-            return FixedStop(FALLBACK_P_MIN)
+            return FixedStop(FALLBACK_P_MIN, first=True)  # a probe must measure the draft
         return DraftStop(self.accept_at, self.rate(), self.draft_s.value, self.verify_seconds)
 
     def _record_acceptance(self, n_drafted: int, n_accepted: int) -> None:

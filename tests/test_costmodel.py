@@ -142,11 +142,14 @@ def test_draft_stop_keeps_doubtful_drafts_when_drafting_is_cheap():
 def test_draft_stop_cuts_early_when_drafting_is_dear():
     # The light pair on the CPU: a draft token is 0.62 of a target token and a verify grows with the
     # batch: at plain decoding's rate not even a sure guess pays (as best_gamma finds: γ = 0).
+    # (The first draft is the planner's call, and best_gamma says γ = 0 there: no step drafts at all.)
     dear = DraftStop(lambda c: c, rate=1 / 0.0276, draft_s=0.62 * 0.0276, verify_s=cpu_verify)
-    assert drafts_until_stop(dear, [0.99, 0.99, 0.99]) == 0
+    assert drafts_until_stop(dear, [0.99, 0.99, 0.99]) == 1
     # A draft at 0.18 of a target token, verify +5 ms a token, at 40 tok/s: a guess must bring 0.4 tokens.
     middle = DraftStop(lambda c: c, rate=40.0, draft_s=0.005, verify_s=lambda k: 0.0276 + 0.005 * (k - 1))
     assert drafts_until_stop(middle, [0.99, 0.99, 0.3, 0.99]) == 2
+    # The first draft of a step is always made, however doubtful: the planner chose to speculate.
+    assert drafts_until_stop(middle, [0.05, 0.99]) == 1
     # ... and reach counts: after several merely-likely drafts even a fairly sure one no longer pays.
     cheap = DraftStop(lambda c: c, rate=8.0, draft_s=0.025, verify_s=lambda k: 0.25)
     assert drafts_until_stop(cheap, [0.6] * 8) == 3  # a 4th adds 0.6^4 = 0.13 tokens < 8 x 0.025
@@ -177,3 +180,15 @@ def test_tracker_stop_rule_is_fixed_until_measured_then_from_costs():
     t2.record(0, 0, 0.0, 0.25, 0.0)
     t2.record(4, 0, 0.4, 0.26, 0.0, [0.9] * 4)
     assert t2.draft_stop().rate == pytest.approx(4.0)
+
+
+def test_a_step_the_planner_chose_always_drafts_once():
+    # Only plain steps and one 1-token draft measured, verify(2) twice verify(1): no further draft
+    # seems to pay. Refusing the first draft too would leave every chosen step paying the
+    # draft's sync for nothing, and nothing new measured (seen on the code-editing prompts).
+    t = CostTracker()
+    assert t.draft_stop().keep(0, 0.01)  # the fallback p-min lets a probe measure the draft
+    t.record(0, 0, 0.0, 0.1, 0.0)
+    t.record(1, 1, 0.05, 0.2, 0.0, [0.9])
+    stop = t.draft_stop()
+    assert isinstance(stop, DraftStop) and stop.keep(0, 0.01) and not stop.keep(1, 0.99)
