@@ -785,13 +785,13 @@ def make_sources(kind: str, draft_ctx: Context | None, options: TuneOptions, sta
     keeps the n-gram index and the hybrid's cost trackers from one generation to the next, as a Pair does."""
     state = {} if state is None else state
     tracker = lambda name: state.setdefault(name, CostTracker(gamma_max=options.gamma_max))  # noqa: E731
-    model = lambda: ModelDrafter(draft_ctx, options.sampling, options.p_min)  # noqa: E731
-    if kind == "hybrid":
-        return [(state.setdefault("ngram", NGramDrafter()), tracker("t_ngram")), (model(), tracker("t_model"))]
+    model = lambda p_min: ModelDrafter(draft_ctx, options.sampling, p_min)  # noqa: E731
+    if kind == "hybrid":  # γ auto, so p-min auto, as generate runs by default
+        return [(state.setdefault("ngram", NGramDrafter()), tracker("t_ngram")), (model(None), tracker("t_model"))]
     if kind == "ngram":
         return [(NGramDrafter(), CostTracker(gamma_max=options.gamma_max))]
     if kind == "model":
-        return [(model(), CostTracker(gamma_max=options.gamma_max))]
+        return [(model(options.p_min), CostTracker(gamma_max=options.gamma_max))]
     return []
 
 
