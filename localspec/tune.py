@@ -786,8 +786,9 @@ def make_sources(kind: str, draft_ctx: Context | None, options: TuneOptions, sta
     state = {} if state is None else state
     tracker = lambda name: state.setdefault(name, CostTracker(gamma_max=options.gamma_max))  # noqa: E731
     model = lambda p_min: ModelDrafter(draft_ctx, options.sampling, p_min)  # noqa: E731
-    if kind == "hybrid":  # γ auto, so p-min auto, as generate runs by default
-        return [(state.setdefault("ngram", NGramDrafter()), tracker("t_ngram")), (model(None), tracker("t_model"))]
+    if kind == "hybrid":  # γ auto, with p-min auto at T=0, as generate runs by default
+        p_min = None if options.sampling.greedy else options.p_min
+        return [(state.setdefault("ngram", NGramDrafter()), tracker("t_ngram")), (model(p_min), tracker("t_model"))]
     if kind == "ngram":
         return [(NGramDrafter(), CostTracker(gamma_max=options.gamma_max))]
     if kind == "model":

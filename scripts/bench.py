@@ -664,7 +664,8 @@ def p_min_text(args) -> str:
     if args.p_min is not None:
         return f"p-min {args.p_min} (both)"
     ours = GenerationConfig().p_min
-    return f"p-min: localspec {'auto' if ours is None else ours}, llama.cpp 0.0 (each its default)"
+    ours = "auto with γ auto, 0.75 at a fixed γ" if ours is None else ours
+    return f"p-min: localspec {ours}, llama.cpp 0.0 (each its default)"
 
 
 def main(argv=None) -> int:
