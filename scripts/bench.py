@@ -460,10 +460,21 @@ def localspec_row(sc: Scenario, stats: list[GenerationStats], costs: Costs) -> d
         "draft_share": sum(s.draft_s for s in stats) / secs,
         "verify_share": sum(s.verify_s for s in stats) / secs,
         "prompt_tokens": [s.prompt_tokens for s in stats],
-        "by_drafter": {k: v for s in stats for k, v in s.to_dict()["by_drafter"].items()},
+        "by_drafter": by_drafter(stats),
     }
     row.update(theory(sc, stats, row, costs))
     return row
+
+
+def by_drafter(stats: list[GenerationStats]) -> dict:
+    """Drafted and accepted per drafter, summed over the prompts."""
+    out: dict[str, dict[str, int]] = {}
+    for s in stats:
+        for name, (drafted, accepted) in s.by_drafter.items():
+            cell = out.setdefault(name, {"drafted": 0, "accepted": 0})
+            cell["drafted"] += drafted
+            cell["accepted"] += accepted
+    return out
 
 
 def theory(sc: Scenario, stats: list[GenerationStats], row: dict, costs: Costs) -> dict:

@@ -192,3 +192,11 @@ def test_llamacpp_reads_the_same_prompt_tokens(smol_path, prompt_set, chat):
             assert as_llamacpp == pair.prompt_tokens(text, chat)
     finally:
         pair.close()
+
+
+def test_per_drafter_counts_are_summed_over_prompts():
+    a, b = GenerationStats(), GenerationStats()
+    a.record_step(3, 2, "ngram")
+    b.record_step(4, 1, "ngram")
+    b.record_step(2, 2, "model")
+    assert bench.by_drafter([a, b]) == {"ngram": {"drafted": 7, "accepted": 3}, "model": {"drafted": 2, "accepted": 2}}
