@@ -55,38 +55,25 @@ def resolve_pair_args(target: str | None, draft: str | None) -> tuple[Path, Path
     return target_path, models.resolve_model(draft)
 
 
-class GammaType(click.ParamType):
-    """--gamma: a draft length >= 0, or 'auto' (chosen each step from measured costs)."""
+class AutoOr(click.ParamType):
+    """'auto' (None: decided each step from measured costs) or a number: --gamma N, --p-min P."""
 
-    name = "auto|N"
-
-    def convert(self, value, param, ctx):
-        if value is None or str(value).lower() == "auto":
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            self.fail(f"{value!r} is not 'auto' or a whole number", param, ctx)
-
-
-class PMinType(click.ParamType):
-    """--p-min: 'auto' (None) or a confidence in [0, 1)."""
-
-    name = "auto|P"
+    def __init__(self, number: type, name: str, what: str):
+        self.number, self.name, self.what = number, name, what
 
     def convert(self, value, param, ctx):
         if value is None or str(value).lower() == "auto":
             return None
         try:
-            return float(value)
+            return self.number(value)
         except ValueError:
-            self.fail(f"{value!r} is not 'auto' or a number in [0, 1)", param, ctx)
+            self.fail(f"{value!r} is not 'auto' or {self.what}", param, ctx)
 
 
 def sampling_options(fn):
     """The sampling and speculation flags shared by generate (and later chat/serve)."""
     options = [
-        click.option("-g", "--gamma", type=GammaType(), default="auto", show_default=True,
+        click.option("-g", "--gamma", type=AutoOr(int, "auto|N", "a whole number"), default="auto", show_default=True,
                      help="Draft tokens per step: auto (cost model), or N (0: no speculation)."),
         click.option("--temperature", "--temp", type=float, default=0.8, show_default=True, help="0 means greedy."),
         click.option("--top-k", type=int, default=40, show_default=True, help="0 disables."),
@@ -98,7 +85,7 @@ def sampling_options(fn):
         click.option("--drafter", type=click.Choice(["auto", "model", "ngram", "hybrid"]), default="auto",
                      show_default=True, help="Who guesses: the draft model, n-gram lookup in the context, "
                      "hybrid (each step the cheaper likely guess), or auto (hybrid with a draft, else n-gram)."),
-        click.option("--p-min", type=PMinType(), default="auto", show_default=True,
+        click.option("--p-min", type=AutoOr(float, "auto|P", "a number in [0, 1)"), default="auto", show_default=True,
                      help="The draft model stops guessing where its confidence falls below this (0: never); "
                      "auto: where one more guess stops paying, from measured acceptance and costs."),
     ]
@@ -483,7 +470,8 @@ def models_convert(src, quant, out):
 @click.option("--top-k", type=int, default=40, show_default=True)
 @click.option("--top-p", type=float, default=0.95, show_default=True)
 @click.option("--min-p", type=float, default=0.05, show_default=True)
-@click.option("--p-min", type=float, default=0.75, show_default=True, help="Draft confidence stop of the fixed-γ candidates (hybrid auto runs with p-min auto).")
+@click.option("--p-min", type=float, default=0.75, show_default=True,
+              help="Draft confidence stop of the fixed-γ candidates (hybrid auto runs with p-min auto).")
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path),
               help='Calibration prompts: a JSONL file of {"prompt": ...} (default: 8 HumanEval prompts).')
 @click.option("--n-prompts", type=click.IntRange(1), default=8, show_default=True)

@@ -63,7 +63,8 @@ class Pair:
         kind = self.drafter_kind(config)
         sources = []
         for name in {"model": ["model"], "ngram": ["ngram"], "hybrid": ["ngram", "model"]}.get(kind, []):
-            drafter = self.ngram if name == "ngram" else ModelDrafter(self.draft_ctx, config.sampling, p_min_of(config))
+            drafter = (self.ngram if name == "ngram"
+                       else ModelDrafter(self.draft_ctx, config.sampling, p_min_of(config)))
             # Costs and acceptance differ per drafter, and between greedy and sampled decoding.
             key = (name, config.sampling.greedy)
             sources.append((drafter, self.costs.setdefault(key, CostTracker(gamma_max=config.gamma_max))))

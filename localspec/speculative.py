@@ -52,7 +52,8 @@ class GenerationConfig:
         if self.gamma_max < 0:
             raise GenerationError(f"gamma_max must be >= 0 (got {self.gamma_max})")
         if self.p_min is not None and not 0 <= self.p_min < 1:
-            raise GenerationError(f"p_min must be in [0, 1) (got {self.p_min}); use 0 to never stop a draft early, or auto")
+            raise GenerationError(f"p_min must be in [0, 1) (got {self.p_min}); "
+                                  "use 0 to never stop a draft early, or auto")
         if self.max_tokens < 1:
             raise GenerationError(f"max_tokens must be >= 1 (got {self.max_tokens})")
         try:
