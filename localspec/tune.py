@@ -9,14 +9,15 @@ Every configuration samples exactly from the target (the p/q rule), so only spee
 2. Measure each candidate. A draft model reads prompt + continuation in one pass (teacher forcing);
    at each position its guess is scored by the chance that the rule accepts it: 1 if it equals the
    target's token at T=0, Σ_x min(p(x), q(x)) at T>0 (Leviathan et al. 2022, §3.1; p = target,
-   q = draft). Its time per draft decode is timed in two short real runs. The n-gram drafter is
-   looked up along the same continuations.
+   q = draft). Its time per draft decode is timed in two short real runs, scaled to the machine's
+   speed during calibration by the target's verifies in those runs. The n-gram drafter is looked
+   up along the same continuations.
 3. Predict: replay the controller at each fixed γ along the continuations (draft lengths, p-min
    stops, acceptance, the max-tokens cap) and price each step with the measured costs
    (costmodel.step_seconds): tokens/s per (candidate, γ), with per-position acceptance.
 4. Confirm the best three predictions by real runs, alternating with target-only prompt by prompt,
-   and pick the fastest measured. Predictions are shown at the target-only speed of those runs: a
-   shared machine's speed drifts by several % within minutes.
+   and pick the fastest measured (speculation must beat target-only by 3%). Predictions are shown
+   at the target-only speed of those runs: a shared machine's speed drifts by several % within minutes.
 """
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ DERIVED_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")
 PROMPTS_FILE = Path(__file__).with_name("calibration.jsonl")  # HumanEval/0..7 (MIT, OpenAI)
 PROFILE_SUFFIX = ".tune.json"
 PROFILE_VERSION = 1
+# A speculative pick must measure this much faster than target-only: per-prompt timings on a shared
+# VM vary by ±15%, a marginal "win" is often noise, and a pick that loses to plain decoding is worse
+# than a missed 3%. (The cost model's CostTracker.min_gain, for the same reason.)
+PICK_MIN_GAIN = 0.03
 # Approximate bits per weight, only to order types: a draft is derived only to a smaller type
 # (requantizing upward costs more and gains nothing).
 BITS = {"F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8.5, "Q6_K": 6.6, "Q5_1": 6.0, "Q5_K_M": 5.7,
@@ -585,19 +590,22 @@ class Tuner:
 
     def _measure_costs(self, plain: Sequence[GenerationStats], rounds: int = 3) -> Costs:
         """The target's verify time per batch size k and the controller's time per step, timed inside
-        the real loop (timed alone, back to back, a decode ran up to 18% faster): the plain runs give
-        k = 1, short runs with a probe drafter proposing k - 1 tokens the others, interleaved."""
+        the real loop (timed alone, back to back, a decode ran up to 18% faster): short plain runs give
+        k = 1, runs with a probe drafter proposing k - 1 tokens the others. Every k is timed in each
+        round, minutes apart from nothing else: this VM's speed drifts by 10-30% over minutes, and a
+        curve pieced together from different minutes has the wrong shape (it once had k = 1 from the
+        slow calibration runs and k > 1 from faster ones). The median of the rounds is kept."""
         probe = ProbeDrafter(self.pair.target_model.n_vocab - 1)
         probes, samples = [], {}  # samples: k -> the mean verify of k in each probe run (median taken)
         for r in range(rounds):
             run = self.runs[r % len(self.runs)]
-            for k in range(2, self.options.gamma_max + 2):
-                stats = self._generate(run.prompt, k - 1, probe, r, max_tokens=k + 3)
+            for k in range(1, self.options.gamma_max + 2):
+                stats = self._generate(run.prompt, k - 1, probe if k > 1 else [], r, max_tokens=k + 3)
                 n, seconds = stats.verify_at[k]
                 samples.setdefault(k, []).append(seconds / n)
-                probes.append(stats)
-        n, seconds = map(sum, zip(*(s.verify_at[1] for s in plain if 1 in s.verify_at)))
-        verify = {1: seconds / n, **{k: float(np.median(v)) for k, v in samples.items()}}
+                if k > 1:
+                    probes.append(stats)
+        verify = {k: float(np.median(v)) for k, v in samples.items()}
         per_step = lambda runs: sum(s.controller_s for s in runs) / max(sum(s.steps for s in runs), 1)  # noqa: E731
         return Costs(verify, per_step(plain), self._row_seconds(), per_step(probes))
 
@@ -656,12 +664,16 @@ class Tuner:
         return model_guess(run, [b for b, _ in rows], [c for _, c in rows], self.options.p_min)
 
     def _time_drafts(self, ctx: Context, n_runs: int = 2, max_tokens: int = 24) -> float:
-        """Seconds per draft decode, timed in short real runs (the target verifying in between, as it will)."""
+        """Seconds per draft decode, timed in short real runs (the target verifying in between, as it
+        will), at the machine's speed of the calibration: the target's verifies in the same runs say
+        how much faster or slower the machine is now (speed_scale) and the draft time is scaled back."""
         timed = TimedDrafter(ModelDrafter(ctx, self.options.sampling, self.options.p_min))
-        for i, run in enumerate(self.runs[:n_runs]):
-            self._generate(run.prompt, min(4, self.options.gamma_max), timed, i,
-                           max_tokens=min(max_tokens, self.options.max_tokens))
-        return timed.seconds / timed.decodes if timed.decodes else 0.0
+        runs = [self._generate(run.prompt, min(4, self.options.gamma_max), timed, i,
+                               max_tokens=min(max_tokens, self.options.max_tokens))
+                for i, run in enumerate(self.runs[:n_runs])]
+        if not timed.decodes:
+            return 0.0
+        return timed.seconds / timed.decodes / speed_scale(runs, self.costs.verify_s)
 
     def _materialize(self, cand: Candidate) -> Candidate:
         t0 = self.clock()
@@ -716,7 +728,7 @@ class Tuner:
 
     # -- the whole run
     def run(self) -> TuneResult:
-        """All four phases within the budget; the pick is the fastest measured configuration."""
+        """All four phases within the budget; the pick is the fastest measured configuration (choose)."""
         self.say(f"calibrating {self.target.name} on {len(self.prompts)} prompts x {self.options.max_tokens} tokens")
         rows = [self.calibrate()]
         devices = self.options.devices or (("cpu", "gpu") if gpu_build() else ("cpu",))
@@ -724,7 +736,7 @@ class Tuner:
         for cand in self._progress(candidates):
             rows.append(self._measure_or_skip(cand))
         confirmed = self.confirm(rows)
-        pick = self._pick(rows, confirmed)
+        pick = choose(rows, confirmed)
         return TuneResult(self.target, self.options, rows, pick, confirmed and bool(pick.measured), skipped,
                           self.clock() - self.started)
 
@@ -739,12 +751,6 @@ class Tuner:
         except (LlamaError, models.ModelError) as e:
             self.say(f"{cand.label}: {e}")
             return Row(cand, note="failed: " + str(e).split(";")[0][:60])
-
-    def _pick(self, rows: list[Row], confirmed: bool) -> Row:
-        measured = [r for r in rows if r.measured]
-        if confirmed and any(r.candidate.kind != "none" for r in measured):
-            return max(measured, key=lambda r: r.measured_tps() or 0.0)
-        return max((r for r in rows if r.steps), key=lambda r: r.predicted(r.gamma))
 
     def _progress(self, candidates: list[Candidate]):
         if not self.progress:
@@ -761,6 +767,18 @@ class Tuner:
             bar.write(text, file=sys.stderr)
         else:
             self.log(text)
+
+
+def choose(rows: Sequence[Row], confirmed: bool) -> Row:
+    """The pick: the fastest measured configuration, where speculation must beat target-only by
+    PICK_MIN_GAIN; the best prediction when nothing speculative was measured."""
+    measured = [r for r in rows if r.measured]
+    if confirmed and any(r.candidate.kind != "none" for r in measured):
+        base = next(r for r in measured if r.candidate.kind == "none")
+        best = max(measured, key=lambda r: r.measured_tps() or 0.0)
+        won = (best.measured_tps() or 0.0) >= (1 + PICK_MIN_GAIN) * (base.measured_tps() or 0.0)
+        return best if won else base
+    return max((r for r in rows if r.steps), key=lambda r: r.predicted(r.gamma))
 
 
 def load_draft(cand: Candidate, load: LoadOptions) -> tuple[Model, Context]:
@@ -803,6 +821,18 @@ def generate_once(target_ctx: Context, prompt: list[int], config: GenerationConf
     for _ in decoder.generate(prompt, config):
         pass
     return decoder.stats
+
+
+def speed_scale(runs: Sequence[GenerationStats], verify_s: dict[int, float]) -> float:
+    """How long the target's verifies in these runs took against the calibrated curve: > 1 when the
+    machine is slower now than during calibration (1.0 when nothing comparable was verified)."""
+    measured = expected = 0.0
+    for stats in runs:
+        for k, (n, seconds) in stats.verify_at.items():
+            if k in verify_s:
+                measured += seconds
+                expected += n * verify_s[k]
+    return measured / expected if measured > 0 and expected > 0 else 1.0
 
 
 class ProbeDrafter:
