@@ -39,7 +39,7 @@ from .costmodel import FALLBACK_P_MIN, CostTracker, step_seconds
 from .drafters import ModelDrafter, NGramDrafter, one_hot
 from .llama import QUANT_TYPES, Context, LlamaError, Model, quant_name
 from .sampling import Dist, SamplingParams, distribution, greedy_token, top_probability
-from .session import LoadOptions, Pair
+from .session import LoadOptions, Pair, p_min_of
 from .speculative import GenerationConfig, SpeculativeDecoder
 from .stats import GenerationStats
 
@@ -804,8 +804,8 @@ def make_sources(kind: str, draft_ctx: Context | None, options: TuneOptions, sta
     state = {} if state is None else state
     tracker = lambda name: state.setdefault(name, CostTracker(gamma_max=options.gamma_max))  # noqa: E731
     model = lambda p_min: ModelDrafter(draft_ctx, options.sampling, p_min)  # noqa: E731
-    if kind == "hybrid":  # γ auto, with p-min auto at T=0, as generate runs by default
-        p_min = None if options.sampling.greedy else options.p_min
+    if kind == "hybrid":  # γ auto and the p-min generate takes with it (session.p_min_of)
+        p_min = p_min_of(options.config(None, options.seed))
         return [(state.setdefault("ngram", NGramDrafter()), tracker("t_ngram")), (model(p_min), tracker("t_model"))]
     if kind == "ngram":
         return [(NGramDrafter(), CostTracker(gamma_max=options.gamma_max))]
