@@ -18,7 +18,7 @@ from .compat import check_compatible
 from .costmodel import FALLBACK_P_MIN, CostTracker
 from .drafters import ModelDrafter, NGramDrafter
 from .llama import Context, Model, common_prefix_len
-from .speculative import GenerationConfig, GenerationError, Piece, SpeculativeDecoder
+from .speculative import GenerationConfig, GenerationError, Piece, SpeculativeDecoder, auto_cap
 from .stats import GenerationStats
 
 
@@ -67,7 +67,9 @@ class Pair:
                        else ModelDrafter(self.draft_ctx, config.sampling, p_min_of(config)))
             # Costs and acceptance differ per drafter, and between greedy and sampled decoding.
             key = (name, config.sampling.greedy)
-            sources.append((drafter, self.costs.setdefault(key, CostTracker(gamma_max=config.gamma_max))))
+            costs = self.costs.setdefault(key, CostTracker())
+            costs.gamma_max = auto_cap(drafter, config)
+            sources.append((drafter, costs))
         return SpeculativeDecoder(self.target_ctx, sources=sources)
 
     def drafter_kind(self, config: GenerationConfig) -> str | None:

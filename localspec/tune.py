@@ -40,7 +40,7 @@ from .drafters import ModelDrafter, NGramDrafter, one_hot
 from .llama import QUANT_TYPES, Context, LlamaError, Model, quant_name
 from .sampling import Dist, SamplingParams, distribution, greedy_token, top_probability
 from .session import LoadOptions, Pair, p_min_of
-from .speculative import GenerationConfig, SpeculativeDecoder
+from .speculative import GenerationConfig, SpeculativeDecoder, auto_cap
 from .stats import GenerationStats
 
 DERIVED_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")
@@ -802,11 +802,11 @@ def make_sources(kind: str, draft_ctx: Context | None, options: TuneOptions, sta
     'model', 'ngram', 'hybrid' (n-gram, then the model) or 'none'. state, one dict per configuration,
     keeps the n-gram index and the hybrid's cost trackers from one generation to the next, as a Pair does."""
     state = {} if state is None else state
-    tracker = lambda name: state.setdefault(name, CostTracker(gamma_max=options.gamma_max))  # noqa: E731
     model = lambda p_min: ModelDrafter(draft_ctx, options.sampling, p_min)  # noqa: E731
-    if kind == "hybrid":  # γ auto and the p-min generate takes with it (session.p_min_of)
-        p_min = p_min_of(options.config(None, options.seed))
-        return [(state.setdefault("ngram", NGramDrafter()), tracker("t_ngram")), (model(p_min), tracker("t_model"))]
+    if kind == "hybrid":  # γ auto, with the caps and the p-min generate takes (Pair.decoder)
+        auto = options.config(None, options.seed)
+        sources = [(state.setdefault("ngram", NGramDrafter()), "t_ngram"), (model(p_min_of(auto)), "t_model")]
+        return [(d, state.setdefault(name, CostTracker(gamma_max=auto_cap(d, auto)))) for d, name in sources]
     if kind == "ngram":
         return [(NGramDrafter(), CostTracker(gamma_max=options.gamma_max))]
     if kind == "model":

@@ -64,3 +64,43 @@ def test_lookup_cost_does_not_grow_with_the_context():
             d.propose(context, 4)
         probes.append(d.probes - before)
     assert probes[0] == probes[1] <= 20 * 4
+
+
+class FakeTarget:
+    n_ctx = 4096
+
+
+class FakeModelDrafter(NGramDrafter):
+    """Proposes like the n-gram drafter but is named as the draft model is: only the name differs."""
+
+    name = "model"
+
+
+def test_auto_drafts_a_long_copy_whole_from_ngram_but_caps_model_drafts():
+    from localspec.costmodel import CostTracker
+    from localspec.speculative import GenerationConfig, SpeculativeDecoder, auto_cap
+
+    config = GenerationConfig(max_tokens=200)  # gamma_max 8, ngram_gamma_max 16
+    tokens = list(range(100, 140)) * 2 + list(range(100, 110))  # a copy: the lookup offers 40 tokens
+    for drafter, cap in ((NGramDrafter(), 16), (FakeModelDrafter(), 8)):
+        costs = CostTracker(gamma_max=auto_cap(drafter, config))
+        for _ in range(5):  # measured: every draft accepted, verify as cheap for 17 tokens as for 1
+            costs.record(16, 16, 0.0, 0.1, 0.0)
+            costs.record(0, 0, 0.0, 0.1, 0.0)
+        decoder = SpeculativeDecoder(FakeTarget(), sources=[(drafter, costs)])
+        assert drafter.offer(tokens, 100) == 40
+        assert decoder._plan(tokens, config) == (0, cap)
+
+
+def test_a_pair_caps_each_drafter_as_the_config_says(smol_path, smol_q4_0):
+    from localspec.session import LoadOptions, Pair
+    from localspec.speculative import GenerationConfig
+
+    pair = Pair(smol_path, smol_q4_0, LoadOptions(n_ctx=256, threads=2))
+    try:
+        caps = [(d.name, c.gamma_max) for d, c in pair.decoder(GenerationConfig(gamma_max=5, ngram_gamma_max=12)).sources]
+        assert caps == [("ngram", 12), ("model", 5)]
+        caps = [(d.name, c.gamma_max) for d, c in pair.decoder(GenerationConfig()).sources]
+        assert caps == [("ngram", 16), ("model", 8)]  # kept trackers follow a changed config
+    finally:
+        pair.close()
