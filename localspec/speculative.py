@@ -219,7 +219,7 @@ class SpeculativeDecoder:
         drafter = self.sources[source][0] if source is not None else None
         t0 = time.perf_counter()
         if drafter is not None and getattr(drafter, "p_min", 0.0) is None:  # p-min auto: from its costs
-            drafter.stop = self.sources[source][1].draft_stop()
+            drafter.stop = self.sources[source][1].draft_stop(gamma)
         draft_ids, q = drafter.propose(tokens, gamma, rng) if drafter and gamma else ([], [])
         t1 = time.perf_counter()
         start = len(tokens) - 1

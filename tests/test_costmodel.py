@@ -192,3 +192,15 @@ def test_a_step_the_planner_chose_always_drafts_once():
     t.record(1, 1, 0.05, 0.2, 0.0, [0.9])
     stop = t.draft_stop()
     assert isinstance(stop, DraftStop) and stop.keep(0, 0.01) and not stop.keep(1, 0.99)
+
+
+def test_draft_stop_looks_past_a_dear_batch_to_a_cheaper_one():
+    # Measured on the 2-core CPU: the light target verifies 4 tokens faster than 3. One token ahead,
+    # drafting a 2nd token (batch 2 -> 3) does not pay; a 2nd and a 3rd together (batch 2 -> 4) do.
+    curve = {1: 0.096, 2: 0.159, 3: 0.210, 4: 0.175, 5: 0.212}
+    make = lambda horizon: DraftStop(lambda c: 0.95, rate=11.0, draft_s=0.040,  # noqa: E731
+                                     verify_s=curve.__getitem__, horizon=horizon)
+    assert drafts_until_stop(make(None), [0.95] * 3) == 1
+    assert drafts_until_stop(make(3), [0.95] * 3) == 3
+    # ... and not past the step's γ: with γ 2 the cheap batch of 4 is out of reach
+    assert drafts_until_stop(make(2), [0.95] * 2) == 1
