@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Sequence
 
 
 @dataclass
@@ -119,6 +120,17 @@ class GenerationStats:
             f"time split: draft {100 * self.draft_s / t:.0f}%, verify {100 * self.verify_s / t:.0f}%, "
             f"controller {100 * self.controller_s / t:.0f}%",
         ])
+
+
+def pooled_verify(runs: Sequence[GenerationStats]) -> dict[int, tuple[int, float]]:
+    """Verify batch size -> (steps, seconds), summed over runs."""
+    cells: dict[int, list] = {}
+    for stats in runs:
+        for k, (n, seconds) in stats.verify_at.items():
+            cell = cells.setdefault(k, [0, 0.0])
+            cell[0] += n
+            cell[1] += seconds
+    return {k: (n, seconds) for k, (n, seconds) in sorted(cells.items())}
 
 
 class Stopwatch:

@@ -41,7 +41,7 @@ from .llama import QUANT_TYPES, Context, LlamaError, Model, quant_name
 from .sampling import Dist, SamplingParams, distribution, greedy_token, top_probability
 from .session import LoadOptions, Pair, p_min_of
 from .speculative import GenerationConfig, SpeculativeDecoder, auto_cap
-from .stats import GenerationStats
+from .stats import GenerationStats, pooled_verify
 
 DERIVED_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")
 PROMPTS_FILE = Path(__file__).with_name("calibration.jsonl")  # HumanEval/0..7 (MIT, OpenAI)
@@ -826,12 +826,8 @@ def generate_once(target_ctx: Context, prompt: list[int], config: GenerationConf
 def speed_scale(runs: Sequence[GenerationStats], verify_s: dict[int, float]) -> float:
     """How long the target's verifies in these runs took against the calibrated curve: > 1 when the
     machine is slower now than during calibration (1.0 when nothing comparable was verified)."""
-    measured = expected = 0.0
-    for stats in runs:
-        for k, (n, seconds) in stats.verify_at.items():
-            if k in verify_s:
-                measured += seconds
-                expected += n * verify_s[k]
+    pooled = [(n, seconds, verify_s[k]) for k, (n, seconds) in pooled_verify(runs).items() if k in verify_s]
+    measured, expected = sum(seconds for _, seconds, _ in pooled), sum(n * v for n, _, v in pooled)
     return measured / expected if measured > 0 and expected > 0 else 1.0
 
 
@@ -1107,10 +1103,4 @@ def _alpha(runs: Sequence[GenerationStats]) -> float | None:
 
 def _verify_ms(runs: Sequence[GenerationStats]) -> dict[int, float]:
     """Mean verify milliseconds per batch size over real runs."""
-    cells: dict[int, list[float]] = {}
-    for stats in runs:
-        for k, (n, seconds) in stats.verify_at.items():
-            cell = cells.setdefault(k, [0, 0.0])
-            cell[0] += n
-            cell[1] += seconds
-    return {k: 1000 * seconds / n for k, (n, seconds) in sorted(cells.items()) if n}
+    return {k: 1000 * seconds / n for k, (n, seconds) in pooled_verify(runs).items() if n}

@@ -46,7 +46,7 @@ from localspec.llama import LlamaError, default_threads
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 from localspec.speculative import GenerationConfig
-from localspec.stats import GenerationStats
+from localspec.stats import GenerationStats, pooled_verify
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMACPP_BIN = ROOT / "build/llama.cpp/src/build/bin"  # where scripts/build_llamacpp.sh puts the tools
@@ -398,16 +398,14 @@ def guessing(family: str, stats: list[GenerationStats], accept_from: list[Genera
 def pooled_costs(scenarios: list[Scenario], runs: Runs) -> Costs:
     """Pool verify times over every localspec run; guessing per drafter family, from its fixed-γ runs
     where there are any (auto's catch-ups after plain stretches are one-offs), acceptance from all."""
-    verify: dict[int, list[float]] = {}
+    ours: list[GenerationStats] = []
     by_family: dict[str, list[tuple[Scenario, GenerationStats]]] = {}
     for sc in scenarios:
         for st in runs.results.get(sc.label, []) if sc.engine == "localspec" else []:
-            for k, (n, secs) in st.verify_at.items():
-                cell = verify.setdefault(k, [0, 0.0])
-                cell[0], cell[1] = cell[0] + n, cell[1] + secs
+            ours.append(st)
             if sc.gamma != 0:
                 by_family.setdefault(sc.family, []).append((sc, st))
-    costs = Costs({k: secs / n for k, (n, secs) in verify.items() if n})
+    costs = Costs({k: secs / n for k, (n, secs) in pooled_verify(ours).items() if n})
     for family, pairs in by_family.items():
         fixed = [st for sc, st in pairs if sc.gamma is not None] or [st for _, st in pairs]
         g = guessing(family, fixed, [st for _, st in pairs])
