@@ -58,6 +58,17 @@ class Pair:
         self.costs: dict[tuple, CostTracker] = {}  # measured costs and acceptance, kept across generations
         self.ngram = NGramDrafter()
 
+    @classmethod
+    def from_contexts(cls, target_ctx: Context, draft_ctx: Context | None = None,
+                      options: LoadOptions = LoadOptions()) -> Pair:
+        """A Pair over contexts already made (tests pass fakes); their vocabularies are not checked."""
+        pair = cls.__new__(cls)
+        pair.options, pair.target_ctx, pair.draft_ctx = options, target_ctx, draft_ctx
+        pair.target_model = target_ctx.model
+        pair.draft_model = draft_ctx.model if draft_ctx is not None else None
+        pair.costs, pair.ngram = {}, NGramDrafter()
+        return pair
+
     def decoder(self, config: GenerationConfig) -> SpeculativeDecoder:
         """A controller over this pair; target-only when there is no draft or gamma is 0."""
         kind = self.drafter_kind(config)
