@@ -1,4 +1,6 @@
-"""The controller end to end through real llama.cpp, on SmolLM2-135M (target) and a Q4_0 copy (draft)."""
+"""The controller on fakes (tests/fakes.py): exactness over many seeded samples, the verify batches and
+rollbacks it makes, stop strings, p-min and a full context; then once end to end through real
+llama.cpp on SmolLM2-135M (target) and a Q4_0 copy (draft), marked slow."""
 
 from __future__ import annotations
 
@@ -7,85 +9,136 @@ from collections import Counter
 import pytest
 from scipy.stats import chi2_contingency
 
+import localspec.sampling as rule_mod
 from localspec.costmodel import CostTracker
 from localspec.drafters import ModelDrafter, NGramDrafter
-from localspec.llama import Context, Model
-from localspec.sampling import SamplingParams
-from localspec.speculative import GenerationConfig, GenerationError, SpeculativeDecoder
+from localspec.llama import common_prefix_len
+from localspec.sampling import SamplingParams, sample
+from localspec.session import LoadOptions, Pair, Reply
+from localspec.speculative import GenerationConfig, GenerationError, Piece, SpeculativeDecoder
+
+from fakes import EOS, FakeContext, FakeModel, RecordingContext, fake_contexts
 
 PURE_T1 = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-PROMPT = "My favourite colour is"
+HOT = SamplingParams(temperature=1.6, top_k=0, top_p=1.0, min_p=0.0)
+FILTERED = SamplingParams(temperature=1.0, top_k=20, top_p=0.9, min_p=0.02)
+GREEDY = SamplingParams(temperature=0)
+N = 4000  # seeds per side of a distribution test: twice the 2,000 the real-model tests could afford
 
 
-@pytest.fixture(scope="module")
-def target(smol_path):
-    return Model(smol_path)
+def generate(target_ctx, sources, prompt, config) -> tuple[list[int], object]:
+    """Run the controller; return the emitted token ids and the generation's stats."""
+    decoder = SpeculativeDecoder(target_ctx, sources=sources)
+    tokens, stats = [], None
+    for item in decoder.generate(prompt, config):
+        if isinstance(item, Piece):
+            tokens += [item.token] if item.token >= 0 else []
+        else:
+            stats = item.stats
+    return tokens, stats if stats is not None else decoder.stats
 
 
-@pytest.fixture(scope="module")
-def target_ctx(target):
-    return Context(target, n_ctx=256, n_threads=2)
+def model_source(ctx, sampling=GREEDY):
+    return [(ModelDrafter(ctx, sampling), CostTracker())]
 
 
-@pytest.fixture(scope="module")
-def draft_ctx(smol_q4_0):
-    return Context(Model(smol_q4_0), n_ctx=256, n_threads=2)
+def stream(pair: Pair, prompt, config) -> tuple[list[int], Reply]:
+    """Run a Pair; return the emitted token ids and its Reply."""
+    items = list(pair.stream(prompt, config))
+    return [p.token for p in items[:-1] if p.token >= 0], items[-1]
 
 
-@pytest.fixture(scope="module")
-def self_draft_ctx(target):
-    """A second context over the target's own weights: a draft that is the target."""
-    return Context(target, n_ctx=256, n_threads=2)
+@pytest.fixture
+def contexts():
+    """A fake target context and a correlated draft context."""
+    return fake_contexts(n_ctx=256)
 
 
-def run(target_ctx, drafter, prompt, config):
-    """Generate; return (emitted token ids, stats)."""
-    decoder = SpeculativeDecoder(target_ctx, drafter)
-    tokens = [p.token for p in decoder.generate(prompt, config) if p.token >= 0]
-    return tokens, decoder.stats
+def tokenize(ctx, text):
+    return ctx.model.tokenize(text)
 
 
-def test_greedy_self_draft_accepts_every_draft(target, target_ctx, self_draft_ctx):
+# --- greedy: token identity ------------------------------------------------------------------------
+def test_greedy_self_draft_accepts_every_draft():
     # The draft is the target itself, so at T=0 every guess is the target's own argmax.
-    prompt = target.tokenize("def fibonacci(n):", True)
-    cfg = GenerationConfig(max_tokens=40, gamma=4, sampling=SamplingParams(temperature=0))
-    _, stats = run(target_ctx, ModelDrafter(self_draft_ctx, cfg.sampling), prompt, cfg)
-    assert stats.drafted > 20
-    assert stats.accepted == stats.drafted
+    model = FakeModel()
+    target, draft = FakeContext(model), FakeContext(model)
+    _, stats = generate(target, model_source(draft), tokenize(target, "def fibonacci(n):"),
+                        GenerationConfig(max_tokens=40, gamma=4, sampling=GREEDY))
+    assert stats.drafted > 20 and stats.accepted == stats.drafted
 
 
-def test_greedy_speculative_equals_target_only(target, target_ctx, draft_ctx):
-    # Token identity with plain decoding, for several draft lengths.
-    prompt = target.tokenize("Here is a short story about a robot:", True)
-    greedy = SamplingParams(temperature=0)
-    baseline, base_stats = run(target_ctx, None, prompt, GenerationConfig(48, 0, greedy))
-    assert base_stats.drafted == 0 and len(baseline) == 48
-    for gamma in (1, 3, 6):
-        cfg = GenerationConfig(48, gamma, greedy)
-        spec, stats = run(target_ctx, ModelDrafter(draft_ctx, greedy), prompt, cfg)
-        assert spec == baseline, f"gamma={gamma}"
-        assert stats.drafted > 0 and stats.steps < 48
+@pytest.mark.parametrize("gamma", [1, 3, 6, 8])
+def test_greedy_speculative_equals_target_only(contexts, gamma):
+    target, draft = contexts
+    prompt = tokenize(target, "Here is a short story about a robot:")
+    baseline, base_stats = generate(target, [], prompt, GenerationConfig(64, 0, GREEDY))
+    assert base_stats.drafted == 0 and len(baseline) == 64
+    spec, stats = generate(target, model_source(draft), prompt, GenerationConfig(64, gamma, GREEDY))
+    assert spec == baseline
+    assert 0 < stats.accepted < stats.drafted and stats.steps < 64  # some drafts rejected, some kept
 
 
-def first_two(target_ctx, drafter, prompt, sampling, gamma, seeds, costs=None):
-    """The first two emitted tokens (EOS as -1) for each seed, and how many tokens were drafted."""
+@pytest.mark.parametrize("drafter", ["model", "ngram", "hybrid"])
+@pytest.mark.parametrize("gamma", [None, 4])
+def test_every_drafter_kind_keeps_greedy_output(drafter, gamma):
+    # Through a Pair, as the CLI and server run it: auto or fixed γ, p-min as the config implies.
+    pair = Pair.from_contexts(*fake_contexts(n_ctx=512), LoadOptions(n_ctx=512))
+    prompt = tokenize(pair.target_ctx, "red, blue, green, red, blue, green, red, blue, green, red,")
+    baseline, _ = stream(pair, prompt, GenerationConfig(96, 0, GREEDY))
+    for _ in range(2):  # the second run starts from measured costs and warm caches
+        spec, reply = stream(pair, prompt, GenerationConfig(96, gamma, GREEDY, drafter=drafter))
+        assert spec == baseline and reply.finish_reason == "length"
+        assert reply.stats.drafter == {"hybrid": "ngram+model"}.get(drafter, drafter)
+
+
+# --- the verify batches and rollbacks ----------------------------------------------------------------
+def test_each_step_is_one_verify_batch_then_a_rollback_to_the_accepted():
+    target, draft = fake_contexts(n_ctx=256, context=RecordingContext)
+    prompt = tokenize(target, "The cat sat on the mat.")
+    emitted, stats = generate(target, model_source(draft, PURE_T1), prompt, GenerationConfig(40, 4, PURE_T1, seed=5))
+    assert target.calls[0] == ("decode", 0, prompt[:-1], "none")  # the prompt but its last token, no logits
+    steps = []  # per step: [the verify batch, how many of it the cache kept]
+    for call in target.calls[1:]:
+        if call[0] == "decode":  # [pending, d_1 .. d_k] at the end of the cache, logits for every row
+            _, start, batch, logits = call
+            assert start == len(prompt) - 1 + sum(kept for _, kept in steps) and logits == "all"
+            assert 1 <= len(batch) <= 5
+            steps.append([batch, len(batch)])
+        else:  # a rejection: cut back to pending + the accepted drafts
+            batch, kept = steps[-1]
+            assert 1 <= call[1] - start < kept
+            steps[-1][1] = call[1] - start
+    assert len(steps) == stats.steps and sum(kept - 1 for _, kept in steps) == stats.accepted < stats.drafted
+    # What the cache kept, step after step, is the text: the prompt and every emitted token but the last.
+    kept_tokens = [t for batch, kept in steps for t in batch[:kept]]
+    assert prompt[:-1] + kept_tokens == target.tokens == (prompt + emitted)[:-1]
+
+
+def test_the_draft_catches_up_on_the_context_before_each_proposal():
+    target, draft = fake_contexts(n_ctx=256, context=RecordingContext)
+    prompt = tokenize(target, "The cat sat on the mat.")
+    emitted, _ = generate(target, model_source(draft, PURE_T1), prompt, GenerationConfig(30, 3, PURE_T1, seed=2))
+    assert draft.calls[0] == ("decode", 0, prompt[:-1], "none")  # prefilled with the prompt
+    assert all(c[3] == "last" for c in draft.calls[1:] if c[0] == "decode")  # it reads only its last row
+    # Its cache is the text so far, plus at most γ - 1 guesses of its last proposal (the last guess is
+    # never decoded).
+    shared = common_prefix_len(draft.tokens, prompt + emitted)
+    assert shared >= len(prompt) - 1 and len(draft.tokens) - shared <= 2
+
+
+# --- sampled: the distribution is the target's --------------------------------------------------------
+def first_two(target_ctx, sources, prompt, sampling, gamma, seeds):
+    """The first two emitted tokens (EOS as -1) for each seed, and how many tokens were drafted.
+    sources: a function returning fresh (drafter, tracker) pairs per seed, or None for plain decoding."""
     out, drafted = [], 0
     for seed in seeds:
-        cfg = GenerationConfig(max_tokens=max(2, (gamma or 3) + 1), gamma=gamma, sampling=sampling, seed=seed)
-        decoder = SpeculativeDecoder(target_ctx, drafter, costs() if costs else None)
-        tokens = [p.token for p in decoder.generate(prompt, cfg) if p.token >= 0]
-        drafted += decoder.stats.drafted
+        cfg = GenerationConfig(max_tokens=max(2, (gamma or 3) + 1), gamma=gamma, sampling=sampling, seed=seed,
+                               p_min=0.0 if gamma else None)
+        tokens, stats = generate(target_ctx, sources() if sources else [], prompt, cfg)
+        drafted += stats.drafted
         out.append(tuple((tokens + [-1, -1])[:2]))
-    return out if costs is None else (out, drafted)
-
-
-def eager_costs() -> CostTracker:
-    """A cost tracker that has seen a cheap draft and a flat verify: auto mode drafts 1..8 tokens,
-    changing its choice as the run's own acceptance comes in."""
-    t = CostTracker(gamma_max=8)
-    for k in (1, 3, 5, 9):
-        t.record(k - 1, 0 if k == 1 else 1, draft_s=0.0005 * (k - 1), verify_s=0.010, overhead_s=0.0)
-    return t
+    return out, drafted
 
 
 def same_distribution_pvalue(a, b) -> float:
@@ -100,121 +153,191 @@ def same_distribution_pvalue(a, b) -> float:
     return chi2_contingency(rows)[1]
 
 
+@pytest.fixture(scope="module")
+def plain_t1():
+    """Target-only first two tokens over N seeds at T=1: the reference every test below compares with."""
+    target, _ = fake_contexts()
+    prompt = tokenize(target, "My favourite colour is")
+    samples, _ = first_two(target, None, prompt, PURE_T1, 0, range(N))
+    assert len(set(samples)) > 100  # a spread-out distribution, not a near-certain continuation
+    return prompt, samples
+
+
+def eager_costs() -> CostTracker:
+    """A cost tracker that has seen a cheap draft and a flat verify: auto mode drafts 1..8 tokens,
+    changing its choice as the run's own acceptance comes in."""
+    t = CostTracker()
+    for k in (1, 3, 5, 9):
+        t.record(k - 1, 0 if k == 1 else 1, draft_s=0.0005 * (k - 1), verify_s=0.010, overhead_s=0.0)
+    return t
+
+
 @pytest.mark.parametrize("sampling, draft_sampling", [
     # A draft sampled hotter than the target: q far from p, many rejections and residual samples.
-    (PURE_T1, SamplingParams(temperature=1.6, top_k=0, top_p=1.0, min_p=0.0)),
+    (PURE_T1, HOT),
     # Filtered p and q (top-k, top-p, min-p as llama.cpp applies them).
-    (SamplingParams(temperature=1.0, top_k=20, top_p=0.9, min_p=0.02),
-     SamplingParams(temperature=1.0, top_k=20, top_p=0.9, min_p=0.02)),
+    (FILTERED, FILTERED),
 ], ids=["T1-hot-draft", "T1-filtered"])
-def test_speculative_sampling_matches_target_only(target, target_ctx, draft_ctx, sampling, draft_sampling):
-    # Joint distribution of the first two tokens over 2,000 seeds each, speculative (gamma 2) vs
-    # target-only: the p/q rule must leave the target's distribution unchanged.
-    prompt = target.tokenize(PROMPT, True)
-    n = 2000
-    plain = first_two(target_ctx, None, prompt, sampling, 0, range(n))
-    spec = first_two(target_ctx, ModelDrafter(draft_ctx, draft_sampling), prompt, sampling, 2, range(n, 2 * n))
-    assert len(set(plain)) > 20  # a spread-out distribution, not a near-certain continuation
+def test_speculative_sampling_matches_target_only(plain_t1, sampling, draft_sampling):
+    # Joint distribution of the first two tokens over N seeds each, speculative (γ 2) vs target-only:
+    # the p/q rule must leave the target's distribution unchanged.
+    target, draft = fake_contexts()
+    prompt, plain = plain_t1
+    if sampling is not PURE_T1:
+        plain, _ = first_two(target, None, prompt, sampling, 0, range(N))
+    spec, drafted = first_two(target, lambda: model_source(draft, draft_sampling), prompt, sampling, 2,
+                              range(N, 2 * N))
+    assert drafted >= 2 * N  # every run drafted on its first step
     assert same_distribution_pvalue(plain, spec) > 1e-3
 
 
-def test_auto_gamma_and_auto_p_min_keep_the_distribution(target, target_ctx, draft_ctx):
+def test_auto_gamma_and_auto_p_min_keep_the_distribution(plain_t1):
     # Auto mode only changes how many tokens are drafted each step, never the rule; so does p-min
     # auto, which stops a draft from the draft's confidence and past steps' costs, never the target's.
-    prompt = target.tokenize(PROMPT, True)
-    hot = SamplingParams(temperature=1.6, top_k=0, top_p=1.0, min_p=0.0)
-    plain = first_two(target_ctx, None, prompt, PURE_T1, 0, range(2000))
-    spec, drafted = first_two(target_ctx, ModelDrafter(draft_ctx, hot, p_min=None), prompt, PURE_T1, None,
-                              range(2000, 4000), costs=eager_costs)
-    assert drafted > 2000  # it did speculate
+    target, draft = fake_contexts()
+    prompt, plain = plain_t1
+    drafter = ModelDrafter(draft, HOT)
+    if hasattr(drafter, "p_min"):  # before the planner (spec round 2): p-min auto was the drafter's
+        drafter = ModelDrafter(draft, HOT, p_min=None)
+    spec, drafted = first_two(target, lambda: [(drafter, eager_costs())], prompt, PURE_T1, None, range(N, 2 * N))
+    assert drafted > N  # it did speculate
     assert same_distribution_pvalue(plain, spec) > 1e-3
 
 
-def test_ngram_proposals_keep_the_distribution(target, target_ctx):
+def test_ngram_proposals_keep_the_distribution():
     # One-hot q from prompt lookup: accept with probability p(x), else sample p without x.
-    prompt = target.tokenize("red, blue, green, red, blue, green, red, blue, green, red,", True)
-    plain = first_two(target_ctx, None, prompt, PURE_T1, 0, range(2000))
-    spec, drafted = first_two(target_ctx, NGramDrafter(), prompt, PURE_T1, 3, range(2000, 4000),
-                              costs=CostTracker)
-    assert drafted > 2000
+    target, _ = fake_contexts()
+    prompt = tokenize(target, "red, blue, green, red, blue, green, red, blue, green, red,")
+    plain, _ = first_two(target, None, prompt, PURE_T1, 0, range(N))
+    spec, drafted = first_two(target, lambda: [(NGramDrafter(), CostTracker())], prompt, PURE_T1, 3,
+                              range(N, 2 * N))
+    assert drafted > N
     assert same_distribution_pvalue(plain, spec) > 1e-3
 
 
-def test_distribution_test_has_power(target, target_ctx, draft_ctx, monkeypatch):
-    # A broken rule that accepts every draft outputs the draft's (hotter) distribution: the same
-    # test must reject it, or the test above proves nothing.
+def broken_accept_all(ids, q, p, rng):
+    """Accepts every draft and repeats the last as the bonus: outputs the draft's distribution."""
+    return list(ids) + [ids[-1]], len(ids)
+
+
+@pytest.mark.parametrize("break_rule", ["accept-all", "resample-from-p"])
+def test_distribution_test_has_power(plain_t1, monkeypatch, break_rule):
+    # The same test must reject a broken rule, or the tests above prove nothing: one that accepts
+    # every draft (outputs the hotter draft's distribution), and a subtle one that, after a rejection,
+    # samples p again instead of the residual norm(max(0, p - q)).
     import localspec.speculative as spec_mod
 
-    prompt = target.tokenize(PROMPT, True)
-    hot = SamplingParams(temperature=1.6, top_k=0, top_p=1.0, min_p=0.0)
-    plain = first_two(target_ctx, None, prompt, PURE_T1, 0, range(1000))  # before the rule is broken
-    monkeypatch.setattr(spec_mod, "accept_drafts", lambda ids, q, p, rng: (list(ids) + [ids[-1]], len(ids)))
-    broken = first_two(target_ctx, ModelDrafter(draft_ctx, hot), prompt, PURE_T1, 2, range(1000, 2000))
-    assert same_distribution_pvalue(plain, broken) < 1e-3
+    target, draft = fake_contexts()
+    prompt, plain = plain_t1
+    if break_rule == "accept-all":
+        monkeypatch.setattr(spec_mod, "accept_drafts", broken_accept_all)
+    else:
+        monkeypatch.setattr(rule_mod, "_sample_residual", lambda p, q, rng: sample(p, rng))
+    broken, _ = first_two(target, lambda: model_source(draft, HOT), prompt, PURE_T1, 2, range(N, 2 * N))
+    assert same_distribution_pvalue(plain, broken) < 1e-6
 
 
-def test_seeded_runs_are_reproducible(target, target_ctx, draft_ctx):
-    prompt = target.tokenize(PROMPT, True)
-    cfg = GenerationConfig(max_tokens=24, gamma=4, sampling=PURE_T1, seed=123)
-    a, _ = run(target_ctx, ModelDrafter(draft_ctx, PURE_T1), prompt, cfg)
-    b, _ = run(target_ctx, ModelDrafter(draft_ctx, PURE_T1), prompt, cfg)
-    assert a == b and len(a) > 0
+def test_seeded_runs_are_reproducible(contexts):
+    target, draft = contexts
+    prompt = tokenize(target, "My favourite colour is")
+    config = GenerationConfig(max_tokens=24, gamma=4, sampling=PURE_T1, seed=123)
+    a, _ = generate(target, model_source(draft, PURE_T1), prompt, config)
+    b, _ = generate(target, model_source(draft, PURE_T1), prompt, config)
+    c, _ = generate(target, model_source(draft, PURE_T1), prompt, GenerationConfig(24, 4, PURE_T1, seed=124))
+    assert a == b and len(a) == 24 and c != a
 
 
-def test_full_context_finishes_with_length(target, draft_ctx):
+# --- ends: length, context, stop strings, EOS --------------------------------------------------------
+def test_full_context_finishes_with_length():
     # A context of 40 tokens fills up long before max_tokens: a clean finish, never a crash.
-    ctx = Context(target, n_ctx=40, n_threads=2)
-    prompt = target.tokenize("Count: 1 2 3 4 5 6 7 8", True)
-    cfg = GenerationConfig(max_tokens=500, gamma=4, sampling=SamplingParams(temperature=0))
-    tokens, stats = run(ctx, ModelDrafter(draft_ctx, cfg.sampling), prompt, cfg)
+    target, draft = fake_contexts(n_ctx=40)
+    prompt = tokenize(target, "Count: 1 2 3 4 5 6 7 8")
+    tokens, stats = generate(target, model_source(draft), prompt, GenerationConfig(500, 4, GREEDY))
     assert stats.finish_reason == "length"
-    assert len(prompt) + len(tokens) == ctx.n_ctx + 1  # the last token is emitted, never evaluated
+    assert len(prompt) + len(tokens) == target.n_ctx + 1  # the last token is emitted, never evaluated
 
 
-def test_prompt_longer_than_context_is_refused(target):
-    ctx = Context(target, n_ctx=32, n_threads=2)
-    prompt = target.tokenize("word " * 50, True)
-    with pytest.raises(GenerationError, match=r"prompt has \d+ tokens but the context holds 32"):
-        list(SpeculativeDecoder(ctx).generate(prompt, GenerationConfig()))
+def test_prompt_longer_than_context_is_refused():
+    target, _ = fake_contexts(n_ctx=32)
+    prompt = tokenize(target, "word " * 10)
+    with pytest.raises(GenerationError, match=r"\d+ tokens but the context holds 32"):
+        generate(target, [], prompt, GenerationConfig())
+    with pytest.raises(GenerationError, match="empty"):
+        generate(target, [], [], GenerationConfig())
 
 
-def test_stop_strings_and_stats(target, target_ctx, draft_ctx):
-    prompt = target.tokenize("1, 2, 3, 4,", True)
-    greedy = SamplingParams(temperature=0)
-    full, _ = run(target_ctx, None, prompt, GenerationConfig(30, 0, greedy))
-    text = target.detokenize(full)
+def test_eos_ends_the_generation_and_is_not_printed():
+    model = FakeModel(reply_len=10)
+    target = FakeContext(model)
+    prompt = model.tokenize("Hi")  # BOS, then 2 tokens of a reply
+    tokens, stats = generate(target, model_source(FakeContext(model)), prompt, GenerationConfig(50, 4, GREEDY))
+    assert len(tokens) == 10 - 2 and EOS not in tokens and stats.finish_reason == "stop"
+
+
+def test_stop_strings_and_stats(contexts):
+    target, draft = contexts
+    prompt = tokenize(target, "1, 2, 3, 4,")
+    full, _ = generate(target, [], prompt, GenerationConfig(30, 0, GREEDY))
+    text = target.model.detokenize(full)
     stop = text[5:8]
-    decoder = SpeculativeDecoder(target_ctx, ModelDrafter(draft_ctx, greedy))
-    out = "".join(p.text for p in decoder.generate(prompt, GenerationConfig(30, 4, greedy, stop=(stop,))))
-    assert out == text[: text.index(stop)]
-    assert decoder.stats.finish_reason == "stop"
-    s = decoder.stats
-    assert s.steps >= 1 and s.mean_accepted_length == 1 + s.accepted / s.steps
-    assert sum(s.drafted_at) == s.drafted and sum(s.accepted_at) == s.accepted
+    decoder = SpeculativeDecoder(target, sources=model_source(draft))
+    items = list(decoder.generate(prompt, GenerationConfig(30, 4, GREEDY, stop=(stop,))))
+    stats = items[-1].stats if not isinstance(items[-1], Piece) else decoder.stats
+    assert "".join(p.text for p in items if isinstance(p, Piece)) == text[: text.index(stop)]
+    assert stats.finish_reason == "stop"
+    assert stats.steps >= 1 and stats.mean_accepted_length == 1 + stats.accepted / stats.steps
+    assert sum(stats.drafted_at) == stats.drafted and sum(stats.accepted_at) == stats.accepted
 
 
-def test_p_min_stops_doubtful_drafts_and_keeps_greedy_output(target, target_ctx, draft_ctx):
-    # p-min 0.9: the draft stops where it is less than 90% sure of its guess (llama.cpp's p-min), so it
-    # drafts fewer than gamma tokens on some steps, and accepts a larger share; the text is unchanged.
-    prompt = target.tokenize("Here is a short story about a robot:", True)
-    greedy = SamplingParams(temperature=0)
-    baseline, _ = run(target_ctx, None, prompt, GenerationConfig(48, 0, greedy))
-    free, free_stats = run(target_ctx, ModelDrafter(draft_ctx, greedy), prompt, GenerationConfig(48, 4, greedy))
-    cautious, stats = run(target_ctx, ModelDrafter(draft_ctx, greedy, p_min=0.9), prompt,
-                          GenerationConfig(48, 4, greedy))
+def test_p_min_stops_doubtful_drafts_and_keeps_greedy_output():
+    # p-min 0.4: the draft stops where it is less than 40% sure of its guess (llama.cpp's p-min), so it
+    # drafts fewer than γ tokens on some steps, and accepts a larger share; the text is unchanged.
+    pair = Pair.from_contexts(*fake_contexts(n_ctx=256, noise=0.8))
+    prompt = tokenize(pair.target_ctx, "Here is a short story about a robot:")
+    baseline, _ = stream(pair, prompt, GenerationConfig(48, 0, GREEDY))
+    free, free_reply = stream(pair, prompt, GenerationConfig(48, 4, GREEDY, drafter="model", p_min=0.0))
+    cautious, reply = stream(pair, prompt, GenerationConfig(48, 4, GREEDY, drafter="model", p_min=0.4))
     assert free == cautious == baseline
-    assert stats.drafted < 4 * stats.steps
-    assert stats.alpha > free_stats.alpha
-    # p-min auto (None): each step's stop comes from the tracker's measured costs; the text is unchanged.
-    costs = CostTracker(gamma_max=4)
+    assert free_reply.stats.drafted >= 4 * (free_reply.stats.steps - 1)  # all but the last step, cut by -n
+    assert reply.stats.drafted < 4 * reply.stats.steps
+    assert reply.stats.alpha > free_reply.stats.alpha
+    # p-min auto (with auto γ): each step's stop comes from measured costs; the text is unchanged.
     for _ in range(2):
-        auto, auto_stats = run_with(target_ctx, ModelDrafter(draft_ctx, greedy, p_min=None), costs, prompt,
-                                    GenerationConfig(48, 4, greedy, p_min=None))
+        auto, _ = stream(pair, prompt, GenerationConfig(48, None, GREEDY, drafter="model", p_min=None))
         assert auto == baseline
-    assert sum(costs.conf_judged) > 0  # the confidences of judged drafts were recorded
 
 
-def run_with(target_ctx, drafter, costs, prompt, config):
-    decoder = SpeculativeDecoder(target_ctx, drafter, costs)
-    tokens = [p.token for p in decoder.generate(prompt, config) if p.token >= 0]
-    return tokens, decoder.stats
+# --- once through real llama.cpp -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smol(smol_path, smol_q4_0):
+    """SmolLM2-135M as target and its Q4_0 copy as draft, loaded once for the module."""
+    from localspec.llama import Context, Model
+
+    target = Model(smol_path)
+    return target, Context(target, n_ctx=256, n_threads=2), Context(Model(smol_q4_0), n_ctx=256, n_threads=2)
+
+
+@pytest.mark.slow
+def test_real_greedy_speculative_equals_target_only(smol):
+    # Token identity with plain decoding on a real model, for several draft lengths.
+    model, target_ctx, draft_ctx = smol
+    prompt = model.tokenize("Here is a short story about a robot:", True)
+    baseline, base_stats = generate(target_ctx, [], prompt, GenerationConfig(48, 0, GREEDY))
+    assert base_stats.drafted == 0 and len(baseline) == 48
+    for gamma in (1, 3, 6):
+        spec, stats = generate(target_ctx, model_source(draft_ctx), prompt, GenerationConfig(48, gamma, GREEDY))
+        assert spec == baseline, f"gamma={gamma}"
+        assert stats.drafted > 0 and stats.steps < 48
+
+
+@pytest.mark.slow
+def test_real_speculative_sampling_matches_target_only(smol):
+    # The p/q rule over real llama.cpp logits (batched verify rows, a Q4_0 draft sampled hotter):
+    # 1,000 seeds a side, where the fake tests above take N.
+    model, target_ctx, draft_ctx = smol
+    prompt = model.tokenize("My favourite colour is", True)
+    plain, _ = first_two(target_ctx, None, prompt, PURE_T1, 0, range(1000))
+    spec, drafted = first_two(target_ctx, lambda: model_source(draft_ctx, HOT), prompt, PURE_T1, 2,
+                              range(1000, 2000))
+    assert len(set(plain)) > 20 and drafted == 2000
+    assert same_distribution_pvalue(plain, spec) > 1e-3

@@ -92,15 +92,13 @@ def test_auto_drafts_a_long_copy_whole_from_ngram_but_caps_model_drafts():
         assert decoder._plan(tokens, config) == (0, cap)
 
 
-def test_a_pair_caps_each_drafter_as_the_config_says(smol_path, smol_q4_0):
-    from localspec.session import LoadOptions, Pair
+def test_a_pair_caps_each_drafter_as_the_config_says():
+    from fakes import fake_pair
+
     from localspec.speculative import GenerationConfig
 
-    pair = Pair(smol_path, smol_q4_0, LoadOptions(n_ctx=256, threads=2))
-    try:
-        caps = [(d.name, c.gamma_max) for d, c in pair.decoder(GenerationConfig(gamma_max=5, ngram_gamma_max=12)).sources]
-        assert caps == [("ngram", 12), ("model", 5)]
-        caps = [(d.name, c.gamma_max) for d, c in pair.decoder(GenerationConfig()).sources]
-        assert caps == [("ngram", 16), ("model", 8)]  # kept trackers follow a changed config
-    finally:
-        pair.close()
+    pair = fake_pair(n_ctx=256)
+    caps = [(d.name, c.gamma_max) for d, c in pair.decoder(GenerationConfig(gamma_max=5, ngram_gamma_max=12)).sources]
+    assert caps == [("ngram", 12), ("model", 5)]
+    caps = [(d.name, c.gamma_max) for d, c in pair.decoder(GenerationConfig()).sources]
+    assert caps == [("ngram", 16), ("model", 8)]  # kept trackers follow a changed config
