@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated model store, the tiny SmolLM2 models, and the real pair."""
+"""Shared fixtures: an isolated model store, the tiny SmolLM2 models, the real pair, and `localspec`
+commands on fakes (tests/fakes.py)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,35 @@ def real_pair(real_store) -> dict[str, Path]:
         }
     finally:
         mp.undo()
+
+
+class FakeFiles:
+    """Model files that `localspec` commands load as fakes (see the fake_cli fixture)."""
+
+    def __init__(self, folder: Path):
+        self.target, self.draft = folder / "fake-instruct.gguf", folder / "fake-draft.gguf"
+        for path in (self.target, self.draft):
+            path.write_bytes(b"GGUF")  # resolve_model only needs a file
+        self.reply_len: int | None = None  # the fakes' reply length (None: replies never end)
+        self.loaded: list = []             # the Pairs the commands loaded, in order
+
+    def load(self, target: Path, draft: Path | None, options):
+        """Stands in for Pair(target, draft, options): fake contexts of options.n_ctx tokens."""
+        from fakes import FakeContext, FakeModel
+
+        from localspec.session import Pair
+
+        target_ctx = FakeContext(FakeModel(target, reply_len=self.reply_len), options.n_ctx)
+        draft_ctx = FakeContext(FakeModel(draft, noise=0.3, reply_len=self.reply_len), options.n_ctx) if draft else None
+        self.loaded.append(Pair.from_contexts(target_ctx, draft_ctx, options))
+        return self.loaded[-1]
+
+
+@pytest.fixture
+def fake_cli(tmp_path, monkeypatch) -> FakeFiles:
+    """`localspec` commands, run in-process with click's CliRunner, load fakes instead of llama.cpp."""
+    import localspec.cli
+
+    files = FakeFiles(tmp_path)
+    monkeypatch.setattr(localspec.cli, "Pair", files.load)
+    return files

@@ -21,9 +21,10 @@ from localspec.llama import LlamaError, common_prefix_len
 
 CONTROL = ["<s>", "<|im_start|>", "<|im_end|>"]
 BOS, IM_START, EOS = 0, 1, 2  # EOS is <|im_end|>, as in ChatML models
-WORDS = [" the", " and", " is", " of", " to", "ing", "def ", "return", "    ", " Paris", " capital", " France"]
+WORDS = [" the", " and", " is", " of", " to", "ing", "def ", "return", "    ", " Paris", " capital", " France",
+         "system", "user", "assistant"]
 PIECES = CONTROL + [chr(c) for c in range(32, 127)] + ["\n"] + WORDS
-V = len(PIECES)  # 111
+V = len(PIECES)  # 114
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -40,10 +41,10 @@ class FakeModel:
 
     scale: how peaked the rows are (std of a logit); noise: the scale of the seeded noise added to
     every row (0: the target itself; a draft has noise > 0); reply_len: EOS becomes near-certain once
-    that many tokens follow the last control token (a chat reply ends by itself), and is near-impossible
-    before (None: it never ends)."""
+    that many tokens follow the last control token, and is near-impossible before (None: it never
+    ends). In a chat those tokens are the role line, "assistant\n" (2 tokens), then the reply."""
 
-    def __init__(self, path: str | Path = "fake-instruct.gguf", seed: int = 0, scale: float = 2.0,
+    def __init__(self, path: str | Path = "fake-instruct.gguf", seed: int = 0, scale: float = 3.0,
                  noise: float = 0.0, noise_seed: int = 1, reply_len: int | None = None,
                  template: str | None = CHATML):
         self.path = Path(path)
@@ -200,7 +201,7 @@ class RecordingContext(FakeContext):
         super().truncate(n)
 
 
-def fake_contexts(n_ctx: int = 512, draft: bool = True, noise: float = 0.5, reply_len: int | None = None,
+def fake_contexts(n_ctx: int = 512, draft: bool = True, noise: float = 0.3, reply_len: int | None = None,
                   target_path: str | Path = "fake-instruct.gguf", draft_path: str | Path = "fake-draft.gguf",
                   context=FakeContext) -> tuple[FakeContext, FakeContext | None]:
     """A target context and (when draft) a correlated draft context with noise of that scale."""

@@ -1,7 +1,8 @@
 """Conversations: cache reuse across turns, a full context, stopping an answer, and `localspec chat`
-driven as a user drives it (a pseudo-terminal, and a pipe).
+driven as a user drives it (in-process through a pipe, and once as a real program in a pseudo-terminal).
 
-Turn-over-turn equality is checked on F16 targets: llama.cpp's batched and single-token logits agree
+The sessions run on fakes (tests/fakes.py), whose logits depend only on the tokens; with real models
+turn-over-turn equality is checked on F16 targets: llama.cpp's batched and single-token logits agree
 there (see the README), so an answer computed over a reused cache equals one computed from scratch.
 """
 
@@ -13,7 +14,10 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
+from fakes import fake_pair
 
+from localspec.cli import cli
 from localspec.sampling import SamplingParams
 from localspec.session import Chat, LoadOptions, Pair, Reply
 from localspec.speculative import GenerationConfig, GenerationError, Piece
@@ -106,10 +110,23 @@ def check_second_turn_reuse(pair: Pair, config: GenerationConfig, questions: tup
     return first, second
 
 
-def test_second_turn_reuses_both_caches_tiny(smol_pair):
+@pytest.fixture
+def pair():
+    """A fake pair whose replies end by themselves: 20 tokens after the role line."""
+    return fake_pair(n_ctx=1024, reply_len=22)
+
+
+def test_second_turn_reuses_both_caches(pair):
+    _, second = check_second_turn_reuse(pair, GREEDY, ("What is the capital of France?", "And of Italy?"))
+    assert second.stats.generated == 20 and second.stats.accepted > 0
+
+
+@pytest.mark.slow
+def test_second_turn_reuses_both_caches_smollm2(smol_pair):
     check_second_turn_reuse(smol_pair, GREEDY, ("What is the capital of France?", "And of Italy?"))
 
 
+@pytest.mark.slow
 @pytest.mark.realpair
 def test_second_turn_reuses_both_caches_f16_target(real_pair):
     pair = Pair(real_pair["target_f16"], real_pair["draft"], LoadOptions(n_ctx=1024, threads=2))
@@ -122,26 +139,23 @@ def test_second_turn_reuses_both_caches_f16_target(real_pair):
         pair.close()
 
 
-def test_full_context_ends_with_length_and_keeps_the_conversation(smol_f16, smol_q4_0):
-    pair = Pair(smol_f16, smol_q4_0, LoadOptions(n_ctx=128, threads=2))
-    try:
-        chat = Chat(pair, GenerationConfig(max_tokens=1000, gamma=4, sampling=SamplingParams(temperature=0)))
-        text, reply = run(chat.send("Count from 1 to 500, separated by commas."))
-        assert reply.finish_reason == "length" and reply.context_full and reply.n_ctx == 128
-        assert reply.stats.prompt_tokens + reply.stats.generated >= 127 and text
-        assert len(chat.messages) == 2 and chat.messages[1]["content"] == text
-        with pytest.raises(GenerationError, match=r"context holds 128; nothing was dropped"):
-            run(chat.send("Go on."))
-        assert len(chat.messages) == 2  # the refused turn changed nothing
-        chat.reset()
-        _, again = run(chat.send("Hi"))
-        assert again.finish_reason in ("stop", "length")
-    finally:
-        pair.close()
+def test_full_context_ends_with_length_and_keeps_the_conversation():
+    pair = fake_pair(n_ctx=128)  # replies never end
+    chat = Chat(pair, GenerationConfig(max_tokens=1000, gamma=4, sampling=SamplingParams(temperature=0)))
+    text, reply = run(chat.send("Count from 1 to 500, separated by commas."))
+    assert reply.finish_reason == "length" and reply.context_full and reply.n_ctx == 128
+    assert reply.stats.prompt_tokens + reply.stats.generated == 129 and text  # the last token is never evaluated
+    assert len(chat.messages) == 2 and chat.messages[1]["content"] == text
+    with pytest.raises(GenerationError, match=r"context holds 128; nothing was dropped"):
+        run(chat.send("Go on."))
+    assert len(chat.messages) == 2  # the refused turn changed nothing
+    chat.reset()
+    _, again = run(chat.send("Hi"))
+    assert again.finish_reason == "length" and again.reused_target > 0
 
 
-def test_stop_ends_the_answer_within_a_step_and_the_next_turn_works(smol_pair):
-    chat = Chat(smol_pair, GenerationConfig(max_tokens=200, gamma=4, sampling=SamplingParams(temperature=0),
+def test_stop_ends_the_answer_within_a_step_and_the_next_turn_works(pair):
+    chat = Chat(pair, GenerationConfig(max_tokens=200, gamma=4, sampling=SamplingParams(temperature=0),
                                             drafter="model"))
     parts, reply = [], None
     for item in chat.send("Count from 1 to 100, separated by commas."):
@@ -154,25 +168,26 @@ def test_stop_ends_the_answer_within_a_step_and_the_next_turn_works(smol_pair):
     assert 1 <= reply.stats.generated <= 4 + 1  # the step in flight: at most gamma drafts and one more
     assert chat.messages[-1] == {"role": "assistant", "content": "".join(parts)}
     text, nxt = run(chat.send("Thanks. What is 2 + 2?"))
-    assert nxt.finish_reason in ("stop", "length") and text.strip()
+    assert nxt.finish_reason == "stop" and text.strip()
     assert nxt.reused_target > 0
 
 
-def test_closing_the_iterator_keeps_what_was_said(smol_pair):
-    chat = Chat(smol_pair, GREEDY)
+def test_closing_the_iterator_keeps_what_was_said(pair):
+    chat = Chat(pair, GREEDY)
     items = chat.send("Say hello.")
     first = next(items)
     items.close()
     assert chat.messages == [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": first.text}]
 
 
-def test_send_takes_a_message_list_and_save_writes_json(smol_pair, tmp_path):
-    chat = Chat(smol_pair, GREEDY, system="Be brief.")
+def test_send_takes_a_message_list_and_save_writes_json(pair, tmp_path):
+    chat = Chat(pair, GREEDY, system="Be brief.")
     text, reply = run(chat.send([{"role": "user", "content": "Name a colour."}]))
     path = chat.save(tmp_path / "chat.json")
     data = json.loads(path.read_text())
     assert [m["role"] for m in data["messages"]] == ["system", "user", "assistant"]
     assert data["messages"][2]["content"] == text and data["turns"][0]["generated_tokens"] == reply.stats.generated
+    assert data["target"] == "fake-instruct.gguf" and data["draft"] == "fake-draft.gguf"
     with pytest.raises(GenerationError, match="message 0"):
         run(chat.send([{"role": "wizard", "content": "x"}]))
 
@@ -188,6 +203,7 @@ def chat_env(tmp_path, **extra):
     return {**env, "LOCALSPEC_MODELS": str(tmp_path / "models"), "HF_HUB_OFFLINE": "1", **extra}
 
 
+@pytest.mark.slow
 def test_chat_in_a_terminal(smol_f16, smol_q4_0, tmp_path):
     pexpect = pytest.importorskip("pexpect")
     args = chat_args(smol_f16, smol_q4_0, "-n", "300")
@@ -228,24 +244,48 @@ def test_chat_in_a_terminal(smol_f16, smol_q4_0, tmp_path):
     assert child.exitstatus == 0
 
 
-def test_chat_through_a_pipe_has_no_colour_codes(smol_f16, smol_q4_0, tmp_path):
+def chat_in_process(files, script: str, *extra):
+    """`localspec chat` on fakes, its input piped in: (exit code, stdout, stderr)."""
+    args = ["chat", "--target", str(files.target), "--draft", str(files.draft), "--temperature", "0",
+            "--gamma", "4", "--drafter", "model", *extra]
+    result = CliRunner().invoke(cli, args, input=script)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_chat_through_a_pipe_has_no_colour_codes(fake_cli, tmp_path):
+    fake_cli.reply_len = 12
     saved = tmp_path / "talk.json"
     script = f"What is the capital of France?\n/stats\n/save {saved}\n/reset\n/stats\n/bogus\nHello\n"
-    proc = subprocess.run(chat_args(smol_f16, smol_q4_0, "-n", "48", "--show-drafts"), input=script,
-                          capture_output=True, text=True, env=chat_env(tmp_path), timeout=300)
-    assert proc.returncode == 0, proc.stderr  # end of input (no /exit) leaves cleanly
-    assert "\x1b[" not in proc.stdout + proc.stderr
-    assert "Paris" in proc.stdout and "alpha" in proc.stdout and "conversation cleared" in proc.stdout
-    assert "unknown command /bogus" in proc.stdout and "Traceback" not in proc.stderr
-    messages = json.loads(saved.read_text())["messages"]
-    assert [m["role"] for m in messages] == ["user", "assistant"] and "Paris" in messages[1]["content"]
+    code, out, err = chat_in_process(fake_cli, script, "-n", "48", "--show-drafts")
+    assert code == 0, err  # end of input (no /exit) leaves cleanly
+    assert "\x1b[" not in out + err
+    assert "alpha" in out and "conversation cleared" in out and "conversation: 0 messages" in out
+    assert "unknown command /bogus" in out and "Traceback" not in err
+    data = json.loads(saved.read_text())
+    messages, turn = data["messages"], data["turns"][0]
+    assert [m["role"] for m in messages] == ["user", "assistant"] and messages[1]["content"]
+    assert turn["generated_tokens"] == 10 and turn["finish_reason"] == "stop"  # the reply ended by itself
+    assert out.startswith(messages[1]["content"] + "\n")  # the answer streamed to stdout
+    assert fake_cli.loaded[0].target_ctx.closed  # the pair is closed on the way out
 
 
-def test_chat_tells_when_the_context_is_full_and_goes_on(smol_f16, smol_q4_0, tmp_path):
-    args = chat_args(smol_f16, smol_q4_0)  # without -n an answer may fill the context
-    args[args.index("--ctx") + 1] = "128"
-    script = "Count from 1 to 500, separated by commas.\nGo on.\n/stats\n/exit\n"
-    proc = subprocess.run(args, input=script, capture_output=True, text=True, env=chat_env(tmp_path), timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "[context full" in proc.stderr and "context holds 128; nothing was dropped" in proc.stderr
-    assert "conversation: 2 messages" in proc.stdout and "Traceback" not in proc.stderr
+def test_chat_tells_when_the_context_is_full_and_goes_on(fake_cli):
+    # Without -n an answer may fill the context; replies of the fake never end.
+    code, out, err = chat_in_process(fake_cli, "Count from 1 to 500, separated by commas.\nGo on.\n/stats\n/exit\n",
+                                     "--ctx", "128")
+    assert code == 0, err
+    assert "[context full" in err and "context holds 128; nothing was dropped" in err
+    assert "conversation: 2 messages" in out and "Traceback" not in err
+
+
+def test_chat_without_a_template_is_a_one_line_error(fake_cli, monkeypatch):
+    load = fake_cli.load
+
+    def without_template(*args):
+        pair = load(*args)
+        pair.target_model.template = None
+        return pair
+
+    monkeypatch.setattr("localspec.cli.Pair", without_template)
+    code, out, err = chat_in_process(fake_cli, "Hi\n")
+    assert code == 1 and "no chat template" in err and "Traceback" not in err

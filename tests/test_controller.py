@@ -290,15 +290,15 @@ def test_stop_strings_and_stats(contexts):
 
 
 def test_p_min_stops_doubtful_drafts_and_keeps_greedy_output():
-    # p-min 0.4: the draft stops where it is less than 40% sure of its guess (llama.cpp's p-min), so it
+    # p-min 0.5: the draft stops where it is less than 50% sure of its guess (llama.cpp's p-min), so it
     # drafts fewer than γ tokens on some steps, and accepts a larger share; the text is unchanged.
-    pair = Pair.from_contexts(*fake_contexts(n_ctx=256, noise=0.8))
+    pair = Pair.from_contexts(*fake_contexts(n_ctx=256))
     prompt = tokenize(pair.target_ctx, "Here is a short story about a robot:")
     baseline, _ = stream(pair, prompt, GenerationConfig(48, 0, GREEDY))
     free, free_reply = stream(pair, prompt, GenerationConfig(48, 4, GREEDY, drafter="model", p_min=0.0))
-    cautious, reply = stream(pair, prompt, GenerationConfig(48, 4, GREEDY, drafter="model", p_min=0.4))
+    cautious, reply = stream(pair, prompt, GenerationConfig(48, 4, GREEDY, drafter="model", p_min=0.5))
     assert free == cautious == baseline
-    assert free_reply.stats.drafted >= 4 * (free_reply.stats.steps - 1)  # all but the last step, cut by -n
+    assert free_reply.stats.drafted_at[3] >= free_reply.stats.steps - 3  # all 4, but where -n cut the last steps
     assert reply.stats.drafted < 4 * reply.stats.steps
     assert reply.stats.alpha > free_reply.stats.alpha
     # p-min auto (with auto γ): each step's stop comes from measured costs; the text is unchanged.

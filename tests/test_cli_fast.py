@@ -1,0 +1,115 @@
+"""`localspec generate` in-process (click's CliRunner) on fakes: the flags, the output and the errors
+as users see them, in milliseconds. tests/test_cli.py runs it once as a real process on SmolLM2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from localspec.cli import cli
+
+REPEATS = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
+
+
+@pytest.fixture
+def args(fake_cli):
+    return ["--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "--raw", "--ctx", "256"]
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(cli, list(args), input=input)
+
+
+def generate_json(*args) -> dict:
+    result = invoke("generate", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def assert_one_line_error(result, *fragments):
+    """A user mistake: non-zero exit, one 'Error:' line naming the problem, no traceback."""
+    assert result.exit_code != 0, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_generate_json_reports_text_and_stats(args, fake_cli):
+    out = generate_json("def add(a, b):", *args, "--temperature", "0", "-n", "24", "--gamma", "4", "--drafter", "model")
+    stats = out["stats"]
+    assert out["text"] and stats["generated_tokens"] == 24 and stats["finish_reason"] == "length"
+    assert out["target"] == str(fake_cli.target) and out["draft"] == str(fake_cli.draft)
+    assert stats["drafted"] > 0 and 0 <= stats["alpha"] <= 1 and stats["gamma"] == "4"
+    assert stats["mean_accepted_length"] == pytest.approx(1 + stats["accepted"] / stats["steps"])
+    assert set(stats["time_s"]) == {"prefill", "draft", "verify", "controller", "total"}
+    assert fake_cli.loaded[0].target_ctx.n_ctx == 256 and fake_cli.loaded[0].target_ctx.closed
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram", "hybrid", "auto"])
+def test_every_drafter_keeps_the_target_only_text(args, drafter):
+    # At T=0 the speculative text equals the target-only text; a prompt that repeats itself gives the
+    # n-gram lookup something to copy, and p-min 0 lets the draft model guess wherever it is asked.
+    common = [REPEATS, *args, "--temperature", "0", "-n", "48"]
+    spec = generate_json(*common, "--drafter", drafter, "--gamma", "4", "--p-min", "0")
+    plain = generate_json(*common, "--target-only")
+    assert plain["stats"]["drafted"] == 0 and plain["draft"] is None
+    assert spec["text"] == plain["text"] and spec["stats"]["drafted"] > 0
+    by = spec["stats"]["by_drafter"]
+    assert set(by) == {"hybrid": {"ngram", "model"}, "auto": {"ngram", "model"}}.get(drafter, {drafter})
+    assert all(v["drafted"] > 0 for v in by.values())
+
+
+def test_ngram_drafter_without_a_draft_model(fake_cli):
+    common = [REPEATS, "--target", str(fake_cli.target), "--draft", "none", "--raw",
+              "--temperature", "0", "-n", "32"]
+    spec = generate_json(*common, "--drafter", "ngram", "--gamma", "4")
+    plain = generate_json(*common, "--target-only")
+    assert spec["stats"]["drafter"] == "ngram" and spec["stats"]["drafted"] > 0
+    assert spec["text"] == plain["text"] and spec["draft"] is None
+
+
+def test_seeded_sampling_repeats(args):
+    common = ["Once upon a time", *args, "--temperature", "1", "-n", "24", "--gamma", "3"]
+    a, b, c = (generate_json(*common, "--seed", s)["text"] for s in ("7", "7", "8"))
+    assert a == b != c
+
+
+def test_generate_reads_stdin_and_prints_stats(args):
+    result = invoke("generate", *args, "--temperature", "0", "-n", "8", "--stats", input="Once upon a time")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() and "alpha" in result.stderr and "tok/s" in result.stderr
+
+
+def test_chat_template_and_system_prompt(fake_cli):
+    # The fake calls itself instruct and has a template: chat formatting is the default, --raw turns it off.
+    common = ["Hi", "--target", str(fake_cli.target), "--draft", "none", "--temperature", "0", "-n", "4"]
+    chat = generate_json(*common, "--system", "Be brief.")
+    raw = generate_json(*common, "--raw")
+    assert raw["stats"]["prompt_tokens"] == 3  # BOS, "H", "i"
+    # BOS, <|im_start|>system\nBe brief.<|im_end|>\n, <|im_start|>user\nHi<|im_end|>\n, <|im_start|>assistant\n
+    assert chat["stats"]["prompt_tokens"] == 1 + 14 + 7 + 3
+
+
+@pytest.mark.parametrize("flags, fragments", [
+    (["--temperature", "-1"], ["temperature", "-1"]),
+    (["--top-p", "1.5"], ["top_p", "1.5"]),
+    (["--top-p", "0"], ["top_p", "0"]),
+    (["--gamma", "-2"], ["gamma", "-2"]),
+    (["--p-min", "1.5"], ["p_min", "1.5"]),
+    (["-n", "0"], ["max_tokens", "0"]),
+])
+def test_bad_sampling_values(args, flags, fragments):
+    assert_one_line_error(invoke("generate", "hi", *args, *flags), *fragments)
+
+
+def test_prompt_longer_than_context(args):
+    assert_one_line_error(invoke("generate", "word " * 400, *args), "context holds 256", "--ctx")
+
+
+def test_model_drafter_without_a_draft_is_an_error(fake_cli):
+    assert_one_line_error(invoke("generate", "hi", "--target", str(fake_cli.target), "--draft", "none",
+                                 "--drafter", "model"), "--drafter model needs a draft model")
