@@ -32,6 +32,7 @@ def assert_one_line_error(result, *fragments):
         assert fragment in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_generate_json_reports_text_and_stats(smol_args):
     result = invoke("generate", "def add(a, b):", *smol_args, "--temperature", "0", "-n", "24", "--json")
     assert result.exit_code == 0, result.output
@@ -43,6 +44,7 @@ def test_generate_json_reports_text_and_stats(smol_args):
     assert set(stats["time_s"]) == {"prefill", "draft", "verify", "controller", "total"}
 
 
+@pytest.mark.slow
 def test_generate_target_only_matches_speculative_greedy(smol_args):
     # At T=0 the speculative text equals the target-only text (same model, same prompt).
     common = ["generate", "The three primary colours are", *smol_args, "--temperature", "0", "-n", "32", "--json"]
@@ -52,12 +54,14 @@ def test_generate_target_only_matches_speculative_greedy(smol_args):
     assert spec["text"] == plain["text"]
 
 
+@pytest.mark.slow
 def test_generate_reads_stdin_and_prints_stats(smol_args):
     result = invoke("generate", *smol_args, "--temperature", "0", "-n", "8", "--stats", input="Once upon a time")
     assert result.exit_code == 0, result.output
     assert "alpha" in result.output and "tok/s" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, fragments", [
     (["--temperature", "-1"], ["temperature", "-1"]),
     (["--top-p", "1.5"], ["top_p", "1.5"]),
@@ -79,12 +83,14 @@ def test_not_a_gguf_file(tmp_path):
     assert_one_line_error(invoke("generate", "hi", "--target", str(bogus), "--draft", "none"), "Not a GGUF file")
 
 
+@pytest.mark.slow
 def test_truncated_gguf(tmp_path, smol_path):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(smol_path.read_bytes()[: 5_000_000])
     assert_one_line_error(invoke("generate", "hi", "--target", str(cut), "--draft", "none"), "truncated or corrupt")
 
 
+@pytest.mark.slow
 def test_prompt_longer_than_context(smol_args):
     result = invoke("generate", "word " * 400, *smol_args)
     assert_one_line_error(result, "context holds 256", "--ctx")
@@ -94,11 +100,13 @@ def test_unknown_model_name():
     assert_one_line_error(invoke("generate", "hi", "--target", "no-such-model"), "no-such-model", "Known models")
 
 
+@pytest.mark.slow
 def test_models_check_compatible(smol_path, smol_q4_0):
     result = invoke("models", "check", str(smol_path), str(smol_q4_0))
     assert result.exit_code == 0 and "compatible" in result.output
 
 
+@pytest.mark.slow
 def test_real_subprocess(smol_path, smol_q4_0, tmp_path):
     # `python -m localspec` as a user runs it: streams text to stdout, stats to stderr.
     env = {**os.environ, "LOCALSPEC_MODELS": str(tmp_path)}
@@ -113,6 +121,7 @@ def test_real_subprocess(smol_path, smol_q4_0, tmp_path):
     assert bad.returncode == 1 and "Model file not found" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_ngram_drafter_without_a_draft_model(smol_path):
     # One GGUF only: the n-gram drafter speculates from the context; greedy output is unchanged.
     common = ["generate", "1 2 3 4 5 1 2 3 4 5 1 2 3", "--target", str(smol_path), "--draft", "none", "--raw",
@@ -123,11 +132,13 @@ def test_ngram_drafter_without_a_draft_model(smol_path):
     assert spec["text"] == plain["text"]
 
 
+@pytest.mark.slow
 def test_model_drafter_without_a_draft_is_an_error(smol_path):
     assert_one_line_error(invoke("generate", "hi", "--target", str(smol_path), "--draft", "none",
                                  "--drafter", "model"), "--drafter model needs a draft model")
 
 
+@pytest.mark.slow
 def test_hybrid_uses_both_drafters_and_keeps_greedy_output(smol_args):
     # A prompt that repeats itself: prompt lookup guesses where it can, the draft model elsewhere.
     prompt = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"

@@ -32,6 +32,7 @@ def test_common_prefix_len_matches_a_plain_scan():
         assert common_prefix_len(a, b) == scan(a, b) == common_prefix_len(tuple(b), a)
 
 
+@pytest.mark.slow
 def test_tokenize_follows_the_models_bos_rule(model):
     with_special = model.tokenize("Hello world", add_special=True)
     plain = model.tokenize("Hello world", add_special=False)
@@ -39,6 +40,7 @@ def test_tokenize_follows_the_models_bos_rule(model):
     assert model.detokenize(plain) == "Hello world"
 
 
+@pytest.mark.slow
 def test_multibyte_text_split_across_tokens_prints_once_complete(model):
     text = "naïve café — 日本語 🙂🚀 done"
     tokens = model.tokenize(text, add_special=False)
@@ -57,6 +59,7 @@ def _incomplete_utf8(data: bytes) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_logits_rows_are_views_and_rollback_recomputes_the_same(model, ctx):
     prompt = model.tokenize("The capital of France is", add_special=True)
     ctx.truncate(0)
@@ -74,6 +77,7 @@ def test_logits_rows_are_views_and_rollback_recomputes_the_same(model, ctx):
         np.testing.assert_array_equal(ctx.logits(i), first[i])
 
 
+@pytest.mark.slow
 def test_decode_only_the_rows_asked_for(model, ctx):
     ctx.truncate(0)
     ctx.decode(model.tokenize("one two three", add_special=True), logits="last")
@@ -83,6 +87,7 @@ def test_decode_only_the_rows_asked_for(model, ctx):
     assert np.isfinite(last).all()
 
 
+@pytest.mark.slow
 def test_reuse_prefix_keeps_only_the_shared_tokens(model, ctx):
     a = model.tokenize("def add(a, b): return a + b", add_special=True)
     ctx.truncate(0)

@@ -19,7 +19,7 @@ from localspec.llama import Context, Model
 from localspec.sampling import SamplingParams
 from localspec.speculative import GenerationConfig, SpeculativeDecoder
 
-pytestmark = pytest.mark.realpair
+pytestmark = [pytest.mark.realpair, pytest.mark.slow]
 GREEDY = SamplingParams(temperature=0)
 N_TOKENS = 64
 GAMMAS = (1, 4, 8)

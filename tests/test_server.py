@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+pytestmark = pytest.mark.slow  # one real `localspec serve` process; tests/test_server_fast.py runs in-process
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 

@@ -1,0 +1,179 @@
+"""The HTTP API in-process (Starlette's TestClient, driven by the official `openai` client and raw
+requests) over a Pair of fakes: shapes, streaming, errors and keys in milliseconds. tests/test_server.py
+runs `localspec serve` once as a real process on SmolLM2 (concurrency, a dropped stream, the queue)."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import fake_pair
+
+from localspec.sampling import SamplingParams
+from localspec.server import create_app
+from localspec.speculative import GenerationConfig
+
+openai = pytest.importorskip("openai")
+from fastapi.testclient import TestClient  # noqa: E402  (after the skip: needs httpx)
+
+KEY = "test-key-7f3a"
+MODEL = "fake-instruct"
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+COUNT = "1, 2, 3, 4, 5, 6, 7, 8,"
+# As tests/test_server.py serves: every request drafts 4 tokens from the draft model.
+DEFAULTS = GenerationConfig(gamma=4, drafter="model", p_min=0.0)
+
+
+def model_files(folder):
+    """Files for the fakes' paths: /v1/models reports the target file's time."""
+    paths = folder / f"{MODEL}.gguf", folder / "fake-draft.gguf"
+    for path in paths:
+        path.write_bytes(b"GGUF")
+    return paths
+
+
+@pytest.fixture
+def http(tmp_path):
+    """A TestClient over the app, with a fake pair (and a draft) behind it."""
+    target, draft = model_files(tmp_path)
+    app = create_app(fake_pair(n_ctx=1024, target_path=target, draft_path=draft), DEFAULTS, api_key=KEY, max_queue=1)
+    with TestClient(app, headers={"Authorization": f"Bearer {KEY}"}) as client:
+        yield client
+
+
+@pytest.fixture
+def client(http):
+    return openai.OpenAI(base_url="http://testserver/v1", api_key=KEY, http_client=http, max_retries=0)
+
+
+def speculative(obj) -> dict:
+    """The `speculative` object the openai client keeps among a response's extra fields."""
+    return obj.model_extra["speculative"]
+
+
+def test_models_health_and_headers(http, client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=QUESTION, max_tokens=8, temperature=0)
+    assert raw.headers["x-localspec-target"] == f"{MODEL}.gguf" and raw.headers["x-localspec-draft"] == "fake-draft.gguf"
+    health = http.get("/health").json()
+    assert health["status"] == "ok" and health["model"] == MODEL and not health["busy"] and health["served"] == 1
+
+
+def test_chat_completion_streaming_and_not(client):
+    resp = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=32, temperature=0)
+    text = resp.choices[0].message.content
+    assert text and resp.choices[0].finish_reason == "length" and resp.usage.completion_tokens == 32
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+    spec = speculative(resp)
+    assert spec["drafted"] > 0 and 0 <= spec["accepted"] <= spec["drafted"] and spec["drafter"] == "model"
+    assert spec["alpha"] == pytest.approx(spec["accepted"] / spec["drafted"])
+    assert spec["mean_accepted_length"] == pytest.approx(1 + spec["accepted"] / spec["steps"])
+
+    chunks = list(client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=32, temperature=0,
+                                                 stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == text
+    last = chunks[-1]
+    assert last.choices[0].finish_reason == "length" and last.usage.completion_tokens == 32
+    # The same prompt again: the target found it in its cache.
+    assert last.usage.prompt_tokens_details.cached_tokens == resp.usage.prompt_tokens - 1
+
+
+def test_completion_streaming_and_not_equal_the_target_alone(client):
+    resp = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0)
+    text = resp.choices[0].text
+    assert resp.choices[0].finish_reason == "length" and resp.usage.completion_tokens == 24
+    assert speculative(resp)["drafted"] > 0
+    chunks = list(client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == text
+    assert chunks[-1].choices[0].finish_reason == "length" and "speculative" in chunks[-1].model_extra
+    # Exact: what a fresh target alone generates from the same tokens.
+    alone = fake_pair(draft=False)
+    items = list(alone.stream(alone.prompt_tokens(COUNT, chat=False),
+                              GenerationConfig(24, 0, SamplingParams(temperature=0))))
+    assert "".join(p.text for p in items[:-1]) == text
+
+
+def test_stop_strings(client):
+    full = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0).choices[0].text
+    stop = full[10:13]
+    cut = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0, stop=[stop, "zz"])
+    assert cut.choices[0].text == full[: full.index(stop)] and cut.choices[0].finish_reason == "stop"
+    streamed = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0, stop=stop,
+                                         stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == cut.choices[0].text
+
+
+def test_seed_reproducibility(client):
+    def sample(seed):
+        return client.chat.completions.create(model=MODEL, max_tokens=24, temperature=1.0, seed=seed,
+                                              messages=[{"role": "user", "content": "Tell me a story."}]
+                                              ).choices[0].message.content
+    assert sample(11) == sample(11)
+    assert len({sample(s) for s in (1, 2, 3)}) > 1  # and the seed matters
+
+
+@pytest.mark.parametrize("body, status, param, fragment", [
+    (b'{"model": "fake-instruct", "messages": [', 400, None, "not valid JSON"),
+    ({"model": MODEL}, 400, "messages", "messages is required"),
+    ({"model": MODEL, "messages": []}, 400, "messages", "at least one message"),
+    ({"model": MODEL, "messages": QUESTION, "max_tokens": -5}, 400, "max_tokens", "got -5"),
+    ({"model": MODEL, "messages": QUESTION, "temperature": 3.5}, 400, "temperature", "between 0 and 2"),
+    ({"model": MODEL, "messages": QUESTION, "top_p": 1.5}, 400, "top_p", "(0, 1]"),
+    ({"model": MODEL, "messages": QUESTION, "gamma": -1}, 400, "gamma", "gamma"),
+    ({"model": MODEL, "messages": QUESTION, "gamma": "lots"}, 400, "gamma", "'lots'"),
+    ({"model": MODEL, "messages": QUESTION, "drafter": "oracle"}, 400, "drafter", "oracle"),
+    ({"model": MODEL, "messages": QUESTION, "n": 2}, 400, "n", "n must be 1"),
+    ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages", "wizard"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages",
+     "non-text"),
+    ({"model": "gpt-4o", "messages": QUESTION}, 404, "model", "gpt-4o"),
+])
+def test_bad_requests_get_openai_style_errors(http, body, status, param, fragment):
+    kwargs = {"content": body, "headers": {"Content-Type": "application/json"}} if isinstance(body, bytes) \
+        else {"json": body}
+    r = http.post("/v1/chat/completions", **kwargs)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["param"] == param and fragment in error["message"]
+
+
+def test_unknown_routes_and_methods_get_openai_style_errors(http):
+    for method, path, status in (("GET", "/v1/nothing", 404), ("GET", "/v1/chat/completions", 405)):
+        r = http.request(method, path)
+        assert r.status_code == status and r.json()["error"]["message"].endswith(path)
+
+
+def test_bad_requests_through_the_openai_client(client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="no-such-model", messages=QUESTION)
+    assert e.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=-1)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="word " * 300, max_tokens=4)
+    assert e.value.code == "context_length_exceeded" and "context holds 1024" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "word " * 300}])
+    assert e.value.code == "context_length_exceeded" and e.value.param == "messages"
+
+
+def test_api_key_is_checked_on_every_request(http):
+    bad = openai.OpenAI(base_url="http://testserver/v1", api_key="wrong", http_client=http, max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as e:
+        bad.chat.completions.create(model=MODEL, messages=QUESTION)
+    assert e.value.status_code == 401 and e.value.code == "invalid_api_key"
+    for path in ("/health", "/v1/models"):
+        r = http.get(path, headers={"Authorization": ""})
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        assert r.headers["x-localspec-target"] == f"{MODEL}.gguf"
+
+
+def test_a_server_without_a_draft_refuses_the_model_drafter(tmp_path):
+    target, _ = model_files(tmp_path)
+    app = create_app(fake_pair(draft=False, target_path=target), GenerationConfig(), api_key=None)
+    with TestClient(app) as http:
+        r = http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 4, "drafter": "model"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "drafter" and "--draft" in r.text
+        r = http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 4})  # no key needed
+        assert r.status_code == 200 and r.headers["x-localspec-draft"] == "none"
+        assert r.json()["speculative"]["drafter"] == "ngram" and r.json()["speculative"]["reused_draft_tokens"] is None
