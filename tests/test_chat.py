@@ -27,16 +27,6 @@ GREEN = "\x1b[32m"
 
 
 @pytest.fixture(scope="module")
-def smol_f16(smol_path, tmp_path_factory):
-    """SmolLM2 re-stored as F16: batch and single-token logits agree, so greedy answers are comparable."""
-    from localspec.llama import quantize
-
-    dst = tmp_path_factory.mktemp("smol-f16") / "smol-f16.gguf"
-    quantize(smol_path, dst, "F16")
-    return dst
-
-
-@pytest.fixture(scope="module")
 def smol_pair(smol_f16, smol_q4_0):
     pair = Pair(smol_f16, smol_q4_0, LoadOptions(n_ctx=1024, threads=2))
     yield pair

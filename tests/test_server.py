@@ -30,16 +30,6 @@ COUNT = "1, 2, 3, 4, 5, 6, 7, 8,"  # SmolLM2 goes on counting: a long answer on 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-@pytest.fixture(scope="module")
-def smol_f16(smol_path, tmp_path_factory):
-    """SmolLM2 re-stored as F16."""
-    from localspec.llama import quantize
-
-    dst = tmp_path_factory.mktemp("smol-f16") / f"{MODEL}.gguf"
-    quantize(smol_path, dst, "F16")
-    return dst
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
