@@ -82,14 +82,18 @@ def test_greedy_speculative_equals_target_only(contexts, gamma):
 @pytest.mark.parametrize("drafter", ["model", "ngram", "hybrid"])
 @pytest.mark.parametrize("gamma", [None, 4])
 def test_every_drafter_kind_keeps_greedy_output(drafter, gamma):
-    # Through a Pair, as the CLI and server run it: auto or fixed γ, p-min as the config implies.
+    # Through a Pair, as the CLI and server run it: auto γ with p-min auto, or a fixed γ that always drafts.
     pair = Pair.from_contexts(*fake_contexts(n_ctx=512), LoadOptions(n_ctx=512))
     prompt = tokenize(pair.target_ctx, "red, blue, green, red, blue, green, red, blue, green, red,")
     baseline, _ = stream(pair, prompt, GenerationConfig(96, 0, GREEDY))
+    drafted = Counter()
     for _ in range(2):  # the second run starts from measured costs and warm caches
-        spec, reply = stream(pair, prompt, GenerationConfig(96, gamma, GREEDY, drafter=drafter))
+        config = GenerationConfig(96, gamma, GREEDY, drafter=drafter, p_min=None if gamma is None else 0.0)
+        spec, reply = stream(pair, prompt, config)
         assert spec == baseline and reply.finish_reason == "length"
         assert reply.stats.drafter == {"hybrid": "ngram+model"}.get(drafter, drafter)
+        drafted.update({name: d for name, (d, _) in reply.stats.by_drafter.items()})
+    assert set(+drafted) == set(reply.stats.drafter.split("+"))  # each source drafted (+: counts above 0)
 
 
 # --- the verify batches and rollbacks ----------------------------------------------------------------
