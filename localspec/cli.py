@@ -12,7 +12,7 @@ import click
 from . import models
 from .llama import LlamaError
 from .sampling import SamplingParams
-from .session import LoadOptions, Pair
+from .session import LoadOptions, Pair, Reply
 from .speculative import GenerationConfig, GenerationError
 
 USER_ERRORS = (models.ModelError, LlamaError, GenerationError, ValueError, OSError)
@@ -184,32 +184,32 @@ def generate(prompt, target, draft, ngl_target, ngl_draft, threads, ctx, gamma, 
     try:
         use_chat = pair.is_instruct() if chat is None else chat
         tokens = pair.prompt_tokens(prompt, use_chat, system)
-        text = stream_pieces(pair.generate(tokens, config), echo=not as_json)
-        report(pair, text, as_json, show_stats)
+        reply = stream_pieces(pair.stream(tokens, config), echo=not as_json)
+        report(pair, reply, as_json, show_stats)
     finally:
         pair.close()
 
 
-def stream_pieces(pieces, echo: bool) -> str:
-    """Print pieces as they come (when echo) and return the whole text."""
-    out = []
-    for piece in pieces:
-        out.append(piece.text)
+def stream_pieces(items, echo: bool) -> Reply:
+    """Print pieces as they come (when echo); return the Reply that ends the stream."""
+    for item in items:
+        if isinstance(item, Reply):
+            if echo:
+                sys.stdout.write("\n")
+            return item
         if echo:
-            sys.stdout.write(piece.text)
+            sys.stdout.write(item.text)
             sys.stdout.flush()
-    if echo:
-        sys.stdout.write("\n")
-    return "".join(out)
+    raise AssertionError("a stream always ends with a Reply")
 
 
-def report(pair: Pair, text: str, as_json: bool, show_stats: bool) -> None:
+def report(pair: Pair, reply: Reply, as_json: bool, show_stats: bool) -> None:
     """--json and --stats output."""
-    stats = pair.last_stats
+    stats = reply.stats
     if as_json:
         info = {"target": str(pair.target_model.path),
                 "draft": str(pair.draft_model.path) if pair.draft_model else None}
-        click.echo(json.dumps({"text": text, **info, "stats": stats.to_dict()}))
+        click.echo(json.dumps({"text": reply.text, **info, "stats": stats.to_dict()}))
     if show_stats:
         click.echo(stats.summary(), err=True)
 
