@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
+from ..config import ContextFull, check_fits
 from ..llama import LlamaError
 from ..session import Pair, check_messages
 from ..speculative import GenerationConfig, GenerationError
@@ -46,10 +47,11 @@ class Server:
                            "use drafter 'ngram', or restart the server with --draft", "drafter") from None
         try:
             tokens = prompt()
-            self.pair.check_prompt(tokens)
+            check_fits(len(tokens), self.pair.target_ctx.n_ctx)
+        except ContextFull as e:  # the param as this client sent it: messages (chat) or prompt
+            raise ApiError(400, str(e), param, e.code) from None
         except (GenerationError, LlamaError) as e:
-            code = "context_length_exceeded" if "context holds" in str(e) else None
-            raise ApiError(400, str(e), param, code) from None
+            raise ApiError(400, str(e), param) from None
         job = self.worker.submit(lambda cancel: self.pair.stream(tokens, config, cancel))
         return Shape(chat, self.model_id), job
 
