@@ -35,12 +35,14 @@ import numpy as np
 
 from . import models
 from .compat import first_difference
-from .costmodel import FALLBACK_P_MIN, CostTracker, step_seconds
-from .drafters import ModelDrafter, NGramDrafter, one_hot
+from .costmodel import FALLBACK_P_MIN, step_seconds
+from .planner import CostTracker, p_min_of
+from .drafters import ModelDrafter, NGramDrafter, Proposal, one_hot
 from .llama import QUANT_TYPES, Context, LlamaError, Model, quant_name
 from .sampling import Dist, SamplingParams, distribution, greedy_token, top_probability
-from .session import LoadOptions, Pair, p_min_of
-from .speculative import GenerationConfig, SpeculativeDecoder, auto_cap
+from .session import LoadOptions, Pair
+from .session import make_sources as pair_sources
+from .speculative import Finished, GenerationConfig, SpeculativeDecoder
 from .stats import GenerationStats, pooled_verify
 
 DERIVED_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")
@@ -667,7 +669,7 @@ class Tuner:
         """Seconds per draft decode, timed in short real runs (the target verifying in between, as it
         will), at the machine's speed of the calibration: the target's verifies in the same runs say
         how much faster or slower the machine is now (speed_scale) and the draft time is scaled back."""
-        timed = TimedDrafter(ModelDrafter(ctx, self.options.sampling, self.options.p_min))
+        timed = TimedDrafter(ModelDrafter(ctx, self.options.sampling))
         runs = [self._generate(run.prompt, min(4, self.options.gamma_max), timed, i,
                                max_tokens=min(max_tokens, self.options.max_tokens))
                 for i, run in enumerate(self.runs[:n_runs])]
@@ -722,7 +724,7 @@ class Tuner:
         make_sources()'s list."""
         config = self.options.config(gamma, self.options.seed + max(i, 0))
         if sources is not None and not isinstance(sources, list):
-            sources = [(sources, CostTracker(gamma_max=self.options.gamma_max))]
+            sources = [(sources, CostTracker())]
         return generate_once(self.pair.target_ctx, prompt, replace(config, max_tokens=max_tokens or config.max_tokens),
                              sources or [])
 
@@ -802,25 +804,23 @@ def make_sources(kind: str, draft_ctx: Context | None, options: TuneOptions, sta
     'model', 'ngram', 'hybrid' (n-gram, then the model) or 'none'. state, one dict per configuration,
     keeps the n-gram index and the hybrid's cost trackers from one generation to the next, as a Pair does."""
     state = {} if state is None else state
-    model = lambda p_min: ModelDrafter(draft_ctx, options.sampling, p_min)  # noqa: E731
-    if kind == "hybrid":  # γ auto, with the caps and the p-min generate takes (Pair.decoder)
+    if kind == "hybrid":  # γ auto, with the caps and the p-min generate takes
         auto = options.config(None, options.seed)
-        sources = [(state.setdefault("ngram", NGramDrafter()), "t_ngram"), (model(p_min_of(auto)), "t_model")]
-        return [(d, state.setdefault(name, CostTracker(gamma_max=auto_cap(d, auto)))) for d, name in sources]
+        return pair_sources(("ngram", "model"), draft_ctx, auto, state, state.setdefault("ngram", NGramDrafter()))
     if kind == "ngram":
-        return [(NGramDrafter(), CostTracker(gamma_max=options.gamma_max))]
+        return [(NGramDrafter(), CostTracker())]
     if kind == "model":
-        return [(model(options.p_min), CostTracker(gamma_max=options.gamma_max))]
+        return [(ModelDrafter(draft_ctx, options.sampling), CostTracker())]
     return []
 
 
 def generate_once(target_ctx: Context, prompt: list[int], config: GenerationConfig, sources=()) -> GenerationStats:
     """One real generation through the controller; its stats."""
     sources = list(sources) if config.gamma != 0 else []
-    decoder = SpeculativeDecoder(target_ctx, sources=sources)
-    for _ in decoder.generate(prompt, config):
-        pass
-    return decoder.stats
+    for item in SpeculativeDecoder(target_ctx, sources).generate(prompt, config):
+        if isinstance(item, Finished):
+            return item.stats
+    raise AssertionError("a generation always ends with Finished")
 
 
 def speed_scale(runs: Sequence[GenerationStats], verify_s: dict[int, float]) -> float:
@@ -840,8 +840,8 @@ class ProbeDrafter:
     def __init__(self, token: int):
         self.token = token
 
-    def propose(self, context: Sequence[int], k: int, rng=None) -> tuple[list[int], list[Dist]]:
-        return [self.token] * k, [one_hot(self.token)] * k
+    def propose(self, context: Sequence[int], k: int, rng=None, stop=None) -> Proposal:
+        return Proposal([self.token] * k, [one_hot(self.token)] * k)
 
     def observe(self, n_accepted: int) -> None:
         pass
@@ -861,16 +861,13 @@ class TimedDrafter:
         self.inner, self.name = inner, inner.name
         self.seconds, self.decodes = 0.0, 0
 
-    def propose(self, context: Sequence[int], k: int, rng=None) -> tuple[list[int], list[Dist]]:
+    def propose(self, context: Sequence[int], k: int, rng=None, stop=None) -> Proposal:
         t0 = time.perf_counter()
-        ids, q = self.inner.propose(context, k, rng)
+        proposal = self.inner.propose(context, k, rng, stop)
         self.seconds += time.perf_counter() - t0
-        self.decodes += k if len(ids) == k else len(ids) + 1
-        return ids, q
-
-    @property
-    def sync_s(self) -> float:
-        return getattr(self.inner, "sync_s", 0.0)
+        n = len(proposal.ids)
+        self.decodes += k if n == k else n + 1
+        return proposal
 
     def observe(self, n_accepted: int) -> None:
         self.inner.observe(n_accepted)

@@ -20,7 +20,8 @@ from fakes import fake_pair
 from localspec.cli import cli
 from localspec.sampling import SamplingParams
 from localspec.session import Chat, LoadOptions, Pair, Reply
-from localspec.speculative import GenerationConfig, GenerationError, Piece
+from localspec.config import GenerationConfig, GenerationError
+from localspec.speculative import Piece
 
 GREEDY = GenerationConfig(max_tokens=64, gamma=4, sampling=SamplingParams(temperature=0), drafter="model")
 GREEN = "\x1b[32m"

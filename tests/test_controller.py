@@ -10,12 +10,13 @@ import pytest
 from scipy.stats import chi2_contingency
 
 import localspec.sampling as rule_mod
-from localspec.costmodel import CostTracker
+from localspec.config import GenerationConfig, GenerationError
 from localspec.drafters import ModelDrafter, NGramDrafter
 from localspec.llama import common_prefix_len
+from localspec.planner import CostTracker
 from localspec.sampling import SamplingParams, sample
 from localspec.session import LoadOptions, Pair, Reply
-from localspec.speculative import GenerationConfig, GenerationError, Piece, SpeculativeDecoder
+from localspec.speculative import Finished, Piece, SpeculativeDecoder
 
 from fakes import EOS, FakeContext, FakeModel, RecordingContext, fake_contexts
 
@@ -23,19 +24,16 @@ PURE_T1 = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 HOT = SamplingParams(temperature=1.6, top_k=0, top_p=1.0, min_p=0.0)
 FILTERED = SamplingParams(temperature=1.0, top_k=20, top_p=0.9, min_p=0.02)
 GREEDY = SamplingParams(temperature=0)
+# A fixed γ with p-min 0 drafts all γ tokens every step (the planner gives a fixed γ llama.cpp's p-min
+# 0.75 otherwise, and the fakes' draft is seldom that sure).
 N = 4000  # seeds per side of a distribution test: twice the 2,000 the real-model tests could afford
 
 
 def generate(target_ctx, sources, prompt, config) -> tuple[list[int], object]:
-    """Run the controller; return the emitted token ids and the generation's stats."""
-    decoder = SpeculativeDecoder(target_ctx, sources=sources)
-    tokens, stats = [], None
-    for item in decoder.generate(prompt, config):
-        if isinstance(item, Piece):
-            tokens += [item.token] if item.token >= 0 else []
-        else:
-            stats = item.stats
-    return tokens, stats if stats is not None else decoder.stats
+    """Run the controller; return the emitted token ids and the stats of the closing Finished."""
+    *pieces, finished = SpeculativeDecoder(target_ctx, sources).generate(prompt, config)
+    assert isinstance(finished, Finished) and all(isinstance(p, Piece) for p in pieces)
+    return [p.token for p in pieces if p.token >= 0], finished.stats
 
 
 def model_source(ctx, sampling=GREEDY):
@@ -64,7 +62,7 @@ def test_greedy_self_draft_accepts_every_draft():
     model = FakeModel()
     target, draft = FakeContext(model), FakeContext(model)
     _, stats = generate(target, model_source(draft), tokenize(target, "def fibonacci(n):"),
-                        GenerationConfig(max_tokens=40, gamma=4, sampling=GREEDY))
+                        GenerationConfig(max_tokens=40, gamma=4, sampling=GREEDY, p_min=0.0))
     assert stats.drafted > 20 and stats.accepted == stats.drafted
 
 
@@ -74,7 +72,7 @@ def test_greedy_speculative_equals_target_only(contexts, gamma):
     prompt = tokenize(target, "Here is a short story about a robot:")
     baseline, base_stats = generate(target, [], prompt, GenerationConfig(64, 0, GREEDY))
     assert base_stats.drafted == 0 and len(baseline) == 64
-    spec, stats = generate(target, model_source(draft), prompt, GenerationConfig(64, gamma, GREEDY))
+    spec, stats = generate(target, model_source(draft), prompt, GenerationConfig(64, gamma, GREEDY, p_min=0.0))
     assert spec == baseline
     assert 0 < stats.accepted < stats.drafted and stats.steps < 64  # some drafts rejected, some kept
 
@@ -100,7 +98,7 @@ def test_every_drafter_kind_keeps_greedy_output(drafter, gamma):
 def test_each_step_is_one_verify_batch_then_a_rollback_to_the_accepted():
     target, draft = fake_contexts(n_ctx=256, context=RecordingContext)
     prompt = tokenize(target, "The cat sat on the mat.")
-    emitted, stats = generate(target, model_source(draft, PURE_T1), prompt, GenerationConfig(40, 4, PURE_T1, seed=5))
+    emitted, stats = generate(target, model_source(draft, PURE_T1), prompt, GenerationConfig(40, 4, PURE_T1, seed=5, p_min=0.0))
     assert target.calls[0] == ("decode", 0, prompt[:-1], "none")  # the prompt but its last token, no logits
     steps = []  # per step: [the verify batch, how many of it the cache kept]
     for call in target.calls[1:]:
@@ -122,7 +120,7 @@ def test_each_step_is_one_verify_batch_then_a_rollback_to_the_accepted():
 def test_the_draft_catches_up_on_the_context_before_each_proposal():
     target, draft = fake_contexts(n_ctx=256, context=RecordingContext)
     prompt = tokenize(target, "The cat sat on the mat.")
-    emitted, _ = generate(target, model_source(draft, PURE_T1), prompt, GenerationConfig(30, 3, PURE_T1, seed=2))
+    emitted, _ = generate(target, model_source(draft, PURE_T1), prompt, GenerationConfig(30, 3, PURE_T1, seed=2, p_min=0.0))
     assert draft.calls[0] == ("decode", 0, prompt[:-1], "none")  # prefilled with the prompt
     assert all(c[3] == "last" for c in draft.calls[1:] if c[0] == "decode")  # it reads only its last row
     # Its cache is the text so far, plus at most γ - 1 guesses of its last proposal (the last guess is
@@ -195,14 +193,16 @@ def test_speculative_sampling_matches_target_only(plain_t1, sampling, draft_samp
     assert same_distribution_pvalue(plain, spec) > 1e-3
 
 
-def test_auto_gamma_and_auto_p_min_keep_the_distribution(plain_t1):
+def test_auto_gamma_and_auto_p_min_keep_the_distribution(plain_t1, monkeypatch):
     # Auto mode only changes how many tokens are drafted each step, never the rule; so does p-min
     # auto, which stops a draft from the draft's confidence and past steps' costs, never the target's.
+    # The planner takes p-min auto at T=0 only; here it is forced on at T=1 to test the stop rule itself.
+    import localspec.planner as planner_mod
+
+    monkeypatch.setattr(planner_mod, "p_min_of", lambda config: None)
     target, draft = fake_contexts()
     prompt, plain = plain_t1
     drafter = ModelDrafter(draft, HOT)
-    if hasattr(drafter, "p_min"):  # before the planner (spec round 2): p-min auto was the drafter's
-        drafter = ModelDrafter(draft, HOT, p_min=None)
     spec, drafted = first_two(target, lambda: [(drafter, eager_costs())], prompt, PURE_T1, None, range(N, 2 * N))
     assert drafted > N  # it did speculate
     assert same_distribution_pvalue(plain, spec) > 1e-3
@@ -256,7 +256,7 @@ def test_full_context_finishes_with_length():
     # A context of 40 tokens fills up long before max_tokens: a clean finish, never a crash.
     target, draft = fake_contexts(n_ctx=40)
     prompt = tokenize(target, "Count: 1 2 3 4 5 6 7 8")
-    tokens, stats = generate(target, model_source(draft), prompt, GenerationConfig(500, 4, GREEDY))
+    tokens, stats = generate(target, model_source(draft), prompt, GenerationConfig(500, 4, GREEDY, p_min=0.0))
     assert stats.finish_reason == "length"
     assert len(prompt) + len(tokens) == target.n_ctx + 1  # the last token is emitted, never evaluated
 
@@ -274,7 +274,7 @@ def test_eos_ends_the_generation_and_is_not_printed():
     model = FakeModel(reply_len=10)
     target = FakeContext(model)
     prompt = model.tokenize("Hi")  # BOS, then 2 tokens of a reply
-    tokens, stats = generate(target, model_source(FakeContext(model)), prompt, GenerationConfig(50, 4, GREEDY))
+    tokens, stats = generate(target, model_source(FakeContext(model)), prompt, GenerationConfig(50, 4, GREEDY, p_min=0.0))
     assert len(tokens) == 10 - 2 and EOS not in tokens and stats.finish_reason == "stop"
 
 
@@ -284,10 +284,9 @@ def test_stop_strings_and_stats(contexts):
     full, _ = generate(target, [], prompt, GenerationConfig(30, 0, GREEDY))
     text = target.model.detokenize(full)
     stop = text[5:8]
-    decoder = SpeculativeDecoder(target, sources=model_source(draft))
-    items = list(decoder.generate(prompt, GenerationConfig(30, 4, GREEDY, stop=(stop,))))
-    stats = items[-1].stats if not isinstance(items[-1], Piece) else decoder.stats
-    assert "".join(p.text for p in items if isinstance(p, Piece)) == text[: text.index(stop)]
+    *pieces, (stats,) = SpeculativeDecoder(target, model_source(draft)).generate(
+        prompt, GenerationConfig(30, 4, GREEDY, stop=(stop,), p_min=0.0))
+    assert "".join(p.text for p in pieces) == text[: text.index(stop)]
     assert stats.finish_reason == "stop"
     assert stats.steps >= 1 and stats.mean_accepted_length == 1 + stats.accepted / stats.steps
     assert sum(stats.drafted_at) == stats.drafted and sum(stats.accepted_at) == stats.accepted
@@ -329,7 +328,7 @@ def test_real_greedy_speculative_equals_target_only(smol):
     baseline, base_stats = generate(target_ctx, [], prompt, GenerationConfig(48, 0, GREEDY))
     assert base_stats.drafted == 0 and len(baseline) == 48
     for gamma in (1, 3, 6):
-        spec, stats = generate(target_ctx, model_source(draft_ctx), prompt, GenerationConfig(48, gamma, GREEDY))
+        spec, stats = generate(target_ctx, model_source(draft_ctx), prompt, GenerationConfig(48, gamma, GREEDY, p_min=0.0))
         assert spec == baseline, f"gamma={gamma}"
         assert stats.drafted > 0 and stats.steps < 48
 

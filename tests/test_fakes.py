@@ -8,7 +8,7 @@ import pytest
 
 from localspec.llama import LlamaError, TextStream
 from localspec.sampling import greedy_token
-from localspec.speculative import GenerationConfig
+from localspec.config import GenerationConfig
 
 from fakes import BOS, EOS, IM_START, V, FakeContext, FakeModel, RecordingContext, fake_pair
 

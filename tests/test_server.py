@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-pytestmark = pytest.mark.slow  # one real `localspec serve` process; tests/test_server_fast.py runs in-process
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
@@ -102,6 +101,7 @@ def speculative(obj) -> dict:
     return obj.model_extra["speculative"]
 
 
+@pytest.mark.slow
 def test_models_health_and_headers(server, client):
     assert [m.id for m in client.models.list().data] == [MODEL]
     raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=QUESTION, max_tokens=8, temperature=0)
@@ -111,6 +111,7 @@ def test_models_health_and_headers(server, client):
     assert health["status"] == "ok" and health["model"] == MODEL and not health["busy"]
 
 
+@pytest.mark.slow
 def test_chat_completion_streaming_and_not(client):
     resp = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=32, temperature=0)
     text = resp.choices[0].message.content
@@ -132,6 +133,7 @@ def test_chat_completion_streaming_and_not(client):
     assert last.usage.prompt_tokens_details.cached_tokens == resp.usage.prompt_tokens - 1
 
 
+@pytest.mark.slow
 def test_completion_streaming_and_not(client):
     resp = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0)
     text = resp.choices[0].text
@@ -142,6 +144,7 @@ def test_completion_streaming_and_not(client):
     assert chunks[-1].choices[0].finish_reason == "length" and "speculative" in chunks[-1].model_extra
 
 
+@pytest.mark.slow
 def test_stop_strings(client):
     full = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0).choices[0].text
     cut = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=24, temperature=0, stop=[" 12", "zz"])
@@ -151,6 +154,7 @@ def test_stop_strings(client):
     assert "".join(c.choices[0].text for c in streamed) == cut.choices[0].text
 
 
+@pytest.mark.slow
 def test_seed_reproducibility(client):
     def sample(seed):
         return client.chat.completions.create(model=MODEL, max_tokens=24, temperature=1.0, seed=seed,
@@ -160,6 +164,7 @@ def test_seed_reproducibility(client):
     assert len({sample(s) for s in (1, 2, 3)}) > 1  # and the seed matters
 
 
+@pytest.mark.slow
 def test_greedy_answer_equals_localspec_generate(client, smol_f16, smol_q4_0):
     from click.testing import CliRunner
 
@@ -177,6 +182,7 @@ def test_greedy_answer_equals_localspec_generate(client, smol_f16, smol_q4_0):
     assert resp.usage.completion_tokens == expected["stats"]["generated_tokens"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body, status, param, fragment", [
     (b'{"model": "smol-f16", "messages": [', 400, None, "not valid JSON"),
     ({"model": MODEL}, 400, "messages", "messages is required"),
@@ -199,6 +205,7 @@ def test_bad_requests_get_openai_style_errors(server, body, status, param, fragm
     assert error["type"] == "invalid_request_error" and error["param"] == param and fragment in error["message"]
 
 
+@pytest.mark.slow
 def test_bad_requests_through_the_openai_client(client):
     with pytest.raises(openai.NotFoundError) as e:
         client.chat.completions.create(model="no-such-model", messages=QUESTION)
@@ -210,6 +217,7 @@ def test_bad_requests_through_the_openai_client(client):
     assert e.value.code == "context_length_exceeded" and "context holds 1024" in e.value.message
 
 
+@pytest.mark.slow
 def test_api_key_is_checked_on_every_request(server, client):
     bad = openai.OpenAI(base_url=f"{server.base}/v1", api_key="wrong", max_retries=0, timeout=30)
     with pytest.raises(openai.AuthenticationError) as e:
@@ -221,6 +229,7 @@ def test_api_key_is_checked_on_every_request(server, client):
         assert r.headers["x-localspec-target"] == f"{MODEL}.gguf"
 
 
+@pytest.mark.slow
 def test_full_queue_gets_503_and_a_dropped_stream_frees_the_pair(server, client):
     request = {"model": MODEL, "prompt": COUNT, "max_tokens": 900, "temperature": 0, "stream": True}
     later = {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
@@ -245,3 +254,52 @@ def test_full_queue_gets_503_and_a_dropped_stream_frees_the_pair(server, client)
     assert server.health()["cancelled"] == cancelled + 1  # the dropped stream stopped before its 900 tokens
     again = client.completions.create(**later)
     assert again.choices[0].text == answer.choices[0].text
+
+
+class FakePair:
+    """Just enough of a Pair for requests that end before generating: tokenizing raises `error`."""
+
+    def __init__(self, tmp_path, error: Exception | None, n_tokens: int = 3):
+        self.target_model = type("M", (), {"path": tmp_path / f"{MODEL}.gguf"})()
+        self.draft_model = None
+        self.target_ctx = type("C", (), {"n_ctx": 8})()
+        self.error, self.n_tokens = error, n_tokens
+
+    def drafter_kind(self, config):
+        return "ngram"
+
+    def tokens(self, *args, **kwargs) -> list[int]:
+        if self.error is not None:
+            raise self.error
+        return list(range(self.n_tokens))
+
+    chat_tokens = prompt_tokens = tokens
+
+
+def post_in_process(pair, path: str, body: dict) -> dict:
+    from fastapi.testclient import TestClient
+
+    from localspec.server import create_app
+
+    r = TestClient(create_app(pair)).post(path, json=body)
+    assert r.status_code == 400, r.text
+    return r.json()["error"]
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/v1/chat/completions", {"messages": QUESTION}, "messages"),
+    ("/v1/completions", {"prompt": "hi"}, "prompt"),
+])
+def test_context_full_is_mapped_by_type(tmp_path, path, body, param):
+    from localspec.config import ContextFull
+    from localspec.speculative import GenerationError
+
+    # A ContextFull whatever its words: 400, OpenAI's code, the field as this endpoint names it.
+    error = post_in_process(FakePair(tmp_path, ContextFull("no room left", 9, 8)), path, body)
+    assert (error["code"], error["param"], error["message"]) == ("context_length_exceeded", param, "no room left")
+    # The server's own check of the tokenized prompt raises it too (9 tokens, a context of 8).
+    error = post_in_process(FakePair(tmp_path, None, n_tokens=9), path, body)
+    assert (error["code"], error["param"]) == ("context_length_exceeded", param) and "context holds 8" in error["message"]
+    # Another error that merely mentions the context is not a full context.
+    error = post_in_process(FakePair(tmp_path, GenerationError("the context holds a bad token")), path, body)
+    assert (error["code"], error["param"]) == (None, param)

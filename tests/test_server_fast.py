@@ -9,7 +9,7 @@ from fakes import fake_pair
 
 from localspec.sampling import SamplingParams
 from localspec.server import create_app
-from localspec.speculative import GenerationConfig
+from localspec.config import GenerationConfig
 
 openai = pytest.importorskip("openai")
 from fastapi.testclient import TestClient  # noqa: E402  (after the skip: needs httpx)
