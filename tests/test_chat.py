@@ -29,7 +29,7 @@ GREEN = "\x1b[32m"
 
 @pytest.fixture(scope="module")
 def smol_pair(smol_f16, smol_q4_0):
-    pair = Pair(smol_f16, smol_q4_0, LoadOptions(n_ctx=1024, threads=2))
+    pair = Pair(smol_f16, smol_q4_0, LoadOptions(n_ctx=1024, threads=1))
     yield pair
     pair.close()
 
@@ -186,7 +186,7 @@ def test_send_takes_a_message_list_and_save_writes_json(pair, tmp_path):
 # --- the chat program -----------------------------------------------------------------------------
 def chat_args(smol_f16, smol_q4_0, *extra):
     return [sys.executable, "-m", "localspec", "chat", "--target", str(smol_f16), "--draft", str(smol_q4_0),
-            "--ctx", "1024", "--threads", "2", "--temperature", "0", "--gamma", "4", "--drafter", "model", *extra]
+            "--ctx", "1024", "--threads", "1", "--temperature", "0", "--gamma", "4", "--drafter", "model", *extra]
 
 
 def chat_env(tmp_path, **extra):

@@ -15,7 +15,7 @@ from localspec.cli import cli
 
 @pytest.fixture
 def smol_args(smol_path, smol_q4_0):
-    return ["--target", str(smol_path), "--draft", str(smol_q4_0), "--raw", "--ctx", "256", "--threads", "2"]
+    return ["--target", str(smol_path), "--draft", str(smol_q4_0), "--raw", "--ctx", "256", "--threads", "1"]
 
 
 def invoke(*args, input=None):
@@ -112,7 +112,7 @@ def test_real_subprocess(smol_path, smol_q4_0, tmp_path):
     env = {**os.environ, "LOCALSPEC_MODELS": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, "-m", "localspec", "generate", "def square(x):", "--target", str(smol_path),
-         "--draft", str(smol_q4_0), "--raw", "--temperature", "0", "-n", "16", "--stats", "--threads", "2"],
+         "--draft", str(smol_q4_0), "--raw", "--temperature", "0", "-n", "16", "--stats", "--threads", "1"],
         capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() and "alpha" in proc.stderr
@@ -125,7 +125,7 @@ def test_real_subprocess(smol_path, smol_q4_0, tmp_path):
 def test_ngram_drafter_without_a_draft_model(smol_path):
     # One GGUF only: the n-gram drafter speculates from the context; greedy output is unchanged.
     common = ["generate", "1 2 3 4 5 1 2 3 4 5 1 2 3", "--target", str(smol_path), "--draft", "none", "--raw",
-              "--ctx", "256", "--threads", "2", "--temperature", "0", "-n", "32", "--json"]
+              "--ctx", "256", "--threads", "1", "--temperature", "0", "-n", "32", "--json"]
     spec = json.loads(invoke(*common, "--drafter", "ngram", "--gamma", "4").output)
     plain = json.loads(invoke(*common, "--target-only").output)
     assert spec["stats"]["drafter"] == "ngram" and spec["stats"]["drafted"] > 0

@@ -311,13 +311,15 @@ def test_p_min_stops_doubtful_drafts_and_keeps_greedy_output():
 
 
 # --- once through real llama.cpp -----------------------------------------------------------------
+# One thread: on a busy 2-core machine llama.cpp's two threads wait on each other (48 tokens took 168 s
+# with 2 threads against 3 s with 1, measured while other jobs ran).
 @pytest.fixture(scope="module")
 def smol(smol_path, smol_q4_0):
     """SmolLM2-135M as target and its Q4_0 copy as draft, loaded once for the module."""
     from localspec.llama import Context, Model
 
     target = Model(smol_path)
-    return target, Context(target, n_ctx=256, n_threads=2), Context(Model(smol_q4_0), n_ctx=256, n_threads=2)
+    return target, Context(target, n_ctx=256, n_threads=1), Context(Model(smol_q4_0), n_ctx=256, n_threads=1)
 
 
 @pytest.mark.slow
@@ -334,13 +336,14 @@ def test_real_greedy_speculative_equals_target_only(smol):
 
 
 @pytest.mark.slow
-def test_real_speculative_sampling_matches_target_only(smol):
-    # The p/q rule over real llama.cpp logits (batched verify rows, a Q4_0 draft sampled hotter):
-    # 1,000 seeds a side, where the fake tests above take N.
-    model, target_ctx, draft_ctx = smol
+def test_real_sampled_self_draft_is_accepted_nearly_always(smol):
+    # The p/q rule over real llama.cpp rows: a draft that is the target, sampled as the target, has
+    # q = p up to batch-vs-single numerics, so min(1, p/q) is about 1 at every draft. A verify row read
+    # one position off, or a draft row that is not the one its token was drawn from, rejects most
+    # drafts. (The chi-square tests of the distribution run on fakes above, 4,000 seeds a side.)
+    model, target_ctx, _ = smol
+    self_draft = type(target_ctx)(model, n_ctx=256, n_threads=1)
     prompt = model.tokenize("My favourite colour is", True)
-    plain, _ = first_two(target_ctx, None, prompt, PURE_T1, 0, range(1000))
-    spec, drafted = first_two(target_ctx, lambda: model_source(draft_ctx, HOT), prompt, PURE_T1, 2,
-                              range(1000, 2000))
-    assert len(set(plain)) > 20 and drafted == 2000
-    assert same_distribution_pvalue(plain, spec) > 1e-3
+    _, stats = generate(target_ctx, model_source(self_draft, PURE_T1), prompt,
+                             GenerationConfig(48, 4, PURE_T1, seed=3, p_min=0.0))
+    assert stats.drafted >= 8 and stats.alpha > 0.9

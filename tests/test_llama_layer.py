@@ -17,7 +17,7 @@ def model(smol_path):
 
 @pytest.fixture(scope="module")
 def ctx(model):
-    return Context(model, n_ctx=256, n_threads=2)
+    return Context(model, n_ctx=256, n_threads=1)
 
 
 def test_common_prefix_len_matches_a_plain_scan():

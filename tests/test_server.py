@@ -71,7 +71,7 @@ def server(smol_f16, smol_q4_0, tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("LOCALSPEC_TARGET", "LOCALSPEC_DRAFT", "LOCALSPEC_API_KEY")}
     env.update(LOCALSPEC_MODELS=str(home / "models"), HF_HUB_OFFLINE="1")
     args = [sys.executable, "-m", "localspec", "serve", "--target", str(smol_f16), "--draft", str(smol_q4_0),
-            "--ctx", "1024", "--threads", "2", "--port", str(port), "--api-key", KEY, "--max-queue", "1",
+            "--ctx", "1024", "--threads", "1", "--port", str(port), "--api-key", KEY, "--max-queue", "1",
             "--gamma", "4", "--drafter", "model", "--p-min", "0"]
     log = open(home / "server.log", "w+")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -172,7 +172,7 @@ def test_greedy_answer_equals_localspec_generate(client, smol_f16, smol_q4_0):
 
     prompt = "Write a haiku about the sea."
     result = CliRunner().invoke(cli, ["generate", prompt, "--chat", "--target", str(smol_f16), "--draft",
-                                      str(smol_q4_0), "--ctx", "1024", "--threads", "2", "--temperature", "0",
+                                      str(smol_q4_0), "--ctx", "1024", "--threads", "1", "--temperature", "0",
                                       "--gamma", "4", "--drafter", "model", "-n", "40", "--json"])
     assert result.exit_code == 0, result.output
     expected = json.loads(result.output)
