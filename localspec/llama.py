@@ -42,8 +42,8 @@ def init_backend(verbose: bool = False) -> None:
 def amx_guard() -> bool:
     """True when weights must not go to ggml's extra (repacked) buffers: its AMX kernels are compiled in.
 
-    ggml's AMX matmul segfaults on some AMX machines (llama.cpp issue #20824, open): seen here on the
-    first decode of any Q4_0/Q4_1/Q8_0/Q4_K model. scripts/setup.sh builds without AMX; for other
+    ggml's AMX matmul segfaults on some AMX machines (llama.cpp issue #20824) on the first decode of
+    Q4_0/Q4_1/Q8_0/Q4_K models. scripts/setup.sh builds without AMX; for other
     builds, skipping the extra buffers avoids the AMX path (and CPU repacking with it: slower, but
     correct). LOCALSPEC_ALLOW_AMX=1 keeps them."""
     compiled = b"AMX_INT8 = 1" in (lc.llama_print_system_info() or b"")
