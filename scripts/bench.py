@@ -45,7 +45,7 @@ from localspec.costmodel import PositionAcceptance, VerifyCurve, expected_tokens
 from localspec.llama import LlamaError, default_threads
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
-from localspec.speculative import GenerationConfig
+from localspec.config import GenerationConfig
 from localspec.stats import GenerationStats, pooled_verify
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -32,46 +31,6 @@ def assert_one_line_error(result, *fragments):
         assert fragment in lines[0], lines[0]
 
 
-@pytest.mark.slow
-def test_generate_json_reports_text_and_stats(smol_args):
-    result = invoke("generate", "def add(a, b):", *smol_args, "--temperature", "0", "-n", "24", "--json")
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
-    stats = out["stats"]
-    assert out["text"] and stats["generated_tokens"] == 24 and stats["finish_reason"] == "length"
-    assert stats["drafted"] > 0 and 0 <= stats["alpha"] <= 1
-    assert stats["mean_accepted_length"] == pytest.approx(1 + stats["accepted"] / stats["steps"])
-    assert set(stats["time_s"]) == {"prefill", "draft", "verify", "controller", "total"}
-
-
-@pytest.mark.slow
-def test_generate_target_only_matches_speculative_greedy(smol_args):
-    # At T=0 the speculative text equals the target-only text (same model, same prompt).
-    common = ["generate", "The three primary colours are", *smol_args, "--temperature", "0", "-n", "32", "--json"]
-    spec = json.loads(invoke(*common).output)
-    plain = json.loads(invoke(*common, "--target-only").output)
-    assert plain["stats"]["drafted"] == 0
-    assert spec["text"] == plain["text"]
-
-
-@pytest.mark.slow
-def test_generate_reads_stdin_and_prints_stats(smol_args):
-    result = invoke("generate", *smol_args, "--temperature", "0", "-n", "8", "--stats", input="Once upon a time")
-    assert result.exit_code == 0, result.output
-    assert "alpha" in result.output and "tok/s" in result.output
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("flags, fragments", [
-    (["--temperature", "-1"], ["temperature", "-1"]),
-    (["--top-p", "1.5"], ["top_p", "1.5"]),
-    (["--top-p", "0"], ["top_p", "0"]),
-    (["--gamma", "-2"], ["gamma", "-2"]),
-])
-def test_bad_sampling_values(smol_args, flags, fragments):
-    assert_one_line_error(invoke("generate", "hi", *smol_args, *flags), *fragments)
-
-
 def test_missing_model_file(tmp_path):
     missing = tmp_path / "nope.gguf"
     assert_one_line_error(invoke("generate", "hi", "--target", str(missing), "--draft", "none"), str(missing))
@@ -88,12 +47,6 @@ def test_truncated_gguf(tmp_path, smol_path):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(smol_path.read_bytes()[: 5_000_000])
     assert_one_line_error(invoke("generate", "hi", "--target", str(cut), "--draft", "none"), "truncated or corrupt")
-
-
-@pytest.mark.slow
-def test_prompt_longer_than_context(smol_args):
-    result = invoke("generate", "word " * 400, *smol_args)
-    assert_one_line_error(result, "context holds 256", "--ctx")
 
 
 def test_unknown_model_name():
@@ -119,36 +72,6 @@ def test_real_subprocess(smol_path, smol_q4_0, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "localspec", "generate", "x", "--target", str(tmp_path / "x.gguf")],
                          capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 1 and "Model file not found" in bad.stderr and "Traceback" not in bad.stderr
-
-
-@pytest.mark.slow
-def test_ngram_drafter_without_a_draft_model(smol_path):
-    # One GGUF only: the n-gram drafter speculates from the context; greedy output is unchanged.
-    common = ["generate", "1 2 3 4 5 1 2 3 4 5 1 2 3", "--target", str(smol_path), "--draft", "none", "--raw",
-              "--ctx", "256", "--threads", "1", "--temperature", "0", "-n", "32", "--json"]
-    spec = json.loads(invoke(*common, "--drafter", "ngram", "--gamma", "4").output)
-    plain = json.loads(invoke(*common, "--target-only").output)
-    assert spec["stats"]["drafter"] == "ngram" and spec["stats"]["drafted"] > 0
-    assert spec["text"] == plain["text"]
-
-
-@pytest.mark.slow
-def test_model_drafter_without_a_draft_is_an_error(smol_path):
-    assert_one_line_error(invoke("generate", "hi", "--target", str(smol_path), "--draft", "none",
-                                 "--drafter", "model"), "--drafter model needs a draft model")
-
-
-@pytest.mark.slow
-def test_hybrid_uses_both_drafters_and_keeps_greedy_output(smol_args):
-    # A prompt that repeats itself: prompt lookup guesses where it can, the draft model elsewhere.
-    prompt = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
-    common = ["generate", prompt, *smol_args, "--temperature", "0", "-n", "48", "--json"]
-    spec = json.loads(invoke(*common, "--drafter", "hybrid", "--gamma", "4").output)
-    plain = json.loads(invoke(*common, "--target-only").output)
-    by = spec["stats"]["by_drafter"]
-    assert spec["stats"]["drafter"] == "ngram+model" and set(by) == {"ngram", "model"}
-    assert all(v["drafted"] > 0 for v in by.values())
-    assert spec["text"] == plain["text"]
 
 
 # Every shared flag, set to a value other than its default (tune has only some of them).
@@ -193,7 +116,7 @@ def test_shared_defaults_come_from_the_config_objects():
     # GenerationConfig's and LoadOptions'; tune alone generates fewer tokens per prompt with a fixed seed.
     from localspec.sampling import SamplingParams
     from localspec.session import LoadOptions
-    from localspec.speculative import GenerationConfig
+    from localspec.config import GenerationConfig
 
     sampling, load, config = SamplingParams(), LoadOptions(), GenerationConfig()
     expected = {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,

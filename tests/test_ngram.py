@@ -85,7 +85,7 @@ def measured_cheap_wide_verify():
 
 def test_auto_drafts_a_long_copy_whole_from_ngram_but_caps_model_drafts():
     from localspec.planner import Planner
-    from localspec.speculative import GenerationConfig
+    from localspec.config import GenerationConfig
 
     config = GenerationConfig(max_tokens=200)  # gamma_max 8, ngram_gamma_max 16
     tokens = list(range(100, 140)) * 2 + list(range(100, 110))  # a copy: the lookup offers 40 tokens
@@ -98,7 +98,7 @@ def test_auto_drafts_a_long_copy_whole_from_ngram_but_caps_model_drafts():
 def test_trackers_kept_across_generations_follow_each_config_s_caps():
     # A Pair keeps its trackers between generations; the caps come from each generation's config.
     from localspec.planner import Planner
-    from localspec.speculative import GenerationConfig
+    from localspec.config import GenerationConfig
 
     tokens = list(range(100, 140)) * 2 + list(range(100, 110))
     sources = [(NGramDrafter(), measured_cheap_wide_verify()), (FakeModelDrafter(), measured_cheap_wide_verify())]

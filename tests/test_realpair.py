@@ -18,7 +18,8 @@ from localspec.drafters import ModelDrafter
 from localspec.llama import Context, Model
 from localspec.sampling import SamplingParams
 from localspec.planner import CostTracker
-from localspec.speculative import Finished, GenerationConfig, SpeculativeDecoder
+from localspec.config import GenerationConfig
+from localspec.speculative import Finished, SpeculativeDecoder
 
 pytestmark = [pytest.mark.realpair, pytest.mark.slow]
 GREEDY = SamplingParams(temperature=0)

@@ -17,7 +17,7 @@ from localspec.cli import cli
 from localspec.llama import Model
 from localspec.sampling import Dist, SamplingParams
 from localspec.session import LoadOptions, Pair
-from localspec.speculative import GenerationConfig
+from localspec.config import GenerationConfig
 from localspec.stats import GenerationStats
 
 SMALL = dict(max_tokens=16, gamma_max=3, confirm=3, budget_s=None, load=LoadOptions(n_ctx=512, threads=2))
