@@ -404,6 +404,18 @@ def test_tune_bad_prompts_file(store_pair, tmp_path):
     assert_one_line_error(invoke("tune", "--target", target, "--prompts", bad), "bad.jsonl line 2", '"prompt"')
 
 
+def test_a_prompts_file_is_checked_line_by_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a"}\n\n{"prompt": "b"}\n{"prompt": "c"}\n')
+    assert prompts.load_prompts(path, 2) == ["a", "b"]  # blank lines skipped, the first n kept
+    path.write_text('{"prompt": "a"}\n{"prompt": ""}\n')
+    with pytest.raises(prompts.PromptsError, match=r"p\.jsonl line 2 is not a JSON object with a non-empty"):
+        prompts.load_prompts(path)
+    path.write_text("\n")
+    with pytest.raises(prompts.PromptsError, match="holds no prompts"):
+        prompts.load_prompts(path)
+
+
 def test_default_prompts_ship_with_the_package():
     texts = prompts.load_prompts()
     assert len(texts) == 8 and texts[0].startswith("from typing import List")
