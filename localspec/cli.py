@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from . import models
+from .costmodel import FALLBACK_P_MIN
 from .llama import LlamaError
 from .sampling import SamplingParams
-from .session import LoadOptions, Pair
-from .speculative import GenerationConfig, GenerationError
+from .session import Chat, LoadOptions, Pair, Reply
+from .config import DRAFTERS, GenerationConfig, GenerationError
+from .speculative import Piece
 
 USER_ERRORS = (models.ModelError, LlamaError, GenerationError, ValueError, OSError)
 
@@ -41,20 +47,6 @@ def cli():
     """
 
 
-def resolve_pair_args(target: str | None, draft: str | None) -> tuple[Path, Path | None]:
-    """--target/--draft (names, paths or 'none') -> file paths, pulling catalog models if missing."""
-    catalog = models.load_catalog()
-    if target is None:
-        target, default_draft = catalog.pairs[catalog.default_pair]
-    else:
-        default_draft = next((d for t, d in catalog.pairs.values() if t == target), None)
-    draft = default_draft if draft is None else draft
-    target_path = models.resolve_model(target)
-    if draft is None or draft.lower() == "none":
-        return target_path, None
-    return target_path, models.resolve_model(draft)
-
-
 class AutoOr(click.ParamType):
     """'auto' (None: decided each step from measured costs) or a number: --gamma N, --p-min P."""
 
@@ -70,46 +62,94 @@ class AutoOr(click.ParamType):
             self.fail(f"{value!r} is not 'auto' or {self.what}", param, ctx)
 
 
-def sampling_options(fn):
-    """The sampling and speculation flags shared by generate (and later chat/serve)."""
-    options = [
-        click.option("-g", "--gamma", type=AutoOr(int, "auto|N", "a whole number"), default="auto", show_default=True,
-                     help="Draft tokens per step: auto (cost model), or N (0: no speculation)."),
-        click.option("--temperature", "--temp", type=float, default=0.8, show_default=True, help="0 means greedy."),
-        click.option("--top-k", type=int, default=40, show_default=True, help="0 disables."),
-        click.option("--top-p", type=float, default=0.95, show_default=True, help="1.0 disables."),
-        click.option("--min-p", type=float, default=0.05, show_default=True, help="0 disables."),
-        click.option("-s", "--seed", type=int, default=None, help="Seed for reproducible sampling."),
-        click.option("-n", "--max-tokens", type=int, default=256, show_default=True),
-        click.option("--stop", multiple=True, help="Stop string (repeatable)."),
-        click.option("--drafter", type=click.Choice(["auto", "model", "ngram", "hybrid"]), default="auto",
-                     show_default=True, help="Who guesses: the draft model, n-gram lookup in the context, "
-                     "hybrid (each step the cheaper likely guess), or auto (hybrid with a draft, else n-gram)."),
-        click.option("--p-min", type=AutoOr(float, "auto|P", "a number in [0, 1)"), default="auto", show_default=True,
-                     help="The draft model stops guessing where its confidence falls below this (0: never); "
-                     "auto: where one more guess stops paying, from measured acceptance and costs."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+# The flags take their defaults from the field defaults of the objects they build.
+SAMPLING, LOAD, GENERATION = ({f.name: f.default for f in dataclasses.fields(cls)}
+                              for cls in (SamplingParams, LoadOptions, GenerationConfig))
+
+
+def flag(*decls: str, **settings) -> tuple[tuple[str, ...], dict]:
+    """One FLAGS entry: click.option's declarations and settings."""
+    return decls, settings
+
+
+# The flags commands share, declared once each (names, type, default) so that a flag parses the same
+# on every command that has it; keyed by the parameter name the command receives.
+FLAGS = {
+    "target": flag("-t", "--target", envvar="LOCALSPEC_TARGET",
+                   help="Target: catalog name or .gguf path (default: the default pair's)."),
+    "draft": flag("-d", "--draft", envvar="LOCALSPEC_DRAFT", help="Draft: catalog name, .gguf path, or 'none'."),
+    "ngl_target": flag("--ngl-target", type=int, default=LOAD["ngl_target"], help="Target layers on the GPU."),
+    "ngl_draft": flag("--ngl-draft", type=int, default=LOAD["ngl_draft"], help="Draft layers on the GPU."),
+    "threads": flag("--threads", type=int, default=LOAD["threads"], help="CPU threads (default: all cores, at most 8)."),
+    "ctx": flag("--ctx", type=int, default=LOAD["n_ctx"], help="Context size in tokens."),
+    "gamma": flag("-g", "--gamma", type=AutoOr(int, "auto|N", "a whole number"), default="auto",
+                  help="Draft tokens per step: auto (cost model), or N (0: no speculation)."),
+    "temperature": flag("--temperature", "--temp", type=float, default=SAMPLING["temperature"], help="0 means greedy."),
+    "top_k": flag("--top-k", type=int, default=SAMPLING["top_k"], help="0 disables."),
+    "top_p": flag("--top-p", type=float, default=SAMPLING["top_p"], help="1.0 disables."),
+    "min_p": flag("--min-p", type=float, default=SAMPLING["min_p"], help="0 disables."),
+    "seed": flag("-s", "--seed", type=int, default=GENERATION["seed"], help="Seed for reproducible sampling."),
+    "max_tokens": flag("-n", "--max-tokens", type=int, default=GENERATION["max_tokens"], help="Tokens to generate."),
+    "stop": flag("--stop", multiple=True, help="Stop string (repeatable)."),
+    "drafter": flag("--drafter", type=click.Choice(DRAFTERS), default=GENERATION["drafter"],
+                    help="Who guesses: the draft model, n-gram lookup in the context, hybrid (each step the cheaper "
+                    "likely guess), or auto (hybrid with a draft, else n-gram)."),
+    "p_min": flag("--p-min", type=AutoOr(float, "auto|P", "a number in [0, 1)"), default="auto",
+                  help="The draft model stops guessing where its confidence falls below this (0: never); "
+                  "auto: where one more guess stops paying, from measured acceptance and costs."),
+}
+MODEL_FLAGS = ("target", "draft", "ngl_target", "ngl_draft", "threads", "ctx")
+GENERATION_FLAGS = ("gamma", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "stop", "drafter", "p_min")
+
+
+def shared(*names: str, **changes: dict):
+    """Decorate a command with the shared flags `names`, as FLAGS declares them. `changes` replaces a
+    flag's default or help where the command means something narrower (tune: -n per prompt)."""
+    def decorate(fn):
+        for name in reversed(names):
+            decls, settings = FLAGS[name]
+            settings = {**settings, **changes.get(name, {})}
+            shown = settings.get("default") is not None  # show defaults, where there is one to show
+            fn = click.option(*decls, name, show_default=shown, **settings)(fn)
+        return fn
+    return decorate
 
 
 def model_options(fn):
-    """Which models to load and how."""
-    options = [
-        click.option("-t", "--target", envvar="LOCALSPEC_TARGET", help="Target: catalog name or .gguf path (default: the default pair)."),
-        click.option("-d", "--draft", envvar="LOCALSPEC_DRAFT", help="Draft: catalog name, .gguf path, or 'none'."),
-        click.option("--ngl-target", type=int, default=999, show_default=True, help="Target layers on the GPU."),
-        click.option("--ngl-draft", type=int, default=999, show_default=True, help="Draft layers on the GPU."),
-        click.option("--threads", type=int, default=None, help="CPU threads (default: all cores, at most 8)."),
-        click.option("--ctx", type=int, default=4096, show_default=True, help="Context size in tokens."),
-        click.option("--profile/--no-profile", "use_profile", default=True, show_default=True,
-                     envvar="LOCALSPEC_PROFILE", help="Take --draft/--drafter/--gamma you do not give from the "
-                     "target's `localspec tune` profile."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return tuned_defaults(fn)
+    """Which models to load and how, and whether the target's tune profile fills what is not given."""
+    fn = click.option("--profile/--no-profile", "use_profile", default=True, show_default=True,
+                      envvar="LOCALSPEC_PROFILE", help="Take --draft/--drafter/--gamma you do not give from the "
+                      "target's `localspec tune` profile.")(fn)
+    return tuned_defaults(shared(*MODEL_FLAGS)(fn))
+
+
+sampling_options = shared(*GENERATION_FLAGS)  # the sampling, speculation and length flags of generate, chat, serve
+
+
+def generation_config(options: dict, **fields) -> GenerationConfig:
+    """The GenerationConfig the shared flags in `options` (a command's click kwargs) describe;
+    `fields` sets what the command decides itself (gamma 0 for --target-only)."""
+    sampling = SamplingParams(**{name: options[name] for name in SAMPLING})
+    given = {name: options[name] for name in ("max_tokens", "gamma", "seed", "drafter", "p_min")}
+    return GenerationConfig(**{**given, "sampling": sampling, "stop": tuple(options["stop"]), **fields}).validate()
+
+
+def load_options(options: dict, **fields) -> LoadOptions:
+    """The LoadOptions the shared model flags in `options` describe (those a command has)."""
+    given = {name: options[name] for name in ("threads", "ngl_target", "ngl_draft") if name in options}
+    return LoadOptions(**{"n_ctx": options["ctx"], **given, **fields})
+
+
+def load_pair(options: dict, with_draft: bool = True) -> Pair:
+    """Load the pair that the model flags name (the target alone unless with_draft)."""
+    target_path, draft_path = models.pair_files(options["target"], options["draft"])
+    return Pair(target_path, draft_path if with_draft else None, load_options(options))
+
+
+def answer_length(options: dict) -> int:
+    """-n as given; without it, the context size: answers run until they end or the context is full."""
+    given = click.get_current_context().get_parameter_source("max_tokens") != ParameterSource.DEFAULT
+    return options["max_tokens"] if given else options["ctx"]
 
 
 PROFILE_FLAGS = ("draft", "drafter", "gamma", "ngl_draft", "p_min")
@@ -128,15 +168,13 @@ def tuned_defaults(fn):
 def apply_profile(ctx: click.Context, kwargs: dict) -> None:
     """Update kwargs from the profile beside the target (flags given on the command line or in the
     environment win); with --stats, say on stderr what was applied."""
-    from click.core import ParameterSource
-
     from . import profile
 
     defaults = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
     explicit = {n for n in PROFILE_FLAGS if n in kwargs and ctx.get_parameter_source(n) not in defaults}
     try:
-        target = chosen_target(kwargs.get("target"))
-        choice = target and profile.load_profile(target, kwargs.get("temperature", 0.8))
+        target = models.installed_target(kwargs.get("target"))
+        choice = target and profile.load_profile(target, kwargs.get("temperature", SAMPLING["temperature"]))
     except USER_ERRORS as e:
         click.echo(f"warning: {e}", err=True)
         return
@@ -149,17 +187,6 @@ def apply_profile(ctx: click.Context, kwargs: dict) -> None:
             click.echo(note, err=True)
 
 
-def chosen_target(target: str | None) -> Path | None:
-    """The target file a command will load, if it is installed (a missing one has no profile yet)."""
-    if target is None:
-        catalog = models.load_catalog()
-        target = catalog.pairs[catalog.default_pair][0]
-    try:
-        return models.resolve_model(target, pull_missing=False)
-    except models.ModelError:
-        return None
-
-
 @cli.command()
 @click.argument("prompt", required=False)
 @model_options
@@ -170,50 +197,42 @@ def chosen_target(target: str | None) -> Path | None:
 @click.option("--stats", "show_stats", is_flag=True, help="Print a summary of speculation and timing on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the text and the stats.")
 @user_errors
-def generate(prompt, target, draft, ngl_target, ngl_draft, threads, ctx, gamma, temperature, top_k, top_p,
-             min_p, seed, max_tokens, stop, drafter, p_min, target_only, chat, system, show_stats, as_json):
+def generate(prompt, target_only, chat, system, show_stats, as_json, **options):
     """Generate a continuation of PROMPT (or of stdin) and stream it to stdout.
 
     Example: localspec generate "def fib(n):" --raw --temperature 0 --stats
     """
     if prompt is None or prompt == "-":
         prompt = sys.stdin.read()
-    sampling = SamplingParams(temperature, top_k, top_p, min_p).validate()
-    config = GenerationConfig(max_tokens, 0 if target_only else gamma, sampling, seed, tuple(stop),
-                              drafter=drafter, p_min=p_min).validate()
-    target_path, draft_path = resolve_pair_args(target, draft)
-    pair = Pair(target_path, None if target_only else draft_path, LoadOptions(ctx, threads, ngl_target, ngl_draft))
+    config = generation_config(options, gamma=0) if target_only else generation_config(options)
+    pair = load_pair(options, with_draft=not target_only)
     try:
         use_chat = pair.is_instruct() if chat is None else chat
         tokens = pair.prompt_tokens(prompt, use_chat, system)
-        text = stream_pieces(pair.generate(tokens, config), echo=not as_json)
-        report(pair, text, as_json, show_stats)
+        report(pair, stream_reply(pair.stream(tokens, config), echo=not as_json), as_json, show_stats)
     finally:
         pair.close()
 
 
-def stream_pieces(pieces, echo: bool) -> str:
-    """Print pieces as they come (when echo) and return the whole text."""
-    out = []
-    for piece in pieces:
-        out.append(piece.text)
+def stream_reply(items, echo: bool) -> Reply:
+    """Print the pieces as they come (when echo); return the Reply that ends the stream."""
+    for item in items:
+        if isinstance(item, Reply):
+            sys.stdout.write("\n" if echo else "")
+            return item
         if echo:
-            sys.stdout.write(piece.text)
+            sys.stdout.write(item.text)
             sys.stdout.flush()
-    if echo:
-        sys.stdout.write("\n")
-    return "".join(out)
 
 
-def report(pair: Pair, text: str, as_json: bool, show_stats: bool) -> None:
+def report(pair: Pair, reply: Reply, as_json: bool, show_stats: bool) -> None:
     """--json and --stats output."""
-    stats = pair.last_stats
     if as_json:
         info = {"target": str(pair.target_model.path),
                 "draft": str(pair.draft_model.path) if pair.draft_model else None}
-        click.echo(json.dumps({"text": text, **info, "stats": stats.to_dict()}))
+        click.echo(json.dumps({"text": reply.text, **info, "stats": reply.stats.to_dict()}))
     if show_stats:
-        click.echo(stats.summary(), err=True)
+        click.echo(reply.stats.summary(), err=True)
 
 
 CHAT_HELP = "commands: /stats  /reset  /save FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
@@ -237,15 +256,13 @@ def chat(system, show_drafts, show_stats, **options):
 
     Example: localspec chat --system "You are a terse Python expert" --temperature 0.3
     """
-    from .session import Chat
-
-    answer_to_the_context(options)
-    config = options_config(options)
-    pair = options_pair(options)
+    config = generation_config(options, max_tokens=answer_length(options))
+    pair = load_pair(options)
     try:
         session = Chat(pair, config, system)
         session.prompt([{"role": "user", "content": "hi"}])  # no chat template: a one-line error, now
-        colour = sys.stdout.isatty() and (colour_terminal() if show_drafts is None else show_drafts)
+        colour_terminal = os.environ.get("TERM", "") != "dumb" and "NO_COLOR" not in os.environ
+        colour = sys.stdout.isatty() and (colour_terminal if show_drafts is None else show_drafts)
         draft_name = pair.draft_model.path.name if pair.draft_model else "no draft"
         click.echo(f"localspec chat: {pair.target_model.path.name} + {draft_name}. {CHAT_HELP}", err=True)
         if colour:
@@ -253,39 +270,6 @@ def chat(system, show_drafts, show_stats, **options):
         chat_loop(session, colour, show_stats)
     finally:
         pair.close()
-
-
-def options_config(options: dict) -> GenerationConfig:
-    """The GenerationConfig that the sampling_options flags describe (flags named after its fields pass through)."""
-    import dataclasses
-
-    sampling = SamplingParams(*(options.pop(k) for k in ("temperature", "top_k", "top_p", "min_p"))).validate()
-    stop = tuple(options.pop("stop"))
-    names = {f.name for f in dataclasses.fields(GenerationConfig)}
-    fields = {k: options.pop(k) for k in list(options) if k in names}
-    return GenerationConfig(sampling=sampling, stop=stop, **fields).validate()
-
-
-def answer_to_the_context(options: dict) -> None:
-    """Without -n, let answers run until they end or the context is full (the loop stops there)."""
-    from click.core import ParameterSource
-
-    if click.get_current_context().get_parameter_source("max_tokens") == ParameterSource.DEFAULT:
-        options["max_tokens"] = options["ctx"]
-
-
-def options_pair(options: dict) -> Pair:
-    """Load the pair that the model_options flags name."""
-    target_path, draft_path = resolve_pair_args(options.pop("target"), options.pop("draft"))
-    load = LoadOptions(options.pop("ctx"), options.pop("threads"), options.pop("ngl_target"), options.pop("ngl_draft"))
-    return Pair(target_path, draft_path, load)
-
-
-def colour_terminal() -> bool:
-    """True when stdout is a terminal that shows colour (and NO_COLOR is not set)."""
-    import os
-
-    return sys.stdout.isatty() and os.environ.get("TERM", "") != "dumb" and "NO_COLOR" not in os.environ
 
 
 def chat_loop(session, colour: bool, show_stats: bool) -> None:
@@ -340,10 +324,6 @@ def chat_command(session, line: str) -> bool:
 
 def chat_answer(session, text: str, colour: bool, show_stats: bool) -> None:
     """Stream the answer to one message. Ctrl-C stops it; an error is one line and the chat goes on."""
-    import signal
-
-    from .speculative import Piece
-
     previous = signal.signal(signal.SIGINT, lambda *_: session.stop())
     reply = None
     try:
@@ -391,9 +371,8 @@ def serve(host, port, api_key, max_queue, **options):
     """
     from .server import serve as run_server
 
-    answer_to_the_context(options)
-    defaults = options_config(options)
-    pair = options_pair(options)
+    defaults = generation_config(options, max_tokens=answer_length(options))
+    pair = load_pair(options)
     try:
         run_server(pair, defaults, host, port, api_key, max_queue, log=lambda s: click.echo(s, err=True))
     finally:
@@ -427,8 +406,7 @@ def models_pull(names):
 
     Example: localspec models pull qwen2.5-coder-1.5b-instruct-q4_k_m
     """
-    catalog = models.load_catalog()
-    for name in names or catalog.pairs[catalog.default_pair]:
+    for name in names or models.pair_names(None):
         click.echo(f"{name}: {models.pull(name)}")
 
 
@@ -464,28 +442,22 @@ def models_convert(src, quant, out):
 
 
 @cli.command()
-@click.option("-t", "--target", envvar="LOCALSPEC_TARGET", help="Target: catalog name or .gguf path (default: the default pair's).")
+@shared("target")
 @click.option("-d", "--draft", "drafts", multiple=True, help="Also try this draft from outside the store (repeatable).")
 @click.option("--quants", default="Q4_0,Q3_K_S,Q2_K", show_default=True,
               help="Types to derive from each draft and try (cached in the store); 'none' for none.")
-@click.option("--temperature", "--temp", type=float, default=0.8, show_default=True, help="Tune for this temperature (0: greedy).")
-@click.option("--top-k", type=int, default=40, show_default=True)
-@click.option("--top-p", type=float, default=0.95, show_default=True)
-@click.option("--min-p", type=float, default=0.05, show_default=True)
-@click.option("--p-min", type=float, default=0.75, show_default=True,
-              help="Draft confidence stop of the fixed-γ candidates (hybrid auto runs with p-min auto).")
+@shared("temperature", "top_k", "top_p", "min_p", "p_min", temperature={"help": "Tune for this temperature (0: greedy)."},
+        p_min={"help": "Draft confidence stop of the fixed-γ candidates, auto: what a fixed --gamma takes (hybrid "
+               "auto runs with p-min auto)."})
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path),
               help='Calibration prompts: a JSONL file of {"prompt": ...} (default: 8 HumanEval prompts).')
 @click.option("--n-prompts", type=click.IntRange(1), default=8, show_default=True)
-@click.option("-n", "--max-tokens", type=int, default=64, show_default=True, help="Tokens generated per prompt.")
+@shared("max_tokens", max_tokens={"default": 64, "help": "Tokens generated per prompt."})
 @click.option("--gamma-max", type=int, default=8, show_default=True, help="The longest draft tried.")
 @click.option("--budget", type=float, default=600, show_default=True, help="Seconds the whole run may take.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG of speedup vs gamma per candidate.")
 @click.option("--chat/--raw", default=None, help="Calibrate through the chat template (default for instruct models).")
-@click.option("--ngl-target", type=int, default=999, show_default=True, help="Target layers on the GPU.")
-@click.option("--threads", type=int, default=None, help="CPU threads (default: all cores, at most 8).")
-@click.option("--ctx", type=int, default=4096, show_default=True, help="Context size in tokens.")
-@click.option("-s", "--seed", type=int, default=1, show_default=True)
+@shared("ngl_target", "threads", "ctx", "seed", seed={"default": 1})
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @user_errors
 def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompts_file, n_prompts, max_tokens,
@@ -505,11 +477,12 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
     if plot:
         tuning.check_plot()
     options = tuning.TuneOptions(
-        sampling=SamplingParams(temperature, top_k, top_p, min_p).validate(), p_min=p_min, max_tokens=max_tokens,
+        sampling=SamplingParams(temperature, top_k, top_p, min_p).validate(), max_tokens=max_tokens,
+        p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: what a fixed γ drafts with (p_min_of)
         gamma_max=gamma_max, budget_s=budget, seed=seed, chat=chat, load=LoadOptions(ctx, threads, ngl_target, 0),
         quants=tuning.parse_quants(quants), drafts=tuple(models.resolve_model(d) for d in drafts)).validate()
     prompts = prompt_sets.load_prompts(prompts_file, n_prompts)
-    target_path, _ = resolve_pair_args(target, "none")
+    target_path, _ = models.pair_files(target, "none")
     result = tuning.run_tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)
     saved = result.save()
     if plot:

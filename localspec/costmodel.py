@@ -1,24 +1,23 @@
-"""Measured costs and acceptance -> the draft length γ that maximises expected tokens per second.
+"""Pure cost formulas: expected tokens per step, step seconds, the best draft length, the draft's
+token-by-token stop rule, and the two measurements they read (a verify-cost curve and acceptance per
+draft position), each written once.
 
 Leviathan et al. (2022), §3.3: with acceptance rate α, a step that drafts γ tokens emits
 (1 − α^(γ+1)) / (1 − α) tokens in expectation. Departure: we keep the acceptance of each draft
 position separately (a_i = P(draft i accepted | drafts 1..i−1 accepted)), so
 E(γ) = 1 + Σ_{i=1..γ} Π_{j≤i} a_j, which is the paper's formula when every a_i = α. A step costs
-γ draft tokens + one target verify of γ+1 tokens (not linear in γ: on a 2-core CPU 27.6 ms for 1
-token, 73.5 ms for 4) + the controller's own time. γ = 0 is plain decoding and is always a candidate.
+γ draft tokens + one target verify of γ+1 tokens (measured per batch size: it is not linear in γ, and
+not even monotone on some CPUs) + the controller's own time. γ = 0 is plain decoding.
 
 Where a draft stops within γ is decided token by token (DraftStop, "p-min auto"): draft on while
 what drafting on to some length within γ is expected to add, reach × (a + a² + ...) tokens with
 a = a(confidence), costs less time than those tokens take at the rate the loop achieves (the draft
-decodes plus the verify batch's growth, which can be negative: 4 tokens may verify faster than 3). That is
-the stopping rule that maximises a renewal process's long-run rate E[tokens] / E[seconds]; a(c) is
-the acceptance measured for drafts of confidence c, so a fixed p-min's guess becomes a measurement.
+decodes plus the verify batch's growth, which can be negative where a wider batch verifies faster).
+That is the stopping rule that maximises a renewal process's long-run rate E[tokens] / E[seconds].
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 
@@ -64,14 +63,13 @@ class DraftStop:
     Draft on while drafting on to some length j (up to the step's γ, `horizon`) pays: the tokens it
     adds, reach × (a + a² + ... ), a being the measured acceptance at this confidence, against the
     loop's rate × the seconds it costs (j - i draft decodes and the verify batch's growth). Looking
-    past the next token matters where the verify's cost per token falls with the batch: on the 2-core
-    CPU the light target verifies 4 tokens faster than 3 (171 against 182-210 ms), and a one-token
-    lookahead stopped drafts at 1 or 2, the dearest batches, where the planner had chosen 3.
+    past the next token matters where the verify's cost per token falls with the batch: a one-token
+    lookahead would stop before a dear batch size even where a cheaper, wider one lies beyond it.
 
-    The first draft of a step is always made: whether to speculate at all is the planner's call
-    (CostTracker.plan), and a step it chose must measure something. Refusing it could trap the
-    tracker: with verify(2) not yet measured it is extrapolated pessimistically, no draft would pay,
-    and the draft's sync would be paid every step for nothing."""
+    The first draft of a step is always made: whether to speculate at all is the planner's call, and
+    a step it chose must measure something. Refusing it could trap the planner: with verify(2) not yet
+    measured it is extrapolated pessimistically, no draft would pay, and the draft's catch-up would be
+    paid every step for nothing."""
 
     def __init__(self, accept: Callable[[float], float], rate: float, draft_s: float,
                  verify_s: Callable[[int], float], horizon: int | None = None):
@@ -123,156 +121,79 @@ class Ema:
         self.value = x if self.value is None else self.value + self.weight * (x - self.value)
 
 
-@dataclass
-class CostTracker:
-    """Live measurements of one pair on one machine; chooses γ before each step.
 
-    Policy: until a draft has been measured, probe at `probe_gamma`; afterwards take the γ with the
-    best predicted tokens/s. While that is 0, and only if the measured costs would let speculation
-    win at near-perfect acceptance (`optimistic_accept`), re-probe after `probe_every` plain steps so
-    the choice can recover when acceptance changes; each probe that changes nothing doubles the wait
-    (up to `probe_every_max`), because a probe costs the draft a catch-up over every token generated
-    since it last ran. Where costs alone rule speculation out, it never probes again.
-    """
 
-    gamma_max: int = 8
-    probe_gamma: int = 3
-    probe_every: int = 16
-    probe_every_max: int = 1024
-    prior_accept: float = 0.6   # Beta-style prior, worth `prior_weight` observations per position
-    prior_weight: float = 2.0
-    optimistic_accept: float = 0.95
-    min_gain: float = 0.03         # predicted edge over plain decoding needed to speculate
-    min_gain_probe: float = 0.05   # ... and, at optimistic acceptance, to keep probing
-    draft_s: Ema = field(default_factory=Ema)
-    overhead_s: Ema = field(default_factory=Ema)
-    verify: dict[int, Ema] = field(default_factory=dict)
-    reached: list[int] = field(default_factory=list)
-    accepted: list[int] = field(default_factory=list)
-    steps_since_probe: int = 0
-    wait: int = 0  # plain steps before the next probe; 0 until the first choice of plain decoding
-    _curve: dict[int, float] = field(default_factory=dict)  # verify_seconds memo, cleared by record()
-    conf_judged: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
-    conf_accepted: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
-    step_tokens: Ema = field(default_factory=Ema)  # tokens and seconds of drafting steps: the rate achieved
-    step_s: Ema = field(default_factory=Ema)
+class VerifyCurve:
+    """Seconds to verify a batch of k tokens: measured per k (a moving average), interpolated
+    between measured sizes, and extrapolated along the nearest measured segment. With one point only,
+    cost is assumed to grow in proportion to k (pessimistic: compute-bound)."""
 
-    def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float,
-               confidences: Sequence[float] = ()) -> None:
-        """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them)."""
-        self._curve.clear()
-        self.verify.setdefault(n_drafted + 1, Ema()).add(verify_s)
-        self.overhead_s.add(overhead_s)
-        if n_drafted:
-            self.draft_s.add(draft_s / n_drafted)
-            self.steps_since_probe = 0
-            self.step_tokens.add(n_accepted + 1)
-            self.step_s.add(draft_s + verify_s + overhead_s)
-        else:
-            self.steps_since_probe += 1
-        self._record_acceptance(n_drafted, n_accepted)
-        for i, c in enumerate(confidences[: n_accepted + 1]):  # the drafts the target judged
-            b = self._bin(c)
-            self.conf_judged[b] += 1
-            self.conf_accepted[b] += i < n_accepted
+    def __init__(self, means: dict[int, float] | None = None):
+        self.points: dict[int, Ema] = {}
+        self._memo: dict[int, float] = {}
+        for k, seconds in (means or {}).items():
+            self.add(k, seconds)
 
-    @staticmethod
-    def _bin(confidence: float) -> int:
-        return min(max(int(confidence * CONFIDENCE_BINS), 0), CONFIDENCE_BINS - 1)
+    def add(self, k: int, seconds: float) -> None:
+        """One measured verify of k tokens."""
+        self._memo.clear()
+        self.points.setdefault(k, Ema()).add(seconds)
 
-    def accept_at(self, confidence: float) -> float:
-        """Measured acceptance of drafts of this confidence, smoothed towards an optimistic prior,
-        (1 + confidence) / 2: a confidence whose drafts are never judged is never measured, and drafts
-        are often accepted more than their confidence says (the 0.5B Qwen draft at T=0: 0.92 at 0.6-0.8)."""
-        b, w = self._bin(confidence), self.prior_weight
-        return (self.conf_accepted[b] + w * (1 + confidence) / 2) / (self.conf_judged[b] + w)
+    def __contains__(self, k: int) -> bool:
+        return k in self.points
 
-    def rate(self) -> float:
-        """Tokens/s the loop achieves: drafting steps as measured, and never below plain decoding."""
-        plain = 1.0 / max(self.verify_seconds(1) + (self.overhead_s.value or 0.0), 1e-9)
-        if self.step_s.value is None:
-            return plain
-        return max(self.step_tokens.value / max(self.step_s.value, 1e-9), plain)
+    def known(self) -> list[tuple[int, float]]:
+        """Measured (k, seconds), by k."""
+        return sorted((k, e.value) for k, e in self.points.items())
 
-    def draft_stop(self, gamma: int | None = None) -> DraftStop | FixedStop:
-        """The stopping rule for a draft of up to gamma (p-min auto); a fixed p-min until costs are measured."""
-        if self.draft_s.value is None or 1 not in self.verify:
-            return FixedStop(FALLBACK_P_MIN, first=True)  # a probe must measure the draft
-        return DraftStop(self.accept_at, self.rate(), self.draft_s.value, self.verify_seconds, gamma)
+    def seconds(self, k: int) -> float:
+        """Measured, interpolated or extrapolated seconds for a batch of k (0.0 before any measurement)."""
+        t = self._memo.get(k)
+        if t is None:
+            t = self._memo[k] = self._estimate(k, self.known())
+        return t
 
-    def _record_acceptance(self, n_drafted: int, n_accepted: int) -> None:
-        grow = n_drafted - len(self.reached)
-        if grow > 0:
-            self.reached += [0] * grow
-            self.accepted += [0] * grow
-        for i in range(min(n_drafted, n_accepted + 1)):  # positions the target actually judged
-            self.reached[i] += 1
-            self.accepted[i] += i < n_accepted
-
-    def acceptance(self) -> list[float]:
-        """Per-position conditional acceptance, smoothed towards the prior."""
-        w, a0 = self.prior_weight, self.prior_accept
-        out = [(acc + w * a0) / (n + w) for n, acc in zip(self.reached, self.accepted)]
-        return out or [a0]
-
-    def verify_seconds(self, k: int) -> float:
-        """Measured verify time for a batch of k, interpolated (or extrapolated linearly) otherwise."""
-        if not self._curve:  # the whole curve at once, after each new measurement
-            known = self._known_verify()
-            self._curve.update((n, self._interpolate_verify(n, known)) for n in range(1, self.gamma_max + 2))
-        t = self._curve.get(k)
-        return t if t is not None else self._interpolate_verify(k, self._known_verify())
-
-    def _known_verify(self) -> list[tuple[int, float]]:
-        return sorted((n, e.value) for n, e in self.verify.items())
-
-    def _interpolate_verify(self, k: int, known: list[tuple[int, float]]) -> float:
+    def _estimate(self, k: int, known: list[tuple[int, float]]) -> float:
         if not known:
             return 0.0
-        if k in self.verify:
-            return self.verify[k].value
+        if k in self.points:
+            return self.points[k].value
         if len(known) == 1:
             n, t = known[0]
-            return t * k / n  # pessimistic: compute-bound, cost grows with the batch
+            return t * k / n
         lo = max((p for p in known if p[0] < k), default=known[0])
         hi = min((p for p in known if p[0] > k), default=known[-1])
-        if lo[0] == hi[0]:  # beyond the measured range: continue the last segment's slope
+        if lo[0] == hi[0]:  # beyond the measured range: continue the nearest segment's slope
             lo, hi = (known[-2], known[-1]) if k > known[-1][0] else (known[0], known[1])
         slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
         return max(lo[1] + slope * (k - lo[0]), known[0][1] * 0.5)
 
-    def could_pay(self, gamma_max: int | None = None) -> bool:
-        """Whether some γ > 0 would beat plain decoding at near-perfect acceptance, given the costs."""
-        if self.draft_s.value is None or 1 not in self.verify:
-            return True  # not measured yet
-        accept = [self.optimistic_accept] * (gamma_max or self.gamma_max)
-        gamma, _ = best_gamma(accept, self.draft_s.value, self.verify_seconds, self.overhead_s.value or 0.0,
-                              gamma_max or self.gamma_max, self.min_gain_probe)
-        return gamma > 0
 
-    def choose(self, gamma_cap: int) -> int:
-        """The draft length for the next step, at most gamma_cap."""
-        return self.plan(gamma_cap)[0]
+class PositionAcceptance:
+    """Drafts per draft position: proposed, judged by the target (all up to the first rejection) and
+    accepted. rates()[i] is the a_i of expected_tokens: P(draft i accepted | drafts before it accepted)."""
 
-    def plan(self, gamma_cap: int) -> tuple[int, float]:
-        """(draft length, predicted tokens/s) for the next step; a probe predicts +inf (it must run)."""
-        gamma_max = min(self.gamma_max, gamma_cap)
-        if gamma_max <= 0:
-            return 0, 0.0
-        if self.draft_s.value is None:
-            return min(self.probe_gamma, gamma_max), math.inf
-        if 1 not in self.verify:
-            return 0, 0.0
-        gamma, tps = best_gamma(self.acceptance(), self.draft_s.value, self.verify_seconds,
-                                self.overhead_s.value or 0.0, gamma_max, self.min_gain)
-        if gamma > 0:
-            self.wait = 0
-            return gamma, tps
-        if not self.could_pay(gamma_max):
-            return 0, tps
-        if not self.wait:
-            self.wait = self.probe_every
-        if self.steps_since_probe >= self.wait:
-            self.wait = min(2 * self.wait, self.probe_every_max)
-            return min(self.probe_gamma, gamma_max), math.inf
-        return 0, tps
+    def __init__(self):
+        self.drafted: list[int] = []
+        self.judged: list[int] = []
+        self.accepted: list[int] = []
+
+    def record(self, n_drafted: int, n_accepted: int) -> None:
+        """One verified proposal of n_drafted tokens, of which the first n_accepted were accepted."""
+        grow = n_drafted - len(self.drafted)
+        if grow > 0:
+            for counts in (self.drafted, self.judged, self.accepted):
+                counts.extend([0] * grow)
+        for i in range(n_drafted):
+            self.drafted[i] += 1
+            self.judged[i] += i <= n_accepted
+            self.accepted[i] += i < n_accepted
+
+    def rates(self, prior: float = 0.0, weight: float = 0.0) -> list[float]:
+        """Conditional acceptance per position, smoothed towards prior with weight pseudo-observations."""
+        return [(a + weight * prior) / (j + weight) if j + weight else 0.0
+                for j, a in zip(self.judged, self.accepted)]
+
+    def alpha_at(self) -> list[float]:
+        """Accepted / proposed per position (unconditional on the earlier drafts)."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted, self.drafted)]

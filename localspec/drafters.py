@@ -1,13 +1,16 @@
-"""Drafters propose tokens AND the probabilities they drew them with, so the p/q rule stays exact."""
+"""Drafters propose tokens AND the probabilities they drew them with, so the p/q rule stays exact.
+
+The protocol: propose(context, k, rng, stop) -> Proposal; observe(n_accepted); prefill(prompt);
+offer(context, k). The planner decides k and the stop rule; a drafter only follows them.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-from .costmodel import FixedStop
 from .llama import Context
 from .sampling import Dist, SamplingParams, distribution, greedy_token, sample, top_probability
 
@@ -17,13 +20,34 @@ def one_hot(token: int) -> Dist:
     return Dist(np.array([token], dtype=np.int64), np.array([1.0]))
 
 
+class Proposal(NamedTuple):
+    """A drafter's guesses for the tokens after the context."""
+
+    ids: list[int]
+    q: list[Dist]                        # the distribution each guess was drawn from (one-hot: deterministic)
+    confidences: tuple[float, ...] = ()  # the drafter's confidence per guess, where a stop rule judged it
+    catchup_s: float = 0.0               # seconds spent catching up on the context before the first guess
+
+
+NO_PROPOSAL = Proposal([], [])
+
+
+class StopRule(Protocol):
+    """Where a draft stops within the step's γ: keep(i, confidence) before drafting token i + 1."""
+
+    def keep(self, i: int, confidence: float) -> bool:
+        ...
+
+
 class Drafter(Protocol):
     """What the controller needs from a source of guesses."""
 
     name: str
 
-    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> tuple[list[int], list[Dist]]:
-        """Up to k guesses for the tokens after context, each with the distribution it came from."""
+    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
+                stop: StopRule | None = None) -> Proposal:
+        """Up to k guesses for the tokens after context, each with the distribution it came from;
+        stop (when given) may end the draft early, judging the drafter's confidence."""
         ...
 
     def observe(self, n_accepted: int) -> None:
@@ -42,49 +66,47 @@ class Drafter(Protocol):
 class ModelDrafter:
     """Drafts with a small model in its own llama.cpp context, sampling from q at T>0.
 
-    Like llama.cpp's p-min, it stops drafting where its own confidence (top_probability of its logits)
-    falls below p_min: a guess it doubts is likely rejected, and costs a draft step and a wider verify.
-    With p_min None the controller sets `stop` before each proposal (costmodel.DraftStop: the measured
-    acceptance at that confidence against the measured costs). Where to stop depends only on the
+    Before each guess a stop rule (when given) sees the draft's confidence (the top probability of its
+    logits, as llama.cpp's p-min judges it) and may end the draft. Where to stop depends only on the
     draft's state and on past steps, never on the target's verdict, so the output stays exact."""
 
     name = "model"
 
-    def __init__(self, ctx: Context, params: SamplingParams, p_min: float | None = 0.0):
+    def __init__(self, ctx: Context, params: SamplingParams):
         self.ctx = ctx
         self.params = params
-        self.p_min = p_min
-        self.stop = None if p_min is None else (FixedStop(p_min) if p_min > 0 else None)
-        self.confidences: list[float] = []  # of the last proposal's drafts, when a stop rule judged them
-        self.sync_s = 0.0  # time the last propose() spent catching up on the context
 
-    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator) -> tuple[list[int], list[Dist]]:
+    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
+                stop: StopRule | None = None) -> Proposal:
         k = min(k, self.ctx.n_ctx - len(context) + 1)
         if k <= 0:
-            return [], []
-        ctx = self.ctx
-        # Keep what the cache shares with the context, but always re-decode the last token: its logits
-        # are what the first guess is drawn from.
-        t0 = time.perf_counter()
-        n = ctx.reuse_prefix(context[:-1])
-        ctx.decode(context[n:], logits="last")
-        self.sync_s = time.perf_counter() - t0 if len(context) - n > 2 else 0.0
+            return NO_PROPOSAL
+        catchup_s = self._catch_up(context)
         ids: list[int] = []
         dists: list[Dist] = []
-        self.confidences = confidences = []
+        confidences: list[float] = []
         for i in range(k):
-            logits = ctx.logits(-1)  # [V]
-            if self.stop is not None:
+            logits = self.ctx.logits(-1)  # [V]
+            if stop is not None:
                 confidence = top_probability(logits)
-                if not self.stop.keep(i, confidence):
+                if not stop.keep(i, confidence):
                     break
                 confidences.append(confidence)
             token, q = self._draw(logits, rng)
             ids.append(token)
             dists.append(q)
             if i + 1 < k:
-                ctx.decode([token], logits="last")
-        return ids, dists
+                self.ctx.decode([token], logits="last")
+        return Proposal(ids, dists, tuple(confidences), catchup_s)
+
+    def _catch_up(self, context: Sequence[int]) -> float:
+        """Bring the cache to the context; the seconds it took when more than the usual step's tokens."""
+        # Keep what the cache shares with the context, but always re-decode the last token: its logits
+        # are what the first guess is drawn from.
+        t0 = time.perf_counter()
+        n = self.ctx.reuse_prefix(context[:-1])
+        self.ctx.decode(context[n:], logits="last")
+        return time.perf_counter() - t0 if len(context) - n > 2 else 0.0
 
     def _draw(self, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, Dist]:
         if self.params.greedy:
@@ -125,7 +147,8 @@ class NGramDrafter:
         self.proposed_at: dict[int, int] = {}         # match length -> tokens proposed
         self.accepted_at: dict[int, int] = {}         # match length -> tokens accepted
 
-    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator | None = None) -> tuple[list[int], list[Dist]]:
+    def propose(self, context: Sequence[int], k: int, rng: np.random.Generator | None = None,
+                stop: StopRule | None = None) -> Proposal:
         self._sync(context)
         self.last_n = 0
         end = len(self.tokens)
@@ -135,8 +158,8 @@ class NGramDrafter:
             if pos is not None:
                 ids = self.tokens[pos + 1: pos + 1 + k]  # may run into the end of the context
                 self.last_n, self.last_len = n, len(ids)
-                return ids, [one_hot(t) for t in ids]
-        return [], []
+                return Proposal(ids, [one_hot(t) for t in ids])
+        return NO_PROPOSAL
 
     def _sync(self, context: Sequence[int], full_check: bool = False) -> None:
         """Extend the index with new context tokens; rebuild when the context is not an extension.
@@ -162,7 +185,7 @@ class NGramDrafter:
         self._sync(prompt, full_check=True)
 
     def offer(self, context: Sequence[int], k: int) -> int:
-        return len(self.propose(context, k)[0])  # O(n_max): a lookup, nothing more
+        return len(self.propose(context, k).ids)  # O(n_max): a lookup, nothing more
 
     def acceptance(self) -> dict[int, float]:
         """Fraction of proposed tokens accepted, per match length."""

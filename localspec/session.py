@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from .compat import check_compatible
-from .costmodel import FALLBACK_P_MIN, CostTracker
-from .drafters import ModelDrafter, NGramDrafter
+from .config import GenerationConfig, GenerationError, check_fits
+from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .llama import Context, Model, common_prefix_len
-from .speculative import GenerationConfig, GenerationError, Piece, SpeculativeDecoder, auto_cap
+from .planner import CostTracker, source_names
+from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
 
 
@@ -32,45 +33,55 @@ class LoadOptions:
     ngl_draft: int = 999
 
 
-def p_min_of(config: GenerationConfig) -> float | None:
-    """The draft model's p-min. Auto (None) goes with auto γ; a fixed γ takes the fixed FALLBACK_P_MIN
-    (llama.cpp's), so `--gamma N` drafts what it says, and a seed repeats a sampled run token for
-    token (auto follows live timings). On the light pair, p-min auto under a fixed γ cut every draft
-    to its first token: 0.71x plain decoding where auto itself chose plain decoding. Sampled (T > 0)
-    decoding keeps 0.75 too: the draft's top-token confidence says little about a token it sampled, and
-    on the F16 target at T=1 auto with p-min auto ran at 1.60x plain against 2.28x for a fixed γ 4."""
-    if config.p_min is None and (config.gamma is not None or not config.sampling.greedy):
-        return FALLBACK_P_MIN
-    return config.p_min
+def make_sources(names: Sequence[str], draft_ctx: Context | None, config: GenerationConfig,
+                 trackers: dict, ngram: NGramDrafter | None = None) -> list[tuple[Drafter, CostTracker]]:
+    """The (drafter, tracker) sources for drafter names, in order. Trackers are kept in `trackers`
+    across generations, one per drafter and per greedy/sampled decoding (costs and acceptance differ)."""
+    sources = []
+    for name in names:
+        if name == "ngram":
+            drafter = ngram if ngram is not None else NGramDrafter()
+        else:
+            drafter = ModelDrafter(draft_ctx, config.sampling)
+        sources.append((drafter, trackers.setdefault((name, config.sampling.greedy), CostTracker())))
+    return sources
 
 
 class Pair:
     """A target model, an optional draft model, their contexts and the controller over them."""
 
     def __init__(self, target: str | Path, draft: str | Path | None, options: LoadOptions = LoadOptions()):
+        target_model = Model(target, n_gpu_layers=options.ngl_target)
+        draft_model = Model(draft, n_gpu_layers=options.ngl_draft) if draft else None
+        if draft_model is not None:
+            check_compatible(target_model, draft_model)
+        target_ctx = Context(target_model, options.n_ctx, options.threads)
+        draft_ctx = Context(draft_model, options.n_ctx, options.threads) if draft_model else None
+        self._wrap(target_ctx, draft_ctx, options)
+
+    @classmethod
+    def from_contexts(cls, target_ctx: Context, draft_ctx: Context | None = None,
+                      options: LoadOptions = LoadOptions()) -> Pair:
+        """A Pair over contexts made elsewhere (any objects with Context's surface)."""
+        pair = cls.__new__(cls)
+        pair._wrap(target_ctx, draft_ctx, options)
+        return pair
+
+    def _wrap(self, target_ctx: Context, draft_ctx: Context | None, options: LoadOptions) -> None:
         self.options = options
-        self.target_model = Model(target, n_gpu_layers=options.ngl_target)
-        self.draft_model = Model(draft, n_gpu_layers=options.ngl_draft) if draft else None
-        if self.draft_model is not None:
-            check_compatible(self.target_model, self.draft_model)
-        self.target_ctx = Context(self.target_model, options.n_ctx, options.threads)
-        self.draft_ctx = Context(self.draft_model, options.n_ctx, options.threads) if self.draft_model else None
-        self.costs: dict[tuple, CostTracker] = {}  # measured costs and acceptance, kept across generations
+        self.target_ctx, self.draft_ctx = target_ctx, draft_ctx
+        self.target_model = target_ctx.model
+        self.draft_model = draft_ctx.model if draft_ctx is not None else None
+        self.trackers: dict[tuple, CostTracker] = {}  # measured costs and acceptance, kept across generations
         self.ngram = NGramDrafter()
+
+    def sources(self, config: GenerationConfig) -> list[tuple[Drafter, CostTracker]]:
+        """The drafters this config runs on this pair, each with the tracker it keeps."""
+        return make_sources(source_names(self.drafter_kind(config)), self.draft_ctx, config, self.trackers, self.ngram)
 
     def decoder(self, config: GenerationConfig) -> SpeculativeDecoder:
         """A controller over this pair; target-only when there is no draft or gamma is 0."""
-        kind = self.drafter_kind(config)
-        sources = []
-        for name in {"model": ["model"], "ngram": ["ngram"], "hybrid": ["ngram", "model"]}.get(kind, []):
-            drafter = (self.ngram if name == "ngram"
-                       else ModelDrafter(self.draft_ctx, config.sampling, p_min_of(config)))
-            # Costs and acceptance differ per drafter, and between greedy and sampled decoding.
-            key = (name, config.sampling.greedy)
-            costs = self.costs.setdefault(key, CostTracker())
-            costs.gamma_max = auto_cap(drafter, config)
-            sources.append((drafter, costs))
-        return SpeculativeDecoder(self.target_ctx, sources=sources)
+        return SpeculativeDecoder(self.target_ctx, self.sources(config))
 
     def drafter_kind(self, config: GenerationConfig) -> str | None:
         """Which drafter a generation uses: None for plain decoding."""
@@ -101,20 +112,8 @@ class Pair:
         return m.tokenize_chat(m.apply_chat_template(messages))
 
     def check_prompt(self, prompt: Sequence[int]) -> None:
-        """Raise GenerationError, naming the limit, unless the prompt leaves room to generate."""
-        n_ctx = self.target_ctx.n_ctx
-        if len(prompt) >= n_ctx:
-            raise GenerationError(f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}; "
-                                  "raise --ctx or shorten the prompt")
-
-    def generate(self, prompt: Sequence[int], config: GenerationConfig) -> Iterator[Piece]:
-        """Stream pieces of text; `last_stats` holds the counters once the stream ends."""
-        decoder = self.decoder(config)
-        self.last_stats = decoder.stats
-        try:
-            yield from decoder.generate(prompt, config)
-        finally:
-            self.last_stats: GenerationStats = decoder.stats
+        """Raise ContextFull, naming the limit, unless the prompt leaves room to generate."""
+        check_fits(len(prompt), self.target_ctx.n_ctx)
 
     def stream(self, prompt: Sequence[int], config: GenerationConfig,
                cancel: threading.Event | None = None) -> Iterator[Piece | Reply]:
@@ -123,16 +122,12 @@ class Pair:
         self.check_prompt(prompt)
         reused_draft = common_prefix_len(self.draft_ctx.tokens, prompt[:-1]) if self.draft_ctx else None
         parts: list[str] = []
-        pieces = self.generate(prompt, config)
-        try:
-            for piece in pieces:
-                parts.append(piece.text)
-                yield piece
-                if cancel is not None and cancel.is_set():
-                    break
-        finally:
-            pieces.close()
-        yield Reply.of(self, "".join(parts), self.last_stats, config, reused_draft)
+        for item in self.decoder(config).generate(prompt, config, cancel):
+            if isinstance(item, Finished):
+                yield Reply.of(self, "".join(parts), item.stats, config, reused_draft)
+                return
+            parts.append(item.text)
+            yield item
 
     def close(self) -> None:
         """Free contexts, then models."""
@@ -157,7 +152,6 @@ class Reply:
     def of(cls, pair: Pair, text: str, stats: GenerationStats, config: GenerationConfig,
            reused_draft: int | None) -> Reply:
         """The Reply for a finished (or cancelled) generation on pair."""
-        stats.finish_reason = stats.finish_reason or "cancelled"  # stopped before it finished
         full = stats.finish_reason == "length" and stats.generated < config.max_tokens
         return cls(text, stats.finish_reason, stats, stats.reused_tokens, reused_draft, full, pair.target_ctx.n_ctx)
 
@@ -240,12 +234,9 @@ class Chat:
         return self.pair.chat_tokens(system + list(messages))
 
     def check_fits(self, prompt: Sequence[int]) -> None:
-        """Raise GenerationError when a turn's prompt leaves no room for a reply; say how to go on."""
-        n_ctx = self.pair.target_ctx.n_ctx
-        if len(prompt) >= n_ctx:
-            raise GenerationError(
-                f"the conversation has {len(prompt)} tokens but the context holds {n_ctx}; nothing was "
-                "dropped: save it (/save FILE), then /reset, or restart with a larger --ctx")
+        """Raise ContextFull when a turn's prompt leaves no room for a reply; say how to go on."""
+        check_fits(len(prompt), self.pair.target_ctx.n_ctx, what="the conversation",
+                   fix="nothing was dropped: save it (/save FILE), then /reset, or restart with a larger --ctx")
 
     def _record(self, messages: list[dict], text: str, reply: Reply | None) -> None:
         self.messages = messages + [{"role": "assistant", "content": text}]

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from .costmodel import PositionAcceptance
+
 
 @dataclass
 class GenerationStats:
@@ -16,8 +18,7 @@ class GenerationStats:
     steps: int = 0
     drafted: int = 0
     accepted: int = 0
-    drafted_at: list[int] = field(default_factory=list)   # [position] drafts proposed at draft position i
-    accepted_at: list[int] = field(default_factory=list)  # [position] of those, accepted
+    positions: PositionAcceptance = field(default_factory=PositionAcceptance)  # per draft position
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -27,8 +28,8 @@ class GenerationStats:
     drafter: str = "none"  # who may propose: model, ngram, ngram+model (hybrid), or none
     by_drafter: dict[str, list[int]] = field(default_factory=dict)  # name -> [drafted, accepted]
     gamma_mode: str = ""   # "auto" or the fixed draft length
-    judged_at: list[int] = field(default_factory=list)    # [position] drafts the target judged (all before accepted)
     verify_at: dict[int, list] = field(default_factory=dict)  # verify batch size -> [steps, seconds]
+    trace: list[tuple[int, list[int], int]] = field(default_factory=list)  # (start, batch, kept) when traced
     _verify_counted: float = field(default=0.0, repr=False)   # verify_s already attributed to a batch size
 
     def record_step(self, n_drafted: int, n_accepted: int, drafter: str | None = None) -> None:
@@ -40,31 +41,36 @@ class GenerationStats:
             counts[1] += n_accepted
         self.drafted += n_drafted
         self.accepted += n_accepted
-        grow = n_drafted - len(self.drafted_at)
-        if grow > 0:
-            self.drafted_at.extend([0] * grow)
-            self.accepted_at.extend([0] * grow)
-        for i in range(n_drafted):
-            self.drafted_at[i] += 1
-            self.accepted_at[i] += i < n_accepted
-        self._count_judged_and_verify(n_drafted, n_accepted)
+        self.positions.record(n_drafted, n_accepted)
+        self._count_verify(n_drafted)
 
-    def _count_judged_and_verify(self, n_drafted: int, n_accepted: int) -> None:
-        """Per position, drafts the target judged; per verify batch size, steps and seconds. The
-        controller adds a step's verify time to verify_s before record_step: the growth since the
-        last step is this step's verify (of n_drafted + 1 tokens)."""
-        self.judged_at.extend([0] * (n_drafted - len(self.judged_at)))
-        for i in range(min(n_drafted, n_accepted + 1)):
-            self.judged_at[i] += 1
+    def _count_verify(self, n_drafted: int) -> None:
+        """Per verify batch size, steps and seconds. The controller adds a step's verify time to
+        verify_s before record_step: the growth since the last step is this step's verify."""
         cell = self.verify_at.setdefault(n_drafted + 1, [0, 0.0])
         cell[0] += 1
         cell[1] += self.verify_s - self._verify_counted
         self._verify_counted = self.verify_s
 
+    @property
+    def drafted_at(self) -> list[int]:
+        """Drafts proposed at each draft position."""
+        return self.positions.drafted
+
+    @property
+    def accepted_at(self) -> list[int]:
+        """Drafts accepted at each draft position."""
+        return self.positions.accepted
+
+    @property
+    def judged_at(self) -> list[int]:
+        """Drafts the target judged at each draft position (all up to the first rejection)."""
+        return self.positions.judged
+
     def acceptance_at(self) -> list[float]:
         """Conditional acceptance per draft position: P(draft i accepted | drafts before it accepted),
         the a_i of localspec.costmodel.expected_tokens."""
-        return [a / j if j else 0.0 for a, j in zip(self.accepted_at, self.judged_at)]
+        return self.positions.rates()
 
     @property
     def alpha(self) -> float | None:
@@ -87,7 +93,7 @@ class GenerationStats:
 
     def alpha_at(self) -> list[float]:
         """Acceptance rate per draft position (conditional on the position being drafted)."""
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+        return self.positions.alpha_at()
 
     def to_dict(self) -> dict:
         """A JSON-ready summary."""

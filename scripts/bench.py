@@ -267,7 +267,7 @@ def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths
                 del runs.results[sc.label]
         scenarios = [sc for sc in scenarios if sc.engine != "llamacpp"]
     warm = GenerationConfig(max_tokens=8, gamma=4, sampling=sampling_params(args), seed=args.seed, drafter="model")
-    for _ in pair.generate(prompts[0], warm):
+    for _ in pair.stream(prompts[0], warm):
         pass
     with tempfile.TemporaryDirectory(prefix="localspec-bench-") as tmp:
         files = [write_prompt_file(Path(tmp), i, llamacpp_prompt_text(pair, t, chat)) for i, t in enumerate(texts)]
@@ -286,10 +286,9 @@ def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, 
     p_min = {} if args.p_min is None else {"p_min": args.p_min}
     cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=sc.gamma, sampling=sampling_params(args), seed=seed,
                            drafter=sc.drafter, gamma_max=GAMMA_MAX, **p_min)
-    for _ in pair.generate(prompt, cfg):
-        pass
-    runs.results[sc.label].append(pair.last_stats)
-    print(f"  {sc.label}: {pair.last_stats.tokens_per_s:.1f} tok/s", file=sys.stderr)
+    *_, reply = pair.stream(prompt, cfg)
+    runs.results[sc.label].append(reply.stats)
+    print(f"  {sc.label}: {reply.stats.tokens_per_s:.1f} tok/s", file=sys.stderr)
 
 
 def warm_llamacpp(tool: Path | None, scenarios: list[Scenario], prompt_file: Path, paths, args, runs: Runs) -> None:

@@ -138,3 +138,97 @@ def test_hybrid_uses_both_drafters_and_keeps_greedy_output(smol_args):
     assert spec["stats"]["drafter"] == "ngram+model" and set(by) == {"ngram", "model"}
     assert all(v["drafted"] > 0 for v in by.values())
     assert spec["text"] == plain["text"]
+
+
+# Every shared flag, set to a value other than its default (tune has only some of them).
+SHARED_ARGS = {"target": ["--target", "t.gguf"], "draft": ["--draft", "d.gguf"], "ngl_target": ["--ngl-target", "3"],
+               "ngl_draft": ["--ngl-draft", "2"], "threads": ["--threads", "3"], "ctx": ["--ctx", "512"],
+               "gamma": ["-g", "5"], "temperature": ["--temp", "0.3"], "top_k": ["--top-k", "7"],
+               "top_p": ["--top-p", "0.5"], "min_p": ["--min-p", "0.1"], "seed": ["-s", "9"], "max_tokens": ["-n", "12"],
+               "stop": ["--stop", "x", "--stop", "y"], "drafter": ["--drafter", "ngram"], "p_min": ["--p-min", "0.4"]}
+PARSED = {"target": "t.gguf", "draft": "d.gguf", "ngl_target": 3, "ngl_draft": 2, "threads": 3, "ctx": 512, "gamma": 5,
+          "temperature": 0.3, "top_k": 7, "top_p": 0.5, "min_p": 0.1, "seed": 9, "max_tokens": 12, "stop": ("x", "y"),
+          "drafter": "ngram", "p_min": 0.4}
+COMMANDS = ("generate", "chat", "serve", "tune")
+
+
+def parse(command: str, args: list[str]) -> dict:
+    """The values click hands the command, without running it (no model is loaded)."""
+    with cli.commands[command].make_context(command, args) as ctx:
+        return ctx.params
+
+
+def shared_on(command: str) -> list[str]:
+    names = {p.name for p in cli.commands[command].params}
+    return [n for n in SHARED_ARGS if n in names and not (command == "tune" and n == "draft")]
+
+
+def test_shared_flags_parse_identically_on_every_command():
+    # The same flag parses to the same value and has the same declaration wherever it appears.
+    for command in COMMANDS:
+        names = shared_on(command)
+        params = parse(command, [a for n in names for a in SHARED_ARGS[n]])
+        assert {n: params[n] for n in names} == {n: PARSED[n] for n in names}, command
+    assert len(shared_on("tune")) == 11 and len(shared_on("generate")) == len(SHARED_ARGS)
+    declared = {c: {p.name: p for p in cli.commands[c].params} for c in COMMANDS}
+    for name in SHARED_ARGS:
+        shapes = {(tuple(p.opts + p.secondary_opts), p.type.name, p.multiple, p.envvar)
+                  for c in COMMANDS if name in shared_on(c) for p in [declared[c][name]]}
+        assert len(shapes) == 1, (name, shapes)
+
+
+def test_shared_defaults_come_from_the_config_objects():
+    # Left out, the sampling flags take SamplingParams' defaults on every command, the rest
+    # GenerationConfig's and LoadOptions'; tune alone generates fewer tokens per prompt with a fixed seed.
+    from localspec.sampling import SamplingParams
+    from localspec.session import LoadOptions
+    from localspec.speculative import GenerationConfig
+
+    sampling, load, config = SamplingParams(), LoadOptions(), GenerationConfig()
+    expected = {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+                "min_p": sampling.min_p, "ctx": load.n_ctx, "ngl_target": load.ngl_target, "threads": load.threads,
+                "p_min": config.p_min, "gamma": config.gamma, "drafter": config.drafter, "stop": ()}
+    for command in COMMANDS:
+        params = parse(command, [])
+        assert {n: params[n] for n in expected if n in params} == {n: v for n, v in expected.items() if n in params}
+        assert (params["max_tokens"], params["seed"]) == ((64, 1) if command == "tune" else (config.max_tokens, None))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_p_min_is_auto_or_a_number_everywhere(command):
+    assert parse(command, ["--p-min", "auto"])["p_min"] is None
+    assert parse(command, ["--p-min", "0"])["p_min"] == 0.0
+    result = invoke(command, "--p-min", "often")
+    assert result.exit_code == 2 and "'often' is not 'auto' or a number in [0, 1)" in result.output
+
+
+def test_tune_p_min_auto_replays_fixed_gamma_with_the_fallback(monkeypatch, smol_path):
+    # tune's --p-min auto (the default) gives its fixed-γ candidates the p-min a fixed --gamma takes.
+    from localspec import tune
+    from localspec.costmodel import FALLBACK_P_MIN
+
+    seen = []
+
+    def stop(target, options, *args, **kwargs):
+        seen.append(options.p_min)
+        raise tune.TuneError("stopped here")
+    monkeypatch.setattr(tune, "tune", stop)
+    for flags, p_min in (([], FALLBACK_P_MIN), (["--p-min", "0.3"], 0.3)):
+        assert_one_line_error(invoke("tune", "--target", str(smol_path), *flags), "stopped here")
+        assert seen.pop() == p_min
+
+
+def test_generation_config_from_the_shared_flags():
+    # One conversion from parsed flags to the objects: every flag lands in its field.
+    from localspec.cli import generation_config, load_options
+
+    params = parse("generate", [a for n in SHARED_ARGS for a in SHARED_ARGS[n]])
+    config = generation_config(params)
+    assert (config.max_tokens, config.gamma, config.seed, config.stop, config.drafter, config.p_min) == \
+        (12, 5, 9, ("x", "y"), "ngram", 0.4)
+    s = config.sampling
+    assert (s.temperature, s.top_k, s.top_p, s.min_p) == (0.3, 7, 0.5, 0.1)
+    assert generation_config(params, gamma=0).gamma == 0
+    load = load_options(params)
+    assert (load.n_ctx, load.threads, load.ngl_target, load.ngl_draft) == (512, 3, 3, 2)
+    assert load_options(parse("tune", []), ngl_draft=0).ngl_draft == 0

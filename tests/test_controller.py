@@ -7,11 +7,11 @@ from collections import Counter
 import pytest
 from scipy.stats import chi2_contingency
 
-from localspec.costmodel import CostTracker
 from localspec.drafters import ModelDrafter, NGramDrafter
 from localspec.llama import Context, Model
+from localspec.planner import CostTracker
 from localspec.sampling import SamplingParams
-from localspec.speculative import GenerationConfig, GenerationError, SpeculativeDecoder
+from localspec.speculative import Finished, GenerationConfig, GenerationError, SpeculativeDecoder
 
 PURE_T1 = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 PROMPT = "My favourite colour is"
@@ -38,11 +38,16 @@ def self_draft_ctx(target):
     return Context(target, n_ctx=256, n_threads=2)
 
 
+def collect(decoder, prompt, config):
+    """Generate; return (emitted token ids, stats from the closing Finished)."""
+    *pieces, finished = decoder.generate(prompt, config)
+    assert isinstance(finished, Finished)
+    return [p.token for p in pieces if p.token >= 0], finished.stats
+
+
 def run(target_ctx, drafter, prompt, config):
-    """Generate; return (emitted token ids, stats)."""
-    decoder = SpeculativeDecoder(target_ctx, drafter)
-    tokens = [p.token for p in decoder.generate(prompt, config) if p.token >= 0]
-    return tokens, decoder.stats
+    """Generate with one drafter (None: target-only) and a fresh tracker; (emitted ids, stats)."""
+    return collect(SpeculativeDecoder(target_ctx, [(drafter, CostTracker())] if drafter else []), prompt, config)
 
 
 def test_greedy_self_draft_accepts_every_draft(target, target_ctx, self_draft_ctx):
@@ -71,10 +76,11 @@ def first_two(target_ctx, drafter, prompt, sampling, gamma, seeds, costs=None):
     """The first two emitted tokens (EOS as -1) for each seed, and how many tokens were drafted."""
     out, drafted = [], 0
     for seed in seeds:
-        cfg = GenerationConfig(max_tokens=max(2, (gamma or 3) + 1), gamma=gamma, sampling=sampling, seed=seed)
-        decoder = SpeculativeDecoder(target_ctx, drafter, costs() if costs else None)
-        tokens = [p.token for p in decoder.generate(prompt, cfg) if p.token >= 0]
-        drafted += decoder.stats.drafted
+        cfg = GenerationConfig(max_tokens=max(2, (gamma or 3) + 1), gamma=gamma, sampling=sampling, seed=seed,
+                               p_min=0.0 if gamma else None)
+        sources = [(drafter, costs() if costs else CostTracker())] if drafter else []
+        tokens, stats = collect(SpeculativeDecoder(target_ctx, sources), prompt, cfg)
+        drafted += stats.drafted
         out.append(tuple((tokens + [-1, -1])[:2]))
     return out if costs is None else (out, drafted)
 
@@ -82,7 +88,7 @@ def first_two(target_ctx, drafter, prompt, sampling, gamma, seeds, costs=None):
 def eager_costs() -> CostTracker:
     """A cost tracker that has seen a cheap draft and a flat verify: auto mode drafts 1..8 tokens,
     changing its choice as the run's own acceptance comes in."""
-    t = CostTracker(gamma_max=8)
+    t = CostTracker()
     for k in (1, 3, 5, 9):
         t.record(k - 1, 0 if k == 1 else 1, draft_s=0.0005 * (k - 1), verify_s=0.010, overhead_s=0.0)
     return t
@@ -118,13 +124,17 @@ def test_speculative_sampling_matches_target_only(target, target_ctx, draft_ctx,
     assert same_distribution_pvalue(plain, spec) > 1e-3
 
 
-def test_auto_gamma_and_auto_p_min_keep_the_distribution(target, target_ctx, draft_ctx):
+def test_auto_gamma_and_auto_p_min_keep_the_distribution(target, target_ctx, draft_ctx, monkeypatch):
     # Auto mode only changes how many tokens are drafted each step, never the rule; so does p-min
     # auto, which stops a draft from the draft's confidence and past steps' costs, never the target's.
+    # The planner takes p-min auto at T=0 only; here it is forced on at T=1 to test the stop rule itself.
+    import localspec.planner as planner_mod
+
+    monkeypatch.setattr(planner_mod, "p_min_of", lambda config: None)
     prompt = target.tokenize(PROMPT, True)
     hot = SamplingParams(temperature=1.6, top_k=0, top_p=1.0, min_p=0.0)
     plain = first_two(target_ctx, None, prompt, PURE_T1, 0, range(2000))
-    spec, drafted = first_two(target_ctx, ModelDrafter(draft_ctx, hot, p_min=None), prompt, PURE_T1, None,
+    spec, drafted = first_two(target_ctx, ModelDrafter(draft_ctx, hot), prompt, PURE_T1, None,
                               range(2000, 4000), costs=eager_costs)
     assert drafted > 2000  # it did speculate
     assert same_distribution_pvalue(plain, spec) > 1e-3
@@ -184,11 +194,11 @@ def test_stop_strings_and_stats(target, target_ctx, draft_ctx):
     full, _ = run(target_ctx, None, prompt, GenerationConfig(30, 0, greedy))
     text = target.detokenize(full)
     stop = text[5:8]
-    decoder = SpeculativeDecoder(target_ctx, ModelDrafter(draft_ctx, greedy))
-    out = "".join(p.text for p in decoder.generate(prompt, GenerationConfig(30, 4, greedy, stop=(stop,))))
-    assert out == text[: text.index(stop)]
-    assert decoder.stats.finish_reason == "stop"
-    s = decoder.stats
+    decoder = SpeculativeDecoder(target_ctx, [(ModelDrafter(draft_ctx, greedy), CostTracker())])
+    *pieces, finished = decoder.generate(prompt, GenerationConfig(30, 4, greedy, stop=(stop,)))
+    assert "".join(p.text for p in pieces) == text[: text.index(stop)]
+    s = finished.stats
+    assert s.finish_reason == "stop"
     assert s.steps >= 1 and s.mean_accepted_length == 1 + s.accepted / s.steps
     assert sum(s.drafted_at) == s.drafted and sum(s.accepted_at) == s.accepted
 
@@ -199,22 +209,19 @@ def test_p_min_stops_doubtful_drafts_and_keeps_greedy_output(target, target_ctx,
     prompt = target.tokenize("Here is a short story about a robot:", True)
     greedy = SamplingParams(temperature=0)
     baseline, _ = run(target_ctx, None, prompt, GenerationConfig(48, 0, greedy))
-    free, free_stats = run(target_ctx, ModelDrafter(draft_ctx, greedy), prompt, GenerationConfig(48, 4, greedy))
-    cautious, stats = run(target_ctx, ModelDrafter(draft_ctx, greedy, p_min=0.9), prompt,
-                          GenerationConfig(48, 4, greedy))
+    free, free_stats = run(target_ctx, ModelDrafter(draft_ctx, greedy), prompt,
+                           GenerationConfig(48, 4, greedy, p_min=0.0))
+    cautious, stats = run(target_ctx, ModelDrafter(draft_ctx, greedy), prompt,
+                          GenerationConfig(48, 4, greedy, p_min=0.9))
     assert free == cautious == baseline
     assert stats.drafted < 4 * stats.steps
     assert stats.alpha > free_stats.alpha
-    # p-min auto (None): each step's stop comes from the tracker's measured costs; the text is unchanged.
-    costs = CostTracker(gamma_max=4)
+    # p-min auto (auto γ at T=0): each step's stop comes from the tracker's measured costs; the text
+    # is unchanged.
+    costs = eager_costs()
     for _ in range(2):
-        auto, auto_stats = run_with(target_ctx, ModelDrafter(draft_ctx, greedy, p_min=None), costs, prompt,
-                                    GenerationConfig(48, 4, greedy, p_min=None))
+        sources = [(ModelDrafter(draft_ctx, greedy), costs)]
+        auto, auto_stats = collect(SpeculativeDecoder(target_ctx, sources), prompt,
+                                   GenerationConfig(48, None, greedy, gamma_max=4))
         assert auto == baseline
     assert sum(costs.conf_judged) > 0  # the confidences of judged drafts were recorded
-
-
-def run_with(target_ctx, drafter, costs, prompt, config):
-    decoder = SpeculativeDecoder(target_ctx, drafter, costs)
-    tokens = [p.token for p in decoder.generate(prompt, config) if p.token >= 0]
-    return tokens, decoder.stats

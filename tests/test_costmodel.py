@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.costmodel import FALLBACK_P_MIN, CostTracker, DraftStop, FixedStop, best_gamma, expected_tokens
+from localspec.costmodel import FALLBACK_P_MIN, DraftStop, FixedStop, best_gamma, expected_tokens
+from localspec.planner import CostTracker
 
 # Target verify time for a batch of k tokens on the 2-core CPU (ANCHORS.md, Python probe), in ms.
 CPU_VERIFY_MS = {1: 27.6, 2: 45.0, 4: 73.5, 5: 92.8, 8: 135.0, 16: 157.0}
@@ -68,21 +69,21 @@ def plain_steps(t: CostTracker, n: int, verify_s: float) -> list[int]:
 
 def test_tracker_stops_probing_where_costs_rule_speculation_out():
     # The CPU light pair: even at 95% acceptance, drafting at 0.62x with this verify curve loses.
-    t = CostTracker(gamma_max=8, probe_gamma=3, probe_every=5)
+    t = CostTracker(probe_gamma=3, probe_every=5)
     assert t.choose(8) == 3                          # nothing measured: probe
     t.record(3, 3, draft_s=3 * 0.017, verify_s=0.0735, overhead_s=0.001)
     assert t.choose(8) == 0                          # verify of 1 not measured yet: measure it
     assert plain_steps(t, 200, 0.0276) == [0] * 200  # never probes again: no acceptance could pay
-    assert not t.could_pay()
+    assert not t.could_pay(8)
 
 
 def test_tracker_backs_off_when_low_acceptance_is_the_reason():
     # A cheap draft and flat verify could pay, but this draft is never accepted: re-probe, ever more rarely.
-    t = CostTracker(gamma_max=8, probe_gamma=3, probe_every=5, prior_weight=0.5)
+    t = CostTracker(probe_gamma=3, probe_every=5, prior_weight=0.5)
     for _ in range(10):
         t.record(3, 0, draft_s=3 * 0.001, verify_s=0.0105, overhead_s=0.001)
     assert plain_steps(t, 5, 0.010) == [0, 0, 0, 0, 3]        # after 5 plain steps, look again
-    assert t.could_pay()
+    assert t.could_pay(8)
     t.record(3, 0, draft_s=3 * 0.001, verify_s=0.0105, overhead_s=0.001)
     assert plain_steps(t, 10, 0.010) == [0] * 9 + [3]         # nothing changed: the wait doubles
     assert CostTracker(probe_gamma=3).choose(2) == 2           # a probe never drafts beyond the cap
@@ -90,7 +91,7 @@ def test_tracker_backs_off_when_low_acceptance_is_the_reason():
 
 
 def test_tracker_switches_on_when_drafting_pays():
-    t = CostTracker(gamma_max=8)
+    t = CostTracker()
     t.record(3, 3, draft_s=3 * 0.001, verify_s=0.0105, overhead_s=0.0)
     t.record(0, 0, draft_s=0.0, verify_s=0.010, overhead_s=0.0)
     for _ in range(20):

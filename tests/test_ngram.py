@@ -11,7 +11,7 @@ def test_longest_match_wins():
     d = NGramDrafter(n_min=1, n_max=3)
     #          0  1  2  3  4  5  6  7  8  9 10
     context = [7, 1, 2, 3, 4, 9, 2, 3, 8, 1, 2, 3]
-    ids, q = d.propose(context, 3)
+    ids, q, *_ = d.propose(context, 3)
     # "1 2 3" (n=3) was followed by 4 at position 4; the shorter "2 3" last ended at 7, followed by 8.
     assert ids == [4, 9, 2] and d.last_n == 3
     assert all(len(x.ids) == 1 and x.probs[0] == 1.0 and x.ids[0] == t for x, t in zip(q, ids))  # one-hot q
@@ -19,7 +19,7 @@ def test_longest_match_wins():
 
 def test_no_match_proposes_nothing():
     d = NGramDrafter(n_min=2, n_max=3)
-    assert d.propose([1, 2, 3, 4, 5], 4) == ([], [])
+    assert d.propose([1, 2, 3, 4, 5], 4).ids == []
     assert d.last_n == 0
 
 
@@ -38,7 +38,7 @@ def test_context_change_rebuilds_the_index():
     d = NGramDrafter(n_min=1, n_max=2)
     assert d.propose([1, 2, 3, 1, 2], 1)[0] == [3]
     d.prefill([5, 6, 1, 2])                         # a new prompt, not an extension
-    assert d.propose([5, 6, 1, 2], 1) == ([], [])
+    assert d.propose([5, 6, 1, 2], 1).ids == []
 
 
 def test_acceptance_is_tracked_per_match_length():
@@ -66,41 +66,45 @@ def test_lookup_cost_does_not_grow_with_the_context():
     assert probes[0] == probes[1] <= 20 * 4
 
 
-class FakeTarget:
-    n_ctx = 4096
-
-
 class FakeModelDrafter(NGramDrafter):
     """Proposes like the n-gram drafter but is named as the draft model is: only the name differs."""
 
     name = "model"
 
 
+def measured_cheap_wide_verify():
+    """A tracker that has seen every draft accepted and a verify as cheap for 17 tokens as for 1."""
+    from localspec.planner import CostTracker
+
+    costs = CostTracker()
+    for _ in range(5):
+        costs.record(16, 16, 0.0, 0.1, 0.0)
+        costs.record(0, 0, 0.0, 0.1, 0.0)
+    return costs
+
+
 def test_auto_drafts_a_long_copy_whole_from_ngram_but_caps_model_drafts():
-    from localspec.costmodel import CostTracker
-    from localspec.speculative import GenerationConfig, SpeculativeDecoder, auto_cap
+    from localspec.planner import Planner
+    from localspec.speculative import GenerationConfig
 
     config = GenerationConfig(max_tokens=200)  # gamma_max 8, ngram_gamma_max 16
     tokens = list(range(100, 140)) * 2 + list(range(100, 110))  # a copy: the lookup offers 40 tokens
     for drafter, cap in ((NGramDrafter(), 16), (FakeModelDrafter(), 8)):
-        costs = CostTracker(gamma_max=auto_cap(drafter, config))
-        for _ in range(5):  # measured: every draft accepted, verify as cheap for 17 tokens as for 1
-            costs.record(16, 16, 0.0, 0.1, 0.0)
-            costs.record(0, 0, 0.0, 0.1, 0.0)
-        decoder = SpeculativeDecoder(FakeTarget(), sources=[(drafter, costs)])
+        planner = Planner([(drafter, measured_cheap_wide_verify())], config)
         assert drafter.offer(tokens, 100) == 40
-        assert decoder._plan(tokens, config) == (0, cap)
+        assert planner.plan(tokens, 100)[:2] == (0, cap)
 
 
-def test_a_pair_caps_each_drafter_as_the_config_says(smol_path, smol_q4_0):
-    from localspec.session import LoadOptions, Pair
+def test_trackers_kept_across_generations_follow_each_config_s_caps():
+    # A Pair keeps its trackers between generations; the caps come from each generation's config.
+    from localspec.planner import Planner
     from localspec.speculative import GenerationConfig
 
-    pair = Pair(smol_path, smol_q4_0, LoadOptions(n_ctx=256, threads=2))
-    try:
-        caps = [(d.name, c.gamma_max) for d, c in pair.decoder(GenerationConfig(gamma_max=5, ngram_gamma_max=12)).sources]
-        assert caps == [("ngram", 12), ("model", 5)]
-        caps = [(d.name, c.gamma_max) for d, c in pair.decoder(GenerationConfig()).sources]
-        assert caps == [("ngram", 16), ("model", 8)]  # kept trackers follow a changed config
-    finally:
-        pair.close()
+    tokens = list(range(100, 140)) * 2 + list(range(100, 110))
+    sources = [(NGramDrafter(), measured_cheap_wide_verify()), (FakeModelDrafter(), measured_cheap_wide_verify())]
+    small = GenerationConfig(max_tokens=200, gamma_max=5, ngram_gamma_max=12)
+    assert Planner(sources, small).plan(tokens, 100)[:2] == (0, 12)
+    assert Planner(sources[1:], small).plan(tokens, 100)[:2] == (0, 5)
+    default = GenerationConfig(max_tokens=200)
+    assert Planner(sources, default).plan(tokens, 100)[:2] == (0, 16)
+    assert Planner(sources[1:], default).plan(tokens, 100)[:2] == (0, 8)

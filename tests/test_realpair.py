@@ -17,7 +17,8 @@ from localspec.compat import IncompatibleVocab, check_compatible
 from localspec.drafters import ModelDrafter
 from localspec.llama import Context, Model
 from localspec.sampling import SamplingParams
-from localspec.speculative import GenerationConfig, SpeculativeDecoder
+from localspec.planner import CostTracker
+from localspec.speculative import Finished, GenerationConfig, SpeculativeDecoder
 
 pytestmark = pytest.mark.realpair
 GREEDY = SamplingParams(temperature=0)
@@ -43,10 +44,11 @@ def generate(ctx, draft_ctx, prompt, gamma):
     if gamma:
         draft_ctx.truncate(0)
         drafter = ModelDrafter(draft_ctx, GREEDY)
-    decoder = SpeculativeDecoder(ctx, drafter)
-    cfg = GenerationConfig(max_tokens=N_TOKENS, gamma=gamma, sampling=GREEDY, trace=True)
-    tokens = [p.token for p in decoder.generate(prompt, cfg) if p.token >= 0]
-    return tokens, decoder.trace, decoder.stats
+    decoder = SpeculativeDecoder(ctx, [(drafter, CostTracker())] if drafter else [])
+    cfg = GenerationConfig(max_tokens=N_TOKENS, gamma=gamma, sampling=GREEDY, trace=True, p_min=0.0)
+    *pieces, finished = decoder.generate(prompt, cfg)
+    assert isinstance(finished, Finished)
+    return [p.token for p in pieces if p.token >= 0], finished.stats.trace, finished.stats
 
 
 def test_f16_target_speculative_is_token_identical(real_pair, draft_ctx, prompts):

@@ -254,3 +254,52 @@ def test_full_queue_gets_503_and_a_dropped_stream_frees_the_pair(server, client)
     assert server.health()["cancelled"] == cancelled + 1  # the dropped stream stopped before its 900 tokens
     again = client.completions.create(**later)
     assert again.choices[0].text == answer.choices[0].text
+
+
+class FakePair:
+    """Just enough of a Pair for requests that end before generating: tokenizing raises `error`."""
+
+    def __init__(self, tmp_path, error: Exception | None, n_tokens: int = 3):
+        self.target_model = type("M", (), {"path": tmp_path / f"{MODEL}.gguf"})()
+        self.draft_model = None
+        self.target_ctx = type("C", (), {"n_ctx": 8})()
+        self.error, self.n_tokens = error, n_tokens
+
+    def drafter_kind(self, config):
+        return "ngram"
+
+    def tokens(self, *args, **kwargs) -> list[int]:
+        if self.error is not None:
+            raise self.error
+        return list(range(self.n_tokens))
+
+    chat_tokens = prompt_tokens = tokens
+
+
+def post_in_process(pair, path: str, body: dict) -> dict:
+    from fastapi.testclient import TestClient
+
+    from localspec.server import create_app
+
+    r = TestClient(create_app(pair)).post(path, json=body)
+    assert r.status_code == 400, r.text
+    return r.json()["error"]
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/v1/chat/completions", {"messages": QUESTION}, "messages"),
+    ("/v1/completions", {"prompt": "hi"}, "prompt"),
+])
+def test_context_full_is_mapped_by_type(tmp_path, path, body, param):
+    from localspec.config import ContextFull
+    from localspec.speculative import GenerationError
+
+    # A ContextFull whatever its words: 400, OpenAI's code, the field as this endpoint names it.
+    error = post_in_process(FakePair(tmp_path, ContextFull("no room left", 9, 8)), path, body)
+    assert (error["code"], error["param"], error["message"]) == ("context_length_exceeded", param, "no room left")
+    # The server's own check of the tokenized prompt raises it too (9 tokens, a context of 8).
+    error = post_in_process(FakePair(tmp_path, None, n_tokens=9), path, body)
+    assert (error["code"], error["param"]) == ("context_length_exceeded", param) and "context holds 8" in error["message"]
+    # Another error that merely mentions the context is not a full context.
+    error = post_in_process(FakePair(tmp_path, GenerationError("the context holds a bad token")), path, body)
+    assert (error["code"], error["param"]) == (None, param)

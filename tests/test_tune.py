@@ -18,7 +18,7 @@ from localspec.cli import cli
 from localspec.llama import Model
 from localspec.sampling import Dist, SamplingParams
 from localspec.session import LoadOptions, Pair
-from localspec.speculative import GenerationConfig
+from localspec.config import GenerationConfig
 from localspec.stats import GenerationStats
 from localspec.tune import candidates, measure, report, run_tune, tuner
 from localspec.tune.options import TuneError, TuneOptions, parse_quants
@@ -431,9 +431,8 @@ def test_convert_writes_a_model_that_loads_and_generates(smol_path, tmp_path):
     pair = Pair(out, None, LoadOptions(n_ctx=128, threads=2))
     try:
         tokens = pair.prompt_tokens("The sky is", chat=False)
-        text = "".join(p.text for p in pair.generate(tokens, GenerationConfig(max_tokens=4, gamma=0,
-                                                                             sampling=SamplingParams(0.0))))
-        assert pair.last_stats.generated == 4 and text
+        *pieces, reply = pair.stream(tokens, GenerationConfig(max_tokens=4, gamma=0, sampling=SamplingParams(0.0)))
+        assert reply.stats.generated == 4 and "".join(p.text for p in pieces)
     finally:
         pair.close()
 

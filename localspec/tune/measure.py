@@ -9,12 +9,13 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..costmodel import CostTracker
-from ..drafters import ModelDrafter, NGramDrafter, one_hot
+from ..config import GenerationConfig
+from ..drafters import ModelDrafter, NGramDrafter, Proposal, StopRule, one_hot
 from ..llama import Context, Model
-from ..sampling import Dist, SamplingParams, distribution, greedy_token, top_probability
-from ..session import Pair, p_min_of
-from ..speculative import GenerationConfig, SpeculativeDecoder, auto_cap
+from ..planner import CostTracker, source_names
+from ..sampling import SamplingParams, distribution, greedy_token, top_probability
+from ..session import Pair, make_sources
+from ..speculative import Finished, SpeculativeDecoder
 from ..stats import GenerationStats, pooled_verify
 from .candidates import Candidate, load_draft
 from .options import TuneOptions
@@ -30,8 +31,8 @@ class ProbeDrafter:
     def __init__(self, token: int):
         self.token = token
 
-    def propose(self, context: Sequence[int], k: int, rng=None) -> tuple[list[int], list[Dist]]:
-        return [self.token] * k, [one_hot(self.token)] * k
+    def propose(self, context: Sequence[int], k: int, rng=None, stop: StopRule | None = None) -> Proposal:
+        return Proposal([self.token] * k, [one_hot(self.token)] * k)
 
     def observe(self, n_accepted: int) -> None:
         pass
@@ -44,23 +45,21 @@ class ProbeDrafter:
 
 
 class TimedDrafter:
-    """A drafter that also counts the seconds and the draft decodes its proposals take: a proposal
-    of k costs k decodes, one stopped early (p-min) after i drafts i + 1 (see ModelDrafter)."""
+    """Forwards the drafter protocol to inner, and counts the seconds and the draft decodes its
+    proposals take: a proposal of k costs k decodes, one stopped early (p-min) after i drafts i + 1
+    (see ModelDrafter). The inner Proposal is returned as it is."""
 
     def __init__(self, inner):
         self.inner, self.name = inner, inner.name
         self.seconds, self.decodes = 0.0, 0
 
-    def propose(self, context: Sequence[int], k: int, rng=None) -> tuple[list[int], list[Dist]]:
+    def propose(self, context: Sequence[int], k: int, rng=None, stop: StopRule | None = None) -> Proposal:
         t0 = time.perf_counter()
-        ids, q = self.inner.propose(context, k, rng)
+        proposal = self.inner.propose(context, k, rng, stop)
         self.seconds += time.perf_counter() - t0
-        self.decodes += k if len(ids) == k else len(ids) + 1
-        return ids, q
-
-    @property
-    def sync_s(self) -> float:
-        return getattr(self.inner, "sync_s", 0.0)
+        n = len(proposal.ids)
+        self.decodes += k if n == k else n + 1
+        return proposal
 
     def observe(self, n_accepted: int) -> None:
         self.inner.observe(n_accepted)
@@ -73,39 +72,26 @@ class TimedDrafter:
 
 
 def generate_stats(target_ctx: Context, prompt: list[int], config: GenerationConfig, sources=()) -> GenerationStats:
-    """One real generation through the controller; its stats."""
+    """One real generation through the controller; its stats (from the Finished that ends it)."""
     sources = list(sources) if config.gamma != 0 else []
-    decoder = SpeculativeDecoder(target_ctx, sources=sources)
-    for _ in decoder.generate(prompt, config):
-        pass
-    return decoder.stats
-
-
-def make_sources(kind: str, draft_ctx: Context | None, options: TuneOptions, state: dict | None = None) -> list:
-    """The controller's (drafter, cost tracker) sources for a kind, set up as Pair.decoder sets them up:
-    'model', 'ngram', 'hybrid' (n-gram, then the model) or 'none'. state, one dict per configuration,
-    keeps the n-gram index and the hybrid's cost trackers from one generation to the next, as a Pair does."""
-    state = {} if state is None else state
-    model = lambda p_min: ModelDrafter(draft_ctx, options.sampling, p_min)  # noqa: E731
-    if kind == "hybrid":  # γ auto, with the caps and the p-min generate takes (Pair.decoder)
-        auto = options.config(None, options.seed)
-        sources = [(state.setdefault("ngram", NGramDrafter()), "t_ngram"), (model(p_min_of(auto)), "t_model")]
-        return [(d, state.setdefault(name, CostTracker(gamma_max=auto_cap(d, auto)))) for d, name in sources]
-    if kind == "ngram":
-        return [(NGramDrafter(), CostTracker(gamma_max=options.gamma_max))]
-    if kind == "model":
-        return [(model(options.p_min), CostTracker(gamma_max=options.gamma_max))]
-    return []
+    for item in SpeculativeDecoder(target_ctx, sources).generate(prompt, config):
+        if isinstance(item, Finished):
+            return item.stats
+    raise AssertionError("a generation always ends with Finished")
 
 
 def run_config(target_ctx: Context, prompt: list[int], kind: str, draft_ctx: Context | None, options: TuneOptions,
                gamma: int | None, i: int, state: dict | None = None, max_tokens: int | None = None) -> GenerationStats:
     """One real generation of a configuration, as generate runs it: drafter kind ('none', 'model',
-    'ngram', 'hybrid') at γ (None: auto), seeded with options.seed + i (i < 0: a warm-up); state as
-    make_sources takes it."""
+    'ngram', 'hybrid') at γ (None: auto), seeded with options.seed + i (i < 0: a warm-up). state, one
+    dict per configuration, keeps its n-gram index and cost trackers from one generation to the next,
+    as a Pair keeps them; the sources are made by session.make_sources, as generate makes them."""
     config = options.config(gamma, options.seed + max(i, 0))
     config = replace(config, max_tokens=max_tokens or config.max_tokens)
-    return generate_stats(target_ctx, prompt, config, make_sources(kind, draft_ctx, options, state))
+    state = {} if state is None else state
+    sources = make_sources(source_names(kind), draft_ctx, config, state.setdefault("trackers", {}),
+                           state.setdefault("ngram", NGramDrafter()))
+    return generate_stats(target_ctx, prompt, config, sources)
 
 
 def run_drafter(target_ctx: Context, prompt: list[int], drafter, options: TuneOptions, gamma: int, i: int,
@@ -113,7 +99,7 @@ def run_drafter(target_ctx: Context, prompt: list[int], drafter, options: TuneOp
     """One real generation at a fixed γ with a drafter of tune's own (a probe, a timed draft); γ 0: plain."""
     config = options.config(gamma, options.seed + max(i, 0))
     config = replace(config, max_tokens=max_tokens or config.max_tokens)
-    return generate_stats(target_ctx, prompt, config, [(drafter, CostTracker(gamma_max=options.gamma_max))])
+    return generate_stats(target_ctx, prompt, config, [(drafter, CostTracker())])
 
 
 class RealRuns:
@@ -230,7 +216,7 @@ def time_drafts(target_ctx: Context, draft_ctx: Context, runs: Sequence[Run], op
     """Seconds per draft decode, timed in short real runs (the target verifying in between, as it
     will), at the machine's speed of the calibration: the target's verifies in the same runs say
     how much faster or slower the machine is now (speed_scale) and the draft time is scaled back."""
-    timed = TimedDrafter(ModelDrafter(draft_ctx, options.sampling, options.fixed_p_min))
+    timed = TimedDrafter(ModelDrafter(draft_ctx, options.sampling))  # its stop rule: the planner's, as generate
     stats = [run_drafter(target_ctx, run.prompt, timed, options, min(4, options.gamma_max), i,
                          max_tokens=min(max_tokens, options.max_tokens))
              for i, run in enumerate(runs[:n_runs])]

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import GenerationConfig
 from ..costmodel import FALLBACK_P_MIN
 from ..llama import QUANT_TYPES
+from ..planner import p_min_of
 from ..sampling import SamplingParams
-from ..session import LoadOptions, p_min_of
-from ..speculative import GenerationConfig
+from ..session import LoadOptions
 
 DERIVED_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")
 

@@ -74,8 +74,8 @@ def replay(run: Run, gamma: int, max_tokens: int, guess: Guess, rng: np.random.G
 
 def model_guess(run: Run, beta: Sequence[float], conf: Sequence[float], p_min: float) -> Guess:
     """guess() of a draft model: β (acceptance chance) and confidence per position, from teacher
-    forcing. It stops before a position whose confidence is below p_min (ModelDrafter): a full
-    proposal of k costs k decodes, one stopped after i drafts i + 1."""
+    forcing. It stops before a position whose confidence is below p_min, as the planner's FixedStop
+    stops ModelDrafter: a full proposal of k costs k decodes, one stopped after i drafts i + 1."""
     def guess(s: int, k: int) -> tuple[list[float], int]:
         chances = []
         for t in range(s, s + k):
@@ -99,7 +99,7 @@ def ngram_guess(run: Run, greedy: bool, is_eog: Callable[[int], bool]) -> Guess:
         return float(run.stopped and t == run.generated and is_eog(token))
 
     def guess(s: int, k: int) -> tuple[list[float], int]:
-        ids, _ = ngram.propose(run.prompt + run.known[:s], k)
+        ids = ngram.propose(run.prompt + run.known[:s], k).ids
         return [chance(s + i, t) for i, t in enumerate(ids)], 0
     return guess
 

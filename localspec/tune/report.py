@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..costmodel import PositionAcceptance
 from ..profile import Choice, describe, save_profile
 from ..stats import GenerationStats, pooled_verify
 from .candidates import Candidate
@@ -63,14 +64,10 @@ class Row:
 
     def alpha_at(self, gamma: int | None = None) -> list[float]:
         """Per-position conditional acceptance in the replay: costmodel's a_i."""
-        flat = self._flat(gamma)
-        width = max((d for _, _, d, _, _ in flat), default=0)
-        judged, accepted = [0] * width, [0] * width
-        for _, _, d, a, _ in flat:
-            for i in range(min(d, a + 1)):  # the positions the target judged
-                judged[i] += 1
-                accepted[i] += i < a
-        return [acc / n for n, acc in zip(judged, accepted) if n]
+        counts = PositionAcceptance()
+        for _, _, d, a, _ in self._flat(gamma):
+            counts.record(d, a)
+        return [a / j for j, a in zip(counts.judged, counts.accepted) if j]  # positions never judged left out
 
     def measured_tps(self) -> float | None:
         """Tokens/s over the real runs, as scripts/bench.py counts them."""

@@ -1,0 +1,69 @@
+"""What to generate, the errors a request can raise, and the one list of drafter kinds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .sampling import SamplingParams
+
+DRAFTERS = ("auto", "model", "ngram", "hybrid")  # auto: hybrid with a draft model, else ngram
+
+
+class GenerationError(ValueError):
+    """A request that cannot be generated; str() names the value and the fix."""
+
+
+class ContextFull(GenerationError):
+    """The prompt leaves no room to generate. Shells map it by type: `param` names the request field
+    (the server sets it as the client sent it), `code` is OpenAI's."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, message: str, n_tokens: int, n_ctx: int, param: str = "prompt"):
+        super().__init__(message)
+        self.n_tokens, self.n_ctx, self.param = n_tokens, n_ctx, param
+
+
+def check_fits(n_tokens: int, n_ctx: int, fix: str = "raise --ctx or shorten the prompt",
+               what: str = "the prompt") -> None:
+    """Raise ContextFull unless a prompt of n_tokens leaves room for at least one generated token."""
+    if n_tokens >= n_ctx:
+        raise ContextFull(f"{what} has {n_tokens} tokens but the context holds {n_ctx}; {fix}", n_tokens, n_ctx)
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """What to generate: length, sampling, draft length, seed and stop strings."""
+
+    max_tokens: int = 256
+    gamma: int | None = None  # None: chosen before each step by the planner ("auto")
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    trace: bool = False  # record each verify batch in the stats (tests replay them)
+    gamma_max: int = 8   # the most that auto may draft from a draft model
+    # ... and from n-gram lookup: its drafts cost nothing to make, only verify width, so a long copied
+    # span is worth proposing whole where the target verifies wide batches cheaply.
+    ngram_gamma_max: int = 16
+    drafter: str = "auto"  # one of DRAFTERS
+    p_min: float | None = None  # the draft model stops below this confidence; None: where it stops paying
+
+    def validate(self) -> GenerationConfig:
+        """Return self, or raise GenerationError naming the bad value and the fix."""
+        if self.gamma is not None and self.gamma < 0:
+            raise GenerationError(f"gamma must be >= 0 or auto (got {self.gamma}); use 0 for plain decoding")
+        if self.drafter not in DRAFTERS:
+            raise GenerationError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTERS)}")
+        for name in ("gamma_max", "ngram_gamma_max"):
+            if getattr(self, name) < 0:
+                raise GenerationError(f"{name} must be >= 0 (got {getattr(self, name)})")
+        if self.p_min is not None and not 0 <= self.p_min < 1:
+            raise GenerationError(f"p_min must be in [0, 1) (got {self.p_min}); "
+                                  "use 0 to never stop a draft early, or auto")
+        if self.max_tokens < 1:
+            raise GenerationError(f"max_tokens must be >= 1 (got {self.max_tokens})")
+        try:
+            self.sampling.validate()
+        except ValueError as e:
+            raise GenerationError(str(e)) from None
+        return self
