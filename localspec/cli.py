@@ -471,8 +471,7 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
 
         localspec tune --temperature 0 --plot tune.png
     """
-    from . import prompts as prompt_sets
-    from . import tune as tuning
+    from . import prompts as prompt_sets, tune as tuning
 
     if plot:
         tuning.check_plot()
