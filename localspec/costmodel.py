@@ -124,9 +124,10 @@ class Ema:
 
 
 class VerifyCurve:
-    """Seconds to verify a batch of k tokens: measured per k (a moving average), interpolated
-    between measured sizes, and extrapolated along the nearest measured segment. With one point only,
-    cost is assumed to grow in proportion to k (pessimistic: compute-bound)."""
+    """Seconds to verify a batch of k tokens: measured per k (a moving average), linear between
+    measured sizes; beyond the largest along the slope from the smallest to the largest, never
+    negative (noise in the last segment cannot bend it down); below the smallest along the first
+    segment. With one point only, cost is assumed to grow in proportion to k (pessimistic)."""
 
     def __init__(self, means: dict[int, float] | None = None):
         self.points: dict[int, Ema] = {}
@@ -161,12 +162,15 @@ class VerifyCurve:
         if len(known) == 1:
             n, t = known[0]
             return t * k / n
-        lo = max((p for p in known if p[0] < k), default=known[0])
-        hi = min((p for p in known if p[0] > k), default=known[-1])
-        if lo[0] == hi[0]:  # beyond the measured range: continue the nearest segment's slope
-            lo, hi = (known[-2], known[-1]) if k > known[-1][0] else (known[0], known[1])
+        (k0, t0), (kn, tn) = known[0], known[-1]
+        if k > kn:
+            return tn + max(0.0, (tn - t0) / (kn - k0)) * (k - kn)
+        if k < k0:
+            lo, hi = known[0], known[1]
+        else:
+            lo, hi = max(p for p in known if p[0] < k), min(p for p in known if p[0] > k)
         slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
-        return max(lo[1] + slope * (k - lo[0]), known[0][1] * 0.5)
+        return max(lo[1] + slope * (k - lo[0]), t0 * 0.5)
 
 
 class PositionAcceptance:
@@ -188,6 +192,18 @@ class PositionAcceptance:
             self.drafted[i] += 1
             self.judged[i] += i <= n_accepted
             self.accepted[i] += i < n_accepted
+
+    @classmethod
+    def pooled(cls, counters: Sequence[PositionAcceptance]) -> PositionAcceptance:
+        """The counts of several counters added up, position by position."""
+        total = cls()
+        for c in counters:
+            grow = len(c.drafted) - len(total.drafted)
+            for mine, theirs in ((total.drafted, c.drafted), (total.judged, c.judged), (total.accepted, c.accepted)):
+                mine.extend([0] * max(grow, 0))
+                for i, n in enumerate(theirs):
+                    mine[i] += n
+        return total
 
     def rates(self, prior: float = 0.0, weight: float = 0.0) -> list[float]:
         """Conditional acceptance per position, smoothed towards prior with weight pseudo-observations."""

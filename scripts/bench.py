@@ -41,7 +41,7 @@ from pathlib import Path
 
 import localspec  # noqa: F401  (llama.cpp before numpy)
 from localspec import models
-from localspec.costmodel import expected_tokens
+from localspec.costmodel import PositionAcceptance, VerifyCurve, expected_tokens
 from localspec.llama import LlamaError, default_threads
 from localspec.prompts import load_prompts as load_prompt_file
 from localspec.sampling import SamplingParams
@@ -338,23 +338,13 @@ class Costs:
     """What this run measured, pooled over its localspec runs: the target's verify time per batch size
     and each drafter family's guessing."""
 
-    verify: dict[int, float]  # batch size k -> mean seconds of one target decode of k tokens
+    verify: VerifyCurve  # batch size k -> seconds of one target decode of k tokens
     drafters: dict[str, Guessing] = field(default_factory=dict)
 
     def verify_seconds(self, k: int) -> float | None:
-        """Measured verify time of a batch of k: linear between measured sizes, and beyond the largest
-        along the (non-negative) slope from the smallest to the largest, which noise cannot bend."""
-        if k in self.verify:
-            return self.verify[k]
-        known = sorted(self.verify.items())
-        below, above = [p for p in known if p[0] < k], [p for p in known if p[0] > k]
-        if below and above:
-            (k0, t0), (k1, t1) = below[-1], above[0]
-            return t0 + (t1 - t0) * (k - k0) / (k1 - k0)
-        if below and len(known) >= 2:
-            slope = max(0.0, (known[-1][1] - known[0][1]) / (known[-1][0] - known[0][0]))
-            return known[-1][1] + slope * (k - known[-1][0])
-        return None
+        """Verify time of a batch of k on localspec's one curve (costmodel.VerifyCurve); None before
+        any verify was measured."""
+        return self.verify.seconds(k) if self.verify.points else None
 
     def speedup(self, g: Guessing, gamma: int) -> float | None:
         """Predicted speed over plain decoding, ideal controller (no overhead). A step with a guess
@@ -405,7 +395,7 @@ def pooled_costs(scenarios: list[Scenario], runs: Runs) -> Costs:
             ours.append(st)
             if sc.gamma != 0:
                 by_family.setdefault(sc.family, []).append((sc, st))
-    costs = Costs({k: secs / n for k, (n, secs) in pooled_verify(ours).items() if n})
+    costs = Costs(VerifyCurve({k: secs / n for k, (n, secs) in pooled_verify(ours).items() if n}))
     for family, pairs in by_family.items():
         fixed = [st for sc, st in pairs if sc.gamma is not None] or [st for _, st in pairs]
         g = guessing(family, fixed, [st for _, st in pairs])
@@ -415,14 +405,9 @@ def pooled_costs(scenarios: list[Scenario], runs: Runs) -> Costs:
 
 
 def conditional_acceptance(stats: list[GenerationStats]) -> list[float]:
-    """a_i over several runs: accepted at position i / judged at position i."""
-    n = max((len(st.judged_at) for st in stats), default=0)
-    judged, accepted = [0] * n, [0] * n
-    for st in stats:
-        for i, (j, a) in enumerate(zip(st.judged_at, st.accepted_at)):
-            judged[i] += j
-            accepted[i] += a
-    return [a / j for a, j in zip(accepted, judged) if j]
+    """a_i over several runs: accepted at position i / judged at position i, where any were judged."""
+    pooled = PositionAcceptance.pooled([st.positions for st in stats])
+    return [a for a, j in zip(pooled.rates(), pooled.judged) if j]
 
 
 # --- the report ---------------------------------------------------------------------------------------
@@ -656,7 +641,7 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
         "max_tokens": args.max_tokens, "wall_s": wall_s, "rows": rows, "notes": notes,
         "prompt_tokens": {"localspec": runs.prompt_tokens,
                           "llamacpp": [runs.llamacpp_prompt_tokens.get(i) for i in range(len(runs.prompt_tokens))]},
-        "costs": {"verify_ms_by_batch": {k: 1e3 * v for k, v in sorted(costs.verify.items())},
+        "costs": {"verify_ms_by_batch": {k: 1e3 * v for k, v in costs.verify.known()},
                   "drafters": {f: {"draft_ms_per_token": 1e3 * g.draft_s, "share_of_steps_guessed": g.share,
                                    "alpha_per_position": g.accept} for f, g in costs.drafters.items()}},
         "theory_curve": {f: theory_curve(costs, f) for f in costs.drafters},

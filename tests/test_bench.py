@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from localspec.costmodel import VerifyCurve
 from localspec.stats import GenerationStats
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,7 +142,7 @@ def test_prompt_file_survives_llamacpp_newline_trim(tmp_path):
 
 def test_theory_from_costs():
     # Verify costs as on the 2-core CPU (ANCHORS.md): 27.6 ms for 1 token, 92.8 ms for 5; draft 17 ms/token.
-    costs = bench.Costs(verify={1: 0.0276, 5: 0.0928})
+    costs = bench.Costs(VerifyCurve({1: 0.0276, 5: 0.0928}))
     model = bench.Guessing(accept=[0.9], draft_s=0.017)
     # alpha 0.9 at every position: E(4) = 1 + .9 + .81 + .729 + .6561 = 4.0951 tokens per step
     assert costs.speedup(model, 4) == pytest.approx(4.0951 * 0.0276 / (4 * 0.017 + 0.0928))
@@ -156,10 +157,10 @@ def test_theory_from_costs():
     # An n-gram drafter with a guess on half the steps: half the steps are plain ones.
     ngram = bench.Guessing(accept=[0.9], draft_s=0.0, share=0.5)
     assert costs.speedup(ngram, 4) == pytest.approx((0.5 * 4.0951 + 0.5) * 0.0276 / (0.5 * 0.0928 + 0.5 * 0.0276))
-    free = bench.Costs(verify={1: 0.0276, 9: 0.0300})
+    free = bench.Costs(VerifyCurve({1: 0.0276, 9: 0.0300}))
     gamma, speedup = free.best(bench.Guessing([0.9], 0.0))  # free drafts, flat verify: draft all allowed
     assert gamma == bench.GAMMA_MAX and speedup > 5
-    noisy = bench.Costs(verify={1: 0.03, 3: 0.06, 4: 0.05})  # noise bends the last segment down...
+    noisy = bench.Costs(VerifyCurve({1: 0.03, 3: 0.06, 4: 0.05}))  # noise bends the last segment down...
     assert noisy.verify_seconds(8) > noisy.verify_seconds(4)  # ...the extrapolation still grows
 
 
@@ -175,7 +176,7 @@ def test_stats_count_judged_positions_and_verify_by_batch():
     assert st.acceptance_at() == [1.0, 0.5, 1.0, 1.0]
     assert st.verify_at == {1: [1, pytest.approx(0.1)], 5: [2, pytest.approx(0.8)]}
     costs = bench.pooled_costs([bench.Scenario("m", "localspec", 4, "model")], bench.Runs({"m": [st]}))
-    assert costs.verify == {1: pytest.approx(0.1), 5: pytest.approx(0.4)}
+    assert costs.verify.known() == [(1, pytest.approx(0.1)), (5, pytest.approx(0.4))]
     assert costs.drafters["model"].accept == [1.0, 0.5, 1.0, 1.0]
 
 

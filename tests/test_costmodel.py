@@ -205,3 +205,28 @@ def test_draft_stop_looks_past_a_dear_batch_to_a_cheaper_one():
     assert drafts_until_stop(make(3), [0.95] * 3) == 3
     # ... and not past the step's γ: with γ 2 the cheap batch of 4 is out of reach
     assert drafts_until_stop(make(2), [0.95] * 2) == 1
+
+
+def test_verify_curve_extrapolates_with_one_rule_both_ways():
+    from localspec.costmodel import VerifyCurve
+
+    curve = VerifyCurve({2: 0.020, 4: 0.030, 5: 0.025})       # noise bends the last segment down
+    assert curve.seconds(3) == pytest.approx(0.025)          # between measured sizes: linear
+    assert curve.seconds(8) == pytest.approx(0.025 + 3 * (0.025 - 0.020) / 3)  # first-to-last slope
+    assert curve.seconds(1) == pytest.approx(0.015)          # below: along the first segment
+    assert VerifyCurve({4: 0.04}).seconds(8) == pytest.approx(0.08)  # one point: grows with k
+    assert VerifyCurve().seconds(3) == 0.0
+    falling = VerifyCurve({1: 0.05, 9: 0.01})
+    assert falling.seconds(12) == pytest.approx(0.01)        # never a negative slope beyond the range
+
+
+def test_position_acceptance_pools_runs_position_by_position():
+    from localspec.costmodel import PositionAcceptance
+
+    a, b = PositionAcceptance(), PositionAcceptance()
+    a.record(2, 1)   # position 0 accepted, 1 rejected
+    b.record(4, 4)   # all four accepted
+    pooled = PositionAcceptance.pooled([a, b])
+    assert pooled.drafted == [2, 2, 1, 1] and pooled.judged == [2, 2, 1, 1] and pooled.accepted == [2, 1, 1, 1]
+    assert pooled.rates() == [1.0, 0.5, 1.0, 1.0]
+    assert a.drafted == [1, 1]  # the inputs are left as they were
