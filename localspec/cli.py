@@ -168,18 +168,20 @@ def tuned_defaults(fn):
 def apply_profile(ctx: click.Context, kwargs: dict) -> None:
     """Update kwargs from the profile beside the target (flags given on the command line or in the
     environment win); with --stats, say on stderr what was applied."""
-    from . import tune
+    from . import profile
 
     defaults = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
     explicit = {n for n in PROFILE_FLAGS if n in kwargs and ctx.get_parameter_source(n) not in defaults}
     try:
         target = models.installed_target(kwargs.get("target"))
-        choice = target and tune.load_profile(target, kwargs.get("temperature", SAMPLING["temperature"]))
+        choice = target and profile.load_profile(target, kwargs.get("temperature", SAMPLING["temperature"]))
     except USER_ERRORS as e:
         click.echo(f"warning: {e}", err=True)
         return
     if choice:
-        updates, note = tune.merge_profile(choice, kwargs, explicit)
+        updates, note = profile.merge_profile(choice, kwargs, explicit)
+        if "draft" in updates:  # a draft file as --draft gives it; no draft: --draft none
+            updates["draft"] = "none" if updates["draft"] is None else str(updates["draft"])
         kwargs.update(updates)
         if kwargs.get("show_stats"):
             click.echo(note, err=True)
@@ -469,7 +471,7 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
 
         localspec tune --temperature 0 --plot tune.png
     """
-    from . import tune as tuning
+    from . import prompts as prompt_sets, tune as tuning
 
     if plot:
         tuning.check_plot()
@@ -478,17 +480,14 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
         p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: what a fixed γ drafts with (p_min_of)
         gamma_max=gamma_max, budget_s=budget, seed=seed, chat=chat, load=LoadOptions(ctx, threads, ngl_target, 0),
         quants=tuning.parse_quants(quants), drafts=tuple(models.resolve_model(d) for d in drafts)).validate()
-    prompts = tuning.load_prompts(prompts_file, n_prompts)
+    prompts = prompt_sets.load_prompts(prompts_file, n_prompts)
     target_path, _ = models.pair_files(target, "none")
-    result = tuning.tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)
-    rows = tuning.result_rows(result)
-    saved = tuning.save_profile(target_path, result.choice(), rows, tuning.costs_dict(result.baseline.costs))
+    result = tuning.run_tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)
+    saved = result.save()
     if plot:
         result.plot(plot)
     if as_json:
-        click.echo(json.dumps({"target": str(target_path), "pick": result.summary(), "profile": str(saved),
-                               "skipped": result.skipped, "wall_s": result.wall_s, "rows": rows,
-                               "costs": tuning.costs_dict(result.baseline.costs)}, indent=2))
+        click.echo(json.dumps(result.to_dict(saved), indent=2))
         return
     for line in result.skipped:
         click.echo(f"left out: {line}", err=True)

@@ -295,6 +295,11 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
+def gpu_offload_supported() -> bool:
+    """True when llama.cpp was built with a GPU backend (layers can be offloaded)."""
+    return bool(lc.llama_supports_gpu_offload())
+
+
 def default_threads() -> int:
     """Physical-ish core count, as llama.cpp's tools default to."""
     return max(1, min(os.cpu_count() or 1, 8))

@@ -238,13 +238,15 @@ def _missing_folders(folder: Path) -> list[Path]:
 
 
 @contextmanager
-def staging(dst: Path) -> Iterator[Path]:
-    """A temporary path beside dst, renamed to dst on success and removed on any failure (Ctrl-C too)."""
+def staging(dst: Path, fix: str = "choose a writable folder") -> Iterator[Path]:
+    """A temporary path beside dst, renamed to dst on success and removed on any failure (Ctrl-C too):
+    the project's one way of writing a file atomically. fix: what the error says to do when the
+    folder cannot be written."""
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".part", dir=dst.parent)
     except OSError as e:
-        raise ModelError(f"Cannot write to {dst.parent} ({e.strerror}); choose a writable folder") from None
+        raise ModelError(f"Cannot write to {dst.parent} ({e.strerror}); {fix}") from None
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
@@ -255,6 +257,13 @@ def staging(dst: Path) -> Iterator[Path]:
         os.replace(tmp, dst)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def atomic_write(path: Path, data: str | bytes, fix: str = "choose a writable folder") -> None:
+    """Write data (text as UTF-8) to path through staging(): readers see the old file or the new one."""
+    path = Path(path)
+    with staging(path, fix) as tmp:
+        tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 def _pull_from_hub(entry: CatalogEntry, tmp: Path, log: Callable[[str], None]) -> bool:

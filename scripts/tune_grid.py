@@ -18,11 +18,10 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import localspec  # noqa: F401  (llama.cpp before numpy)
-from localspec import models, tune
+from localspec import models, profile, prompts, tune
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 
@@ -64,20 +63,23 @@ def quick_target(folder: Path) -> Path:
     return target
 
 
-def run_grid(pair: Pair, prompts, configs, drafts, options: tune.TuneOptions, rounds: int) -> dict:
-    """Every prompt, every (candidate, γ) in turn; returns (candidate, γ) -> [GenerationStats]."""
+def run_grid(pair: Pair, prompt_ids, configs, options: tune.TuneOptions, rounds: int) -> dict:
+    """Every prompt, every (candidate, γ) in turn, measured as tune confirms (tune.RealRuns: each
+    configuration keeps its n-gram index and cost trackers across prompts, as a Pair does);
+    returns (candidate, γ) -> [GenerationStats]."""
     results = {key: [] for key in configs}
-    states = {key: {} for key in configs}  # the hybrid's cost trackers live across prompts, as in a Pair
-    tune.generate_once(pair.target_ctx, prompts[0], replace(options.config(0, options.seed), max_tokens=8))  # warm-up
-    t0 = time.time()
-    for r in range(rounds):
-        for i, prompt in enumerate(prompts):
-            for cand, gamma in configs:
-                sources = tune.make_sources(cand.kind, drafts.get(cand.path, (None, None))[1], options,
-                                            states[(cand, gamma)])
-                stats = tune.generate_once(pair.target_ctx, prompt, options.config(gamma, options.seed + i), sources)
-                results[(cand, gamma)].append(stats)
-            print(f"  round {r + 1} prompt {i + 1}/{len(prompts)} done at {time.time() - t0:.0f} s", file=sys.stderr)
+    real = tune.RealRuns(pair.target_ctx, options)
+    try:
+        real.load(cand for cand, _ in configs)
+        real.warm_up(prompt_ids[0])
+        t0 = time.time()
+        for r in range(rounds):
+            for i, prompt in enumerate(prompt_ids):
+                for cand, gamma in configs:
+                    results[(cand, gamma)].append(real.run(cand, gamma, prompt, i))
+                print(f"  round {r + 1} prompt {i + 1}/{len(prompt_ids)} done at {time.time() - t0:.0f} s", file=sys.stderr)
+    finally:
+        real.close()
     return results
 
 
@@ -86,7 +88,7 @@ def tps(runs) -> float:
     return sum(s.generated for s in runs) / seconds if seconds else 0.0
 
 
-def pick_key(choice: tune.Choice | None, configs):
+def pick_key(choice: profile.Choice | None, configs):
     """The grid key of the profile's choice, or None."""
     if choice is None:
         return None
@@ -130,11 +132,11 @@ def report(results, base_key, pick, predicted: dict) -> tuple[str, dict]:
     return "\n".join(lines), summary
 
 
-def profile_predictions(choice: tune.Choice | None, target: Path, temperature: float) -> dict:
+def profile_predictions(choice: profile.Choice | None, target: Path, temperature: float) -> dict:
     """(candidate label, γ) -> tokens/s that tune predicted, from the profile's saved table."""
     if choice is None:
         return {}
-    entry = json.loads(tune.profile_path(target).read_text())["modes"][tune.mode_of(temperature)]
+    entry = json.loads(profile.profile_path(target).read_text())["modes"][profile.mode_of(temperature)]
     return {(row["candidate"], int(g)): v for row in entry.get("candidates", [])
             for g, v in row.get("predicted_by_gamma", {}).items()}
 
@@ -153,30 +155,25 @@ def main(argv=None) -> int:
     candidates, skipped = tune.discover(target, (), options.quants)
     candidates = [tune.materialize(c, lambda s: print(s, file=sys.stderr)) for c in candidates]
     configs = [(tune.TARGET_ONLY, 0)] + [(c, g) for c in candidates for g in range(1, args.gamma_max + 1)]
-    configs += [(replace(c, label=f"hybrid auto, {c.label}", kind="hybrid", source=None), None)
-                for c in candidates if c.kind == "model"]
+    configs += [(tune.hybrid_of(c), None) for c in candidates if c.kind == "model"]
     pair = Pair(target, None, options.load)
-    drafts = {c.path: tune.load_draft(c, options.load) for c in candidates if c.kind == "model"}
     try:
-        prompts = tune.prompt_tokens(pair, tune.load_prompts(args.prompts, args.n_prompts), options.chat)
-        print(f"grid: {len(configs)} configurations x {len(prompts)} prompts x {args.max_tokens} tokens "
+        prompt_ids = tune.prompt_tokens(pair, prompts.load_prompts(args.prompts, args.n_prompts), options.chat)
+        print(f"grid: {len(configs)} configurations x {len(prompt_ids)} prompts x {args.max_tokens} tokens "
               f"x {args.rounds} rounds", file=sys.stderr)
         t0 = time.time()
-        results = run_grid(pair, prompts, configs, drafts, options, args.rounds)
+        results = run_grid(pair, prompt_ids, configs, options, args.rounds)
         wall = time.time() - t0
     finally:
-        for model, ctx in drafts.values():
-            ctx.close()
-            model.close()
         pair.close()
     try:
-        choice = tune.load_profile(target, args.temperature)
-    except tune.TuneError as e:
+        choice = profile.load_profile(target, args.temperature)
+    except profile.ProfileError as e:
         print(f"no usable profile: {e}", file=sys.stderr)
         choice = None
     table, summary = report(results, configs[0], pick_key(choice, configs),
                             profile_predictions(choice, target, args.temperature))
-    print(f"\n{target.name}, T={args.temperature}, {len(prompts)} prompts x {args.max_tokens} tokens, "
+    print(f"\n{target.name}, T={args.temperature}, {len(prompt_ids)} prompts x {args.max_tokens} tokens, "
           f"{args.rounds} round(s), grid {wall:.0f} s\n")
     print(table)
     print("\n" + json.dumps(summary, indent=2))

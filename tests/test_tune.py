@@ -1,5 +1,6 @@
-"""localspec tune on tiny models: candidate discovery, the replay that predicts, a whole tune, the
-saved profile and how generate applies it, and `models convert` failing cleanly."""
+"""localspec tune: candidate discovery and a whole tune on tiny models, the replay that predicts and
+the saved profile (pure: no model loaded), how generate applies a profile, and `models convert`
+failing cleanly."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from localspec import models, tune
+from localspec import models, profile, prompts
 from localspec.cli import cli
 from localspec.llama import Model
 from localspec.sampling import Dist, SamplingParams
 from localspec.session import LoadOptions, Pair
 from localspec.config import GenerationConfig
 from localspec.stats import GenerationStats
+from localspec.tune import candidates, measure, report, run_tune, tuner
+from localspec.tune.options import TuneError, TuneOptions, parse_quants
+from localspec.tune.replay import Costs, Run, model_guess, ngram_guess, overlap, replay
 
 SMALL = dict(max_tokens=16, gamma_max=3, confirm=3, budget_s=None, load=LoadOptions(n_ctx=512, threads=2))
 PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n", "The capital of France is"]
@@ -63,13 +67,23 @@ def store_pair(isolated_store, smol_path, smol_q4_0) -> tuple[Path, Path]:
     return target, draft
 
 
+@pytest.fixture
+def fake_pair(isolated_store) -> tuple[Path, Path]:
+    """A target and a draft file in the store that no test loads: profiles only read names and sizes."""
+    isolated_store.mkdir(parents=True, exist_ok=True)
+    target, draft = isolated_store / "smol.gguf", isolated_store / "draft.gguf"
+    target.write_bytes(b"GGUF target" * 8)
+    draft.write_bytes(b"GGUF draft")
+    return target, draft
+
+
 # --- candidates ---------------------------------------------------------------------------------
 
 def test_discovery_finds_compatible_drafts_and_plans_derived_quants(store_pair, alien, isolated_store):
     target, draft = store_pair
     (isolated_store / "alien.gguf").symlink_to(alien)
     (isolated_store / "notes.gguf").write_bytes(b"not a model")
-    cands, skipped = tune.discover(target, quants=("Q4_0", "Q3_K_S", "Q2_K"))
+    cands, skipped = candidates.discover(target, quants=("Q4_0", "Q3_K_S", "Q2_K"))
     assert [(c.label, c.kind, c.quant) for c in cands] == [
         ("ngram", "ngram", ""),
         ("draft", "model", "Q4_0"),
@@ -85,7 +99,7 @@ def test_discovery_finds_compatible_drafts_and_plans_derived_quants(store_pair, 
 def test_a_draft_not_smaller_than_the_target_is_left_out(isolated_store, smol_path, smol_q4_0):
     isolated_store.mkdir(parents=True, exist_ok=True)
     (isolated_store / "big.gguf").symlink_to(smol_path)  # Q4_1: larger than the Q4_0 target
-    cands, skipped = tune.discover(smol_q4_0, quants=())
+    cands, skipped = candidates.discover(smol_q4_0, quants=())
     assert [c.label for c in cands] == ["ngram"]
     assert skipped == ["big.gguf: not smaller than the target"]
 
@@ -93,35 +107,35 @@ def test_a_draft_not_smaller_than_the_target_is_left_out(isolated_store, smol_pa
 def test_derived_drafts_are_not_derived_again(store_pair, isolated_store, smol_q4_0):
     target, _ = store_pair
     (isolated_store / "draft-q2_k.gguf").symlink_to(smol_q4_0)  # as if an earlier tune had made it
-    cands, _ = tune.discover(target, quants=("Q2_K",))
+    cands, _ = candidates.discover(target, quants=("Q2_K",))
     assert [(c.label, c.source) for c in cands] == [("ngram", None), ("draft", None), ("draft-q2_k", None)]
 
 
 def test_bad_quants_are_one_line_errors():
-    assert tune.parse_quants("q4_0, Q2_K") == ("Q4_0", "Q2_K") and tune.parse_quants("none") == ()
-    with pytest.raises(tune.TuneError, match=r"Unknown quantization type 'Q9' in --quants; choose from F32"):
-        tune.parse_quants("Q4_0,Q9")
+    assert parse_quants("q4_0, Q2_K") == ("Q4_0", "Q2_K") and parse_quants("none") == ()
+    with pytest.raises(TuneError, match=r"Unknown quantization type 'Q9' in --quants; choose from F32"):
+        parse_quants("Q4_0,Q9")
 
 
 # --- the replay ---------------------------------------------------------------------------------
 
-def length_run(known: list[int], prompt=(1, 2, 3)) -> tune.Run:
+def length_run(known: list[int], prompt=(1, 2, 3)) -> Run:
     """A continuation cut by max_tokens: len(known) + 1 tokens generated, the last never drafted."""
-    return tune.Run(list(prompt), known, len(known) + 1, stopped=False)
+    return Run(list(prompt), known, len(known) + 1, stopped=False)
 
 
 def test_replay_follows_the_controller_at_fixed_gamma():
     run = length_run([0] * 9)  # 10 tokens generated
     beta = [1, 1, 1, 0, 1, 1, 1, 1, 1, 1]
-    guess = tune.model_guess(run, beta, [1.0] * 10, p_min=0.0)
+    guess = model_guess(run, beta, [1.0] * 10, p_min=0.0)
     rng = np.random.default_rng(0)
     # (start, asked, drafted, accepted, draft decodes)
-    assert tune.replay(run, 2, 10, guess, rng) == [
+    assert replay(run, 2, 10, guess, rng) == [
         (0, 2, 2, 2, 2),   # both accepted: 3 tokens
         (3, 2, 2, 0, 2),   # position 3 rejected: the target's token only
         (4, 2, 2, 2, 2),
         (7, 2, 2, 2, 2)]   # drafts may reach position 8, the last before the cap of 10
-    assert tune.replay(run, 4, 10, guess, rng) == [
+    assert replay(run, 4, 10, guess, rng) == [
         (0, 4, 4, 3, 4),
         (4, 4, 4, 4, 4),
         (9, 0, 0, 0, 0)]   # one token left: a plain step, as the controller's cap makes it
@@ -130,8 +144,8 @@ def test_replay_follows_the_controller_at_fixed_gamma():
 def test_replay_stops_drafts_below_p_min_and_counts_the_extra_decode():
     run = length_run([0] * 9)
     conf = [1.0, 0.5] + [1.0] * 8  # the draft doubts position 1
-    guess = tune.model_guess(run, [1.0] * 10, conf, p_min=0.75)
-    steps = tune.replay(run, 3, 10, guess, np.random.default_rng(0))
+    guess = model_guess(run, [1.0] * 10, conf, p_min=0.75)
+    steps = replay(run, 3, 10, guess, np.random.default_rng(0))
     # At 0 it drafts one token then stops (sync + one decode = 2 decodes); accepted, the step emits 2.
     assert steps[0] == (0, 3, 1, 1, 2)
     assert steps[1] == (2, 3, 3, 3, 3)
@@ -140,8 +154,8 @@ def test_replay_stops_drafts_below_p_min_and_counts_the_extra_decode():
 def test_replay_of_the_ngram_drafter_scores_its_lookups():
     prompt = [5, 6, 7, 5, 6]
     run = length_run([7, 5, 6, 7, 9], prompt)  # 6 tokens generated
-    guess = tune.ngram_guess(run, greedy=True, is_eog=lambda t: False)
-    steps = tune.replay(run, 3, 6, guess, np.random.default_rng(0))
+    guess = ngram_guess(run, greedy=True, is_eog=lambda t: False)
+    steps = replay(run, 3, 6, guess, np.random.default_rng(0))
     # (5, 6) was followed by 7 5 6: all three right; then (6, 7) was followed by 5, but 9 came.
     assert steps == [(0, 3, 3, 3, 0), (4, 1, 1, 0, 0), (5, 0, 0, 0, 0)]
 
@@ -149,12 +163,12 @@ def test_replay_of_the_ngram_drafter_scores_its_lookups():
 def test_acceptance_chance_at_t_above_zero_is_the_overlap_of_p_and_q():
     p = Dist(np.array([1, 2, 3]), np.array([0.5, 0.3, 0.2]))
     q = Dist(np.array([2, 3, 4]), np.array([0.6, 0.1, 0.3]))
-    assert tune.overlap(p, q) == pytest.approx(0.3 + 0.1)  # Σ min(p, q) over the shared tokens
+    assert overlap(p, q) == pytest.approx(0.3 + 0.1)  # Σ min(p, q) over the shared tokens
 
 
 def test_row_predicts_tokens_per_second_from_steps_and_costs():
-    costs = tune.Costs({1: 0.030, 2: 0.040, 3: 0.050}, step_s=0.001, row_s=0.0005)
-    row = tune.Row(tune.NGRAM, steps={2: [[[(0, 2, 2, 2, 0), (3, 2, 2, 0, 0)]]]}, tokens=[4], costs=costs)
+    costs = Costs({1: 0.030, 2: 0.040, 3: 0.050}, step_s=0.001, row_s=0.0005)
+    row = report.Row(candidates.NGRAM, steps={2: [[[(0, 2, 2, 2, 0), (3, 2, 2, 0, 0)]]]}, tokens=[4], costs=costs)
     # step 1: verify 3 + controller 0.001 + 2 rows 0.001; step 2: verify 3 + 0.001
     assert row.predicted(2) == pytest.approx(4 / (0.050 + 0.002 + 0.050 + 0.001))
     assert row.alpha(2) == 0.5 and row.alpha_at(2) == [0.5, 1.0]
@@ -164,18 +178,18 @@ def test_speed_scale_compares_the_verifies_of_real_runs_with_the_calibrated_curv
     slow, other = GenerationStats(), GenerationStats()
     slow.verify_at = {1: [2, 0.24], 5: [1, 0.30]}   # calibrated: 2 x 0.10 + 1 x 0.25 = 0.45 s
     other.verify_at = {9: [3, 1.0]}                  # a batch size the curve lacks: not compared
-    assert tune.speed_scale([slow, other], {1: 0.10, 5: 0.25}) == pytest.approx(0.54 / 0.45)
-    assert tune.speed_scale([other], {1: 0.10}) == 1.0
+    assert measure.speed_scale([slow, other], {1: 0.10, 5: 0.25}) == pytest.approx(0.54 / 0.45)
+    assert measure.speed_scale([other], {1: 0.10}) == 1.0
 
 
-def measured_row(cand: tune.Candidate, tokens_per_s: float) -> tune.Row:
-    return tune.Row(cand, measured=[GenerationStats(generated=100, total_s=100 / tokens_per_s)])
+def measured_row(cand: candidates.Candidate, tokens_per_s: float) -> report.Row:
+    return report.Row(cand, measured=[GenerationStats(generated=100, total_s=100 / tokens_per_s)])
 
 
 @pytest.mark.parametrize("ngram_tps, pick", [(10.2, "target only"), (10.4, "ngram")])
 def test_speculation_is_picked_only_when_it_beats_target_only_by_3_percent(ngram_tps, pick):
-    rows = [measured_row(tune.TARGET_ONLY, 10.0), measured_row(tune.NGRAM, ngram_tps)]
-    assert tune.choose(rows, confirmed=True).candidate.label == pick
+    rows = [measured_row(candidates.TARGET_ONLY, 10.0), measured_row(candidates.NGRAM, ngram_tps)]
+    assert tuner.choose(rows, confirmed=True).candidate.label == pick
 
 
 # --- a whole tune on tiny models ------------------------------------------------------------------
@@ -189,9 +203,9 @@ def tuned(tmp_path_factory, smol_path, smol_q4_0):
     (store / "draft.gguf").symlink_to(smol_q4_0)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOCALSPEC_MODELS", str(store))
-        options = tune.TuneOptions(sampling=SamplingParams(temperature=0.0), quants=("Q2_K",), p_min=0.0, **SMALL)
+        options = TuneOptions(sampling=SamplingParams(temperature=0.0), quants=("Q2_K",), p_min=0.0, **SMALL)
         said: list[str] = []
-        result = tune.tune(store / "smol.gguf", options, PROMPTS, log=said.append)
+        result = run_tune(store / "smol.gguf", options, PROMPTS, log=said.append)
     return result, store, said
 
 
@@ -233,23 +247,23 @@ def test_a_second_tune_reuses_the_derived_draft(tuned, monkeypatch):
     _, store, _ = tuned
     monkeypatch.setenv("LOCALSPEC_MODELS", str(store))
     monkeypatch.setattr("localspec.llama.quantize", lambda *a, **k: pytest.fail("converted again"))
-    cands, _ = tune.discover(store / "smol.gguf", quants=("Q2_K",))
+    cands, _ = candidates.discover(store / "smol.gguf", quants=("Q2_K",))
     assert [(c.label, c.source) for c in cands][-1] == ("draft-q2_k", None)  # a store file now
 
 
 def test_budget_skips_drafts_and_confirmation(store_pair, monkeypatch):
     target, _ = store_pair
     now = [0.0]
-    calibrate = tune.Tuner.calibrate
+    calibrate = tuner.Tuner.calibrate
 
     def calibrate_then_run_out(self):
         row = calibrate(self)
         now[0] = 1000.0  # past the 60 s budget
         return row
 
-    monkeypatch.setattr(tune.Tuner, "calibrate", calibrate_then_run_out)
-    options = tune.TuneOptions(sampling=SamplingParams(temperature=0.0), quants=("Q2_K",), **{**SMALL, "budget_s": 60})
-    result = tune.tune(target, options, PROMPTS[:1], log=lambda s: None, clock=lambda: now[0])
+    monkeypatch.setattr(tuner.Tuner, "calibrate", calibrate_then_run_out)
+    options = TuneOptions(sampling=SamplingParams(temperature=0.0), quants=("Q2_K",), **{**SMALL, "budget_s": 60})
+    result = run_tune(target, options, PROMPTS[:1], log=lambda s: None, clock=lambda: now[0])
     notes = {r.candidate.label: r.note for r in result.rows}
     assert notes == {"target only": "", "ngram": "", "draft": "skipped: --budget", "draft-q2_k": "skipped: --budget"}
     assert not result.confirmed and "predicted only" in result.summary()
@@ -258,57 +272,57 @@ def test_budget_skips_drafts_and_confirmation(store_pair, monkeypatch):
 
 # --- the profile --------------------------------------------------------------------------------
 
-def test_profile_round_trip(store_pair):
-    target, draft = store_pair
-    greedy = tune.Choice("model", draft, 3, ngl_draft=0, temperature=0.0, tokens_per_s=40.0,
-                         target_only_tokens_per_s=20.0)
-    path = tune.save_profile(target, greedy, [{"candidate": "draft"}])
+def test_profile_round_trip(fake_pair):
+    target, draft = fake_pair
+    greedy = profile.Choice("model", draft, 3, ngl_draft=0, temperature=0.0, tokens_per_s=40.0,
+                            target_only_tokens_per_s=20.0)
+    path = profile.save_profile(target, greedy, [{"candidate": "draft"}])
     assert path == target.parent / "smol.gguf.tune.json"
-    got = tune.load_profile(target, 0.0)
+    got = profile.load_profile(target, 0.0)
     assert (got.drafter, got.draft, got.gamma, got.tokens_per_s, got.path) == ("model", draft, 3, 40.0, path)
-    assert tune.load_profile(target, 0.7) is None  # tuned greedy only: sampled runs are not touched
-    tune.save_profile(target, tune.Choice("ngram", None, 5, temperature=0.7))
-    assert tune.load_profile(target, 0.7).drafter == "ngram" and tune.load_profile(target, 0).drafter == "model"
+    assert profile.load_profile(target, 0.7) is None  # tuned greedy only: sampled runs are not touched
+    profile.save_profile(target, profile.Choice("ngram", None, 5, temperature=0.7))
+    assert profile.load_profile(target, 0.7).drafter == "ngram" and profile.load_profile(target, 0).drafter == "model"
     assert json.loads(path.read_text())["modes"]["greedy"]["draft"] == "draft.gguf"  # relative: the store may move
 
 
-def test_unusable_profiles_are_named(store_pair, tmp_path):
-    target, draft = store_pair
-    path = tune.profile_path(target)
+def test_unusable_profiles_are_named(fake_pair, tmp_path):
+    target, draft = fake_pair
+    path = profile.profile_path(target)
     path.write_text("{not json")
-    with pytest.raises(tune.TuneError, match=r"Cannot read the tune profile .*smol\.gguf\.tune\.json.*tune` again"):
-        tune.load_profile(target, 0)
+    with pytest.raises(profile.ProfileError, match=r"Cannot read the tune profile .*smol\.gguf\.tune\.json.*tune` again"):
+        profile.load_profile(target, 0)
     gone = tmp_path / "gone.gguf"
     gone.write_bytes(b"GGUF")
-    tune.save_profile(target, tune.Choice("model", gone, 2))
+    profile.save_profile(target, profile.Choice("model", gone, 2))
     gone.unlink()
-    with pytest.raises(tune.TuneError, match=r"names a draft that is gone \(.*gone\.gguf\)"):
-        tune.load_profile(target, 0)
+    with pytest.raises(profile.ProfileError, match=r"names a draft that is gone \(.*gone\.gguf\)"):
+        profile.load_profile(target, 0)
     data = json.loads(path.read_text())
     data["target_size"] += 1
     path.write_text(json.dumps(data))
-    with pytest.raises(tune.TuneError, match="made for another file named smol.gguf"):
-        tune.load_profile(target, 0)
+    with pytest.raises(profile.ProfileError, match="made for another file named smol.gguf"):
+        profile.load_profile(target, 0)
 
 
-def test_merge_profile_fills_only_what_the_user_left_out(store_pair):
-    target, draft = store_pair
-    choice = tune.Choice("model", draft, 3, ngl_draft=0, p_min=0.75)
+def test_merge_profile_fills_only_what_the_user_left_out(fake_pair):
+    target, draft = fake_pair
+    choice = profile.Choice("model", draft, 3, ngl_draft=0, p_min=0.75)
     given = {"draft": None, "drafter": "auto", "gamma": None, "ngl_draft": 999, "p_min": 0.75}
-    updates, note = tune.merge_profile(choice, given, set())
-    assert updates == {"draft": str(draft), "drafter": "model", "gamma": 3, "ngl_draft": 0, "p_min": 0.75}
+    updates, note = profile.merge_profile(choice, given, set())
+    assert updates == {"draft": draft, "drafter": "model", "gamma": 3, "ngl_draft": 0, "p_min": 0.75}
     assert note.startswith("profile: drafter model, draft draft.gguf, gamma 3")
-    updates, note = tune.merge_profile(choice, {**given, "gamma": 5}, {"gamma"})
+    updates, note = profile.merge_profile(choice, {**given, "gamma": 5}, {"gamma"})
     assert "gamma" not in updates and note.endswith("your --gamma kept")
-    updates, note = tune.merge_profile(choice, {**given, "draft": str(draft)}, {"draft"})  # the same draft
+    updates, note = profile.merge_profile(choice, {**given, "draft": str(draft)}, {"draft"})  # the same draft
     assert updates["gamma"] == 3
-    updates, note = tune.merge_profile(choice, {**given, "draft": "none"}, {"draft"})
+    updates, note = profile.merge_profile(choice, {**given, "draft": "none"}, {"draft"})
     assert updates == {} and "not used, --draft differs" in note
-    updates, note = tune.merge_profile(choice, {**given, "drafter": "ngram"}, {"drafter"})
+    updates, note = profile.merge_profile(choice, {**given, "drafter": "ngram"}, {"drafter"})
     assert updates == {} and "not used, --drafter differs" in note
-    plain = tune.Choice("none", None, 0)
-    assert tune.merge_profile(plain, given, set())[0] == {"draft": "none", "gamma": 0}
-    assert tune.merge_profile(plain, {**given, "gamma": 4}, {"gamma"})[0] == {}
+    plain = profile.Choice("none", None, 0)
+    assert profile.merge_profile(plain, given, set())[0] == {"draft": None, "gamma": 0}  # cli: --draft none
+    assert profile.merge_profile(plain, {**given, "gamma": 4}, {"gamma"})[0] == {}
 
 
 def generate_json(target, *flags, env=None):
@@ -320,8 +334,8 @@ def generate_json(target, *flags, env=None):
 
 def test_generate_applies_the_profile_unless_told_otherwise(store_pair):
     target, draft = store_pair
-    tune.save_profile(target, tune.Choice("model", draft, 2, temperature=0.0, tokens_per_s=9.0,
-                                          target_only_tokens_per_s=6.0))
+    profile.save_profile(target, profile.Choice("model", draft, 2, temperature=0.0, tokens_per_s=9.0,
+                                             target_only_tokens_per_s=6.0))
     out, err = generate_json(target, "--stats")
     assert out["draft"] == str(draft) and out["stats"]["drafter"] == "model" and out["stats"]["gamma"] == "2"
     assert "profile: drafter model, draft draft.gguf, gamma 2 (tuned at T=0: 9.0 tok/s, 1.50x target-only" in err
@@ -341,8 +355,8 @@ def test_generate_applies_the_profile_unless_told_otherwise(store_pair):
 
 def test_a_hybrid_auto_profile_loads_its_draft(store_pair):
     target, draft = store_pair
-    tune.save_profile(target, tune.Choice("hybrid", draft, None, temperature=0.0))
-    assert tune.load_profile(target, 0).gamma is None
+    profile.save_profile(target, profile.Choice("hybrid", draft, None, temperature=0.0))
+    assert profile.load_profile(target, 0).gamma is None
     out, err = generate_json(target, "--stats")
     assert out["draft"] == str(draft) and out["stats"]["drafter"] == "ngram+model" and out["stats"]["gamma"] == "auto"
     assert "profile: drafter hybrid, draft draft.gguf, gamma auto" in err
@@ -350,7 +364,7 @@ def test_a_hybrid_auto_profile_loads_its_draft(store_pair):
 
 def test_a_broken_profile_warns_and_generate_goes_on(store_pair):
     target, _ = store_pair
-    tune.profile_path(target).write_text("[]")
+    profile.profile_path(target).write_text("[]")
     out, err = generate_json(target)
     assert out["stats"]["generated_tokens"] == 12
     assert "warning: Cannot read the tune profile" in err
@@ -358,18 +372,18 @@ def test_a_broken_profile_warns_and_generate_goes_on(store_pair):
 
 def test_tune_command_end_to_end(store_pair, tmp_path):
     target, _ = store_pair
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    prompts_file = tmp_path / "p.jsonl"
+    prompts_file.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
     png = tmp_path / "tune.png"
-    result = invoke("tune", "--target", target, "--temperature", 0, "--prompts", prompts, "-n", 12,
+    result = invoke("tune", "--target", target, "--temperature", 0, "--prompts", prompts_file, "-n", 12,
                     "--gamma-max", 2, "--quants", "none", "--ctx", 512, "--threads", 2, "--plot", png)
     assert result.exit_code == 0, result.output
     table = [line for line in result.stdout.splitlines() if line.startswith("|")]
     assert table[0].startswith("| candidate | quant | device | best γ | α | predicted tok/s | measured tok/s")
     names = [line.split("|")[1].strip().replace(" ← pick", "") for line in table[2:]]
     assert names == ["target only", "ngram", "draft", "hybrid auto, draft"]
-    assert "pick: " in result.stdout and f"profile: {tune.profile_path(target)}" in result.stdout
-    assert tune.load_profile(target, 0) is not None
+    assert "pick: " in result.stdout and f"profile: {profile.profile_path(target)}" in result.stdout
+    assert profile.load_profile(target, 0) is not None
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -390,9 +404,21 @@ def test_tune_bad_prompts_file(store_pair, tmp_path):
     assert_one_line_error(invoke("tune", "--target", target, "--prompts", bad), "bad.jsonl line 2", '"prompt"')
 
 
+def test_a_prompts_file_is_checked_line_by_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a"}\n\n{"prompt": "b"}\n{"prompt": "c"}\n')
+    assert prompts.load_prompts(path, 2) == ["a", "b"]  # blank lines skipped, the first n kept
+    path.write_text('{"prompt": "a"}\n{"prompt": ""}\n')
+    with pytest.raises(prompts.PromptsError, match=r"p\.jsonl line 2 is not a JSON object with a non-empty"):
+        prompts.load_prompts(path)
+    path.write_text("\n")
+    with pytest.raises(prompts.PromptsError, match="holds no prompts"):
+        prompts.load_prompts(path)
+
+
 def test_default_prompts_ship_with_the_package():
-    prompts = tune.load_prompts()
-    assert len(prompts) == 8 and prompts[0].startswith("from typing import List")
+    texts = prompts.load_prompts()
+    assert len(texts) == 8 and texts[0].startswith("from typing import List")
 
 
 # --- convert ------------------------------------------------------------------------------------
@@ -405,9 +431,8 @@ def test_convert_writes_a_model_that_loads_and_generates(smol_path, tmp_path):
     pair = Pair(out, None, LoadOptions(n_ctx=128, threads=2))
     try:
         tokens = pair.prompt_tokens("The sky is", chat=False)
-        text = "".join(p.text for p in pair.generate(tokens, GenerationConfig(max_tokens=4, gamma=0,
-                                                                             sampling=SamplingParams(0.0))))
-        assert pair.last_stats.generated == 4 and text
+        *pieces, reply = pair.stream(tokens, GenerationConfig(max_tokens=4, gamma=0, sampling=SamplingParams(0.0)))
+        assert reply.stats.generated == 4 and "".join(p.text for p in pieces)
     finally:
         pair.close()
 

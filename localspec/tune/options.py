@@ -1,0 +1,72 @@
+"""How to tune (TuneOptions) and tune's one-line errors (TuneError)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import GenerationConfig
+from ..costmodel import FALLBACK_P_MIN
+from ..llama import QUANT_TYPES
+from ..planner import p_min_of
+from ..sampling import SamplingParams
+from ..session import LoadOptions
+
+DERIVED_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")
+
+
+class TuneError(ValueError):
+    """A user-facing tune problem; str() is one line naming the value and the fix."""
+
+
+def parse_quants(text: str) -> tuple[str, ...]:
+    """'Q4_0,q2_k' -> ('Q4_0', 'Q2_K'); 'none' or '' -> (); unknown types are a one-line error."""
+    quants = tuple(q.strip().upper() for q in text.split(",") if q.strip() and q.strip().lower() != "none")
+    for q in quants:
+        if q not in QUANT_TYPES:
+            raise TuneError(f"Unknown quantization type {q!r} in --quants; choose from {', '.join(QUANT_TYPES)}, "
+                            "or 'none' to derive nothing")
+    return quants
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How to tune: sample as the user will, how much to calibrate on, how long to take."""
+
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
+    p_min: float = FALLBACK_P_MIN  # fixed-γ candidates are replayed with a fixed p-min
+    max_tokens: int = 64        # generated per calibration prompt
+    gamma_max: int = 8
+    budget_s: float | None = 600.0
+    seed: int = 1
+    chat: bool | None = None    # None: the chat template for instruct targets, as generate does
+    load: LoadOptions = field(default_factory=LoadOptions)
+    quants: tuple[str, ...] = DERIVED_QUANTS
+    drafts: tuple[Path, ...] = ()  # drafts outside the store to try too
+    confirm: int = 3            # real runs for this many of the best predictions
+    devices: tuple[str, ...] | None = None  # None: cpu, and gpu too on a GPU build
+    passes: int = 8             # replays per γ at T>0 (acceptance is random there)
+
+    def validate(self) -> TuneOptions:
+        """Return self, or raise TuneError naming the bad value."""
+        self.sampling.validate()
+        checks = [(self.max_tokens >= 2, f"--max-tokens must be >= 2 (got {self.max_tokens})"),
+                  (1 <= self.gamma_max <= 64, f"--gamma-max must be in 1..64 (got {self.gamma_max})"),
+                  (self.budget_s is None or self.budget_s > 0, f"--budget must be > 0 seconds (got {self.budget_s})"),
+                  (self.confirm >= 0, f"confirm must be >= 0 (got {self.confirm})"),
+                  (0 <= self.p_min < 1, f"--p-min must be in [0, 1) (got {self.p_min})")]
+        for ok, message in checks:
+            if not ok:
+                raise TuneError(message)
+        return self
+
+    def config(self, gamma: int | None, seed: int) -> GenerationConfig:
+        """The generation config of one real run at a fixed γ, with this p-min; None: auto γ with p-min
+        auto, as generate runs by default."""
+        return GenerationConfig(self.max_tokens, gamma, self.sampling, seed, gamma_max=self.gamma_max,
+                                p_min=None if gamma is None else self.p_min)
+
+    @property
+    def fixed_p_min(self) -> float:
+        """The p-min a fixed-γ candidate drafts with: generate's rule (p_min_of) for its config."""
+        return p_min_of(self.config(1, self.seed))
