@@ -16,7 +16,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from .config import DRAFTERS, ContextFull, GenerationConfig, GenerationError, check_fits  # noqa: F401
+from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import NO_PROPOSAL, Drafter, Proposal
 from .llama import Context, TextStream
 from .planner import CostTracker, Plan, Planner

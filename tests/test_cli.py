@@ -146,7 +146,7 @@ def test_tune_p_min_auto_replays_fixed_gamma_with_the_fallback(monkeypatch, smol
     def stop(target, options, *args, **kwargs):
         seen.append(options.p_min)
         raise tune.TuneError("stopped here")
-    monkeypatch.setattr(tune, "tune", stop)
+    monkeypatch.setattr(tune, "run_tune", stop)
     for flags, p_min in (([], FALLBACK_P_MIN), (["--p-min", "0.3"], 0.3)):
         assert_one_line_error(invoke("tune", "--target", str(smol_path), *flags), "stopped here")
         assert seen.pop() == p_min

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from localspec import models, profile, prompts
+from localspec import profile, prompts
 from localspec.cli import cli
 from localspec.llama import Model
 from localspec.sampling import Dist, SamplingParams

@@ -135,7 +135,7 @@ class TuneResult:
 
     def summary(self) -> str:
         """One line: the pick, its speed and how it was found."""
-        r, (ratio, real) = self.pick, self.ratio(self.pick)
+        r, (ratio, _) = self.pick, self.ratio(self.pick)
         tps = r.measured_tps() if self.confirmed else self.predicted_tps(r)
         how = "measured" if self.confirmed else "predicted only (the budget left no time to confirm)"
         drift = f"; predictions x{self.drift:.2f}, the machine's drift since calibration" if self.confirmed else ""
