@@ -111,3 +111,13 @@ def fake_cli(tmp_path, monkeypatch) -> FakeFiles:
     files = FakeFiles(tmp_path)
     monkeypatch.setattr(localspec.cli, "Pair", files.load)
     return files
+
+
+LLAMA_FIXTURES = {"smol_path", "smol_q4_0", "smol_f16", "real_pair", "real_store"}
+
+
+def pytest_collection_modifyitems(items):
+    """A test that takes a real GGUF fixture loads llama.cpp: it is slow, whether or not it says so."""
+    for item in items:
+        if LLAMA_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
