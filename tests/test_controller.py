@@ -347,3 +347,17 @@ def test_real_sampled_self_draft_is_accepted_nearly_always(smol):
     _, stats = generate(target_ctx, model_source(self_draft, PURE_T1), prompt,
                              GenerationConfig(48, 4, PURE_T1, seed=3, p_min=0.0))
     assert stats.drafted >= 8 and stats.alpha > 0.9
+
+
+@pytest.mark.slow
+def test_real_sampling_matches_target_only_through_llama_cpp(smol):
+    # The same chi-square as on the fakes, end to end through llama.cpp's batched verify rows and
+    # rollback: SmolLM2 target, its Q4_0 copy drafting hotter (q far from p), γ 2, 1,000 seeds a side
+    # (the power checks run on the fakes above, with 4,000).
+    model, target_ctx, draft_ctx = smol
+    prompt = model.tokenize("My favourite colour is", True)
+    n = 1000
+    plain, _ = first_two(target_ctx, None, prompt, PURE_T1, 0, range(n))
+    spec, drafted = first_two(target_ctx, lambda: model_source(draft_ctx, HOT), prompt, PURE_T1, 2, range(n, 2 * n))
+    assert len(set(plain)) > 20 and drafted >= 2 * n
+    assert same_distribution_pvalue(plain, spec) > 1e-3
