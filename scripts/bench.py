@@ -190,7 +190,7 @@ def llamacpp_tool(bin_dir: Path) -> Path | None:
 
 def llamacpp_command(tool: Path, sc: Scenario, prompt_file: Path, target: Path, draft: Path, args,
                      seed: int, max_tokens: int) -> list[str]:
-    """The llama-speculative-simple command line for one scenario and prompt (../shared/ANCHORS.md)."""
+    """The llama-speculative-simple command line for one scenario and prompt."""
     sp = sampling_params(args)
     threads = str(args.threads or default_threads())
     ngl = "999" if args.gpu else "0"

@@ -44,7 +44,7 @@ if [ ! -f "$SRC/CMakeLists.txt" ]; then
     mv "$SRC.part" "$SRC"
 fi
 
-# As ../shared/ANCHORS.md "How these were run"; CMAKE_ARGS adds CPU flags or a backend (CUDA, Metal, Vulkan).
+# CMAKE_ARGS adds CPU flags or a backend (CUDA, Metal, Vulkan).
 # shellcheck disable=SC2086
 (cd "$SRC" && cmake -B build -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF $CMAKE_ARGS \
     && cmake --build build -j"${JOBS:-2}" --target llama-bench llama-speculative-simple)

@@ -141,7 +141,7 @@ def test_prompt_file_survives_llamacpp_newline_trim(tmp_path):
 
 
 def test_theory_from_costs():
-    # Verify costs as on the 2-core CPU (ANCHORS.md): 27.6 ms for 1 token, 92.8 ms for 5; draft 17 ms/token.
+    # Verify costs as measured on a 2-core CPU: 27.6 ms for 1 token, 92.8 ms for 5; draft 17 ms/token.
     costs = bench.Costs(VerifyCurve({1: 0.0276, 5: 0.0928}))
     model = bench.Guessing(accept=[0.9], draft_s=0.017)
     # alpha 0.9 at every position: E(4) = 1 + .9 + .81 + .729 + .6561 = 4.0951 tokens per step

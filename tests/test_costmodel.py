@@ -7,7 +7,7 @@ import pytest
 from localspec.costmodel import FALLBACK_P_MIN, DraftStop, FixedStop, best_gamma, expected_tokens
 from localspec.planner import CostTracker
 
-# Target verify time for a batch of k tokens on the 2-core CPU (ANCHORS.md, Python probe), in ms.
+# Target verify time for a batch of k tokens on a 2-core CPU (a Python probe), in ms.
 CPU_VERIFY_MS = {1: 27.6, 2: 45.0, 4: 73.5, 5: 92.8, 8: 135.0, 16: 157.0}
 
 
