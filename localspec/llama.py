@@ -295,6 +295,11 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
+def build_info() -> str:
+    """The llama.cpp build: bindings version and the CPU/backend features it was compiled with."""
+    return f"llama-cpp-python {lc.__version__}: {(lc.llama_print_system_info() or b'').decode(errors='replace')}"
+
+
 def gpu_offload_supported() -> bool:
     """True when llama.cpp was built with a GPU backend (layers can be offloaded)."""
     return bool(lc.llama_supports_gpu_offload())

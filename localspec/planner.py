@@ -17,6 +17,7 @@ from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, Ema, FixedSt
                         VerifyCurve, best_gamma)
 from .drafters import Drafter, Proposal, StopRule
 
+WARM_MAX_COUNT = 64  # saved acceptance counts weigh at most this many observations in a new process
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -129,6 +130,30 @@ class CostTracker:
                               self.overhead_s.value or 0.0, cap, self.min_gain_probe)
         return gamma > 0
 
+    def to_dict(self) -> dict:
+        """The measurements (not the probing state) as JSON-ready data, for a warm start."""
+        ema = lambda e: [e.value, e.n]  # noqa: E731
+        return {"draft_s": ema(self.draft_s), "overhead_s": ema(self.overhead_s),
+                "step_tokens": ema(self.step_tokens), "step_s": ema(self.step_s),
+                "verify": {str(k): ema(e) for k, e in self.verify.points.items()},
+                "positions": [self.positions.drafted, self.positions.judged, self.positions.accepted],
+                "confidence": [self.conf_judged, self.conf_accepted]}
+
+    @classmethod
+    def from_dict(cls, data: dict, max_count: int = WARM_MAX_COUNT) -> CostTracker:
+        """A tracker that starts from saved measurements. Counts are scaled down to at most max_count
+        per position and per confidence bin, so that this run's own steps soon outweigh them."""
+        t = cls()
+        for name in ("draft_s", "overhead_s", "step_tokens", "step_s"):
+            _load_ema(getattr(t, name), data[name])
+        for k, e in data["verify"].items():
+            _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
+        t.positions.drafted, t.positions.judged, t.positions.accepted = _scaled(data["positions"], max_count)
+        t.conf_judged, t.conf_accepted = _scaled(data["confidence"], max_count)
+        if len(t.conf_judged) != CONFIDENCE_BINS:
+            raise ValueError(f"expected {CONFIDENCE_BINS} confidence bins")
+        return t
+
     def choose(self, gamma_cap: int) -> int:
         """The draft length for the next step, at most gamma_cap."""
         return self.plan(gamma_cap)[0]
@@ -154,6 +179,18 @@ class CostTracker:
             self.wait = min(2 * self.wait, self.probe_every_max)
             return min(self.probe_gamma, gamma_max), math.inf
         return 0, tps
+
+
+def _load_ema(ema: Ema, saved: Sequence) -> None:
+    value, n = saved
+    ema.value, ema.n = (None if value is None else float(value)), int(n)
+
+
+def _scaled(rows: Sequence[Sequence[int]], max_count: int) -> list[list[int]]:
+    """Count rows (the first the denominators) scaled down together so no denominator exceeds max_count."""
+    top = max((max(r, default=0) for r in rows), default=0)
+    f = min(1.0, max_count / top) if top else 1.0
+    return [[round(int(n) * f) for n in r] for r in rows]
 
 
 class Plan(NamedTuple):

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from . import warmstart
 from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import Drafter, ModelDrafter, NGramDrafter
-from .llama import Context, Model, common_prefix_len
+from .llama import Context, Model, common_prefix_len, default_threads, gpu_offload_supported
 from .planner import CostTracker, source_names
 from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
@@ -31,6 +32,7 @@ class LoadOptions:
     threads: int | None = None
     ngl_target: int = 999  # all layers; ignored by a CPU-only build
     ngl_draft: int = 999
+    warm_start: bool = True  # plan from the measurements an earlier process saved for this setup
 
 
 def make_sources(names: Sequence[str], draft_ctx: Context | None, config: GenerationConfig,
@@ -72,8 +74,19 @@ class Pair:
         self.target_ctx, self.draft_ctx = target_ctx, draft_ctx
         self.target_model = target_ctx.model
         self.draft_model = draft_ctx.model if draft_ctx is not None else None
-        self.trackers: dict[tuple, CostTracker] = {}  # measured costs and acceptance, kept across generations
         self.ngram = NGramDrafter()
+        self.plan_key = self._plan_key() if options.warm_start and warmstart.enabled() else None
+        # measured costs and acceptance, kept across generations (and processes, with a plan key)
+        self.trackers: dict[tuple, CostTracker] = warmstart.load(self.plan_key) if self.plan_key else {}
+        self.warm = bool(self.trackers)
+
+    def _plan_key(self) -> dict:
+        gpu = gpu_offload_supported()
+        o = self.options
+        placement = {"ngl_target": o.ngl_target if gpu else 0, "ngl_draft": o.ngl_draft if gpu else 0,
+                     "threads": o.threads or default_threads()}
+        return warmstart.plan_key(self.target_model.path, self.draft_model.path if self.draft_model else None,
+                                  placement)
 
     def sources(self, config: GenerationConfig) -> list[tuple[Drafter, CostTracker]]:
         """The drafters this config runs on this pair, each with the tracker it keeps."""
@@ -124,6 +137,9 @@ class Pair:
         parts: list[str] = []
         for item in self.decoder(config).generate(prompt, config, cancel):
             if isinstance(item, Finished):
+                item.stats.warm_start = self.warm
+                if self.plan_key and item.stats.steps:
+                    warmstart.save(self.plan_key, self.trackers)
                 yield Reply.of(self, "".join(parts), item.stats, config, reused_draft)
                 return
             parts.append(item.text)

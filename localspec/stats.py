@@ -28,6 +28,7 @@ class GenerationStats:
     drafter: str = "none"  # who may propose: model, ngram, ngram+model (hybrid), or none
     by_drafter: dict[str, list[int]] = field(default_factory=dict)  # name -> [drafted, accepted]
     gamma_mode: str = ""   # "auto" or the fixed draft length
+    warm_start: bool = False  # the planner started from measurements saved by an earlier process
     verify_at: dict[int, list] = field(default_factory=dict)  # verify batch size -> [steps, seconds]
     trace: list[tuple[int, list[int], int]] = field(default_factory=list)  # (start, batch, kept) when traced
     _verify_counted: float = field(default=0.0, repr=False)   # verify_s already attributed to a batch size
@@ -100,7 +101,7 @@ class GenerationStats:
         return {
             "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated,
             "reused_tokens": self.reused_tokens, "finish_reason": self.finish_reason,
-            "drafter": self.drafter, "gamma": self.gamma_mode,
+            "drafter": self.drafter, "gamma": self.gamma_mode, "warm_start": self.warm_start,
             "by_drafter": {k: {"drafted": d, "accepted": a} for k, (d, a) in self.by_drafter.items()},
             "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
@@ -118,7 +119,8 @@ class GenerationStats:
             f"tokens: {self.generated} generated, {self.prompt_tokens} prompt "
             f"({self.reused_tokens} reused); finish: {self.finish_reason}",
             f"speed: {self.tokens_per_s:.1f} tok/s over {self.total_s:.2f} s (prefill {self.prefill_s:.2f} s)",
-            f"speculation ({self.drafter} drafter, gamma {self.gamma_mode}): {self.steps} steps, "
+            f"speculation ({self.drafter} drafter, gamma {self.gamma_mode}, "
+            f"{'warm start' if self.warm_start else 'cold start'}): {self.steps} steps, "
             f"{self.drafted} drafted, {self.accepted} accepted, "
             f"alpha {alpha}, mean accepted length {self.mean_accepted_length:.2f}",
             f"alpha per draft position: {per_pos}",

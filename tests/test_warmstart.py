@@ -1,0 +1,86 @@
+"""Warm start: the planner's measurements outlive the process, keyed by what they depend on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fakes import fake_contexts
+from localspec import warmstart
+from localspec.config import GenerationConfig
+from localspec.planner import CostTracker
+from localspec.sampling import SamplingParams
+from localspec.session import LoadOptions, Pair, Reply
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def measured() -> CostTracker:
+    t = CostTracker()
+    t.record(0, 0, 0.0, 0.10, 0.001)
+    for _ in range(300):
+        t.record(4, 2, 0.04, 0.15, 0.001, [0.95, 0.9, 0.4, 0.3])
+    return t
+
+
+def test_a_tracker_round_trips_with_its_counts_capped():
+    t = measured()
+    back = CostTracker.from_dict(json.loads(json.dumps(t.to_dict())), max_count=64)
+    for k in range(1, 10):
+        assert back.verify_seconds(k) == pytest.approx(t.verify_seconds(k))
+    assert back.draft_s.value == pytest.approx(t.draft_s.value) and back.rate() == pytest.approx(t.rate())
+    assert back.acceptance() == pytest.approx(t.acceptance(), abs=0.02)  # the rates survive the scaling
+    assert max(back.positions.drafted) == 64 < max(t.positions.drafted)  # ... the weight does not
+    (g1, tps1), (g2, tps2) = back.plan(8), t.plan(8)
+    assert g1 == g2 and tps1 == pytest.approx(tps2, rel=0.02)  # the prior weighs a little more
+    assert sum(back.conf_judged) <= 64 * 10
+
+
+def reply(pair: Pair) -> Reply:
+    prompt = pair.target_model.tokenize("red, blue, green, red, blue, green, red,", True)
+    *_, last = pair.stream(prompt, GenerationConfig(24, None, GREEDY))
+    return last
+
+
+def fresh_pair(**options) -> Pair:
+    """A new Pair over the same (fake) files, as a new process would load them."""
+    target, draft = fake_contexts(reply_len=None)
+    return Pair.from_contexts(target, draft, LoadOptions(**options))
+
+
+def test_the_next_process_plans_from_the_saved_measurements():
+    first = fresh_pair(threads=2)
+    assert not first.warm and reply(first).stats.warm_start is False
+    second = fresh_pair(threads=2)
+    assert second.warm
+    for key, tracker in first.trackers.items():
+        assert second.trackers[key].draft_s.value == pytest.approx(tracker.draft_s.value)
+        assert dict(second.trackers[key].verify.known()) == pytest.approx(dict(tracker.verify.known()))
+    stats = reply(second).stats
+    assert stats.warm_start is True and stats.to_dict()["warm_start"] is True
+    assert "warm start" in stats.summary()
+
+
+def test_foreign_or_broken_plans_are_ignored(monkeypatch):
+    reply(fresh_pair(threads=2))
+    assert not fresh_pair(threads=1).warm            # other threads: another key
+    path = warmstart.plan_path(fresh_pair(threads=2).plan_key)
+    path.write_text("{not json")
+    broken = fresh_pair(threads=2)
+    assert not broken.warm
+    reply(broken)                                    # the next save replaces it
+    assert fresh_pair(threads=2).warm
+    data = json.loads(path.read_text())
+    data["key"]["build"] = "another llama.cpp"       # a file that claims another build
+    path.write_text(json.dumps(data))
+    assert not fresh_pair(threads=2).warm
+
+
+def test_warm_start_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_WARM_START", "0")
+    pair = fresh_pair()
+    reply(pair)
+    assert pair.plan_key is None and not fresh_pair().warm
+    monkeypatch.delenv("LOCALSPEC_WARM_START")
+    assert not fresh_pair(warm_start=False).warm and fresh_pair(warm_start=False).plan_key is None
