@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Fresh `localspec generate` processes, as a CLI user runs them, alternating prompt by prompt:
+--target-only, auto with warm start off (every process relearns its costs), and auto with warm start
+(plans saved in the model store by earlier runs). Prints each variant's tokens/s over prefill and
+decoding, summed over its runs, and its ratio to --target-only from this one run.
+
+    python scripts/bench_fresh.py --prompts scripts/prompts/prose.jsonl --rounds 3 -n 96
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+VARIANTS = {"target-only": (["--target-only"], {}),
+            "auto, cold": ([], {"LOCALSPEC_WARM_START": "0"}),
+            "auto, warm": ([], {})}
+
+
+def run(prompt: str, flags: list[str], env: dict, args) -> dict:
+    cmd = [sys.executable, "-m", "localspec", "generate", prompt, "--json", "--temperature", str(args.temperature),
+           "-n", str(args.max_tokens), "--threads", str(args.threads), *args.extra.split(), *flags]
+    out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    if out.returncode:
+        sys.exit(f"localspec failed: {out.stderr.strip()}")
+    return json.loads(out.stdout)["stats"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", type=Path, default=Path(__file__).parent / "prompts/prose.jsonl")
+    ap.add_argument("--n-prompts", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("-n", "--max-tokens", type=int, default=96)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--extra", default="", help="more flags for every run, e.g. '--target M --draft D'")
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from localspec.prompts import load_prompts
+
+    prompts = load_prompts(args.prompts, args.n_prompts)
+    totals = {name: [0, 0.0] for name in VARIANTS}
+    for r in range(args.rounds):
+        for i, prompt in enumerate(prompts):
+            for name, (flags, env) in VARIANTS.items():
+                stats = run(prompt, flags, env, args)
+                seconds = stats["time_s"]["prefill"] + stats["time_s"]["total"]  # the draft's prefill counts
+                totals[name][0] += stats["generated_tokens"]
+                totals[name][1] += seconds
+                print(f"round {r} prompt {i} {name}: {stats['generated_tokens'] / seconds:.1f} tok/s "
+                      f"(warm_start {stats.get('warm_start')})", file=sys.stderr)
+    base = totals["target-only"][0] / totals["target-only"][1]
+    print("| variant | tok/s | vs target-only |\n|---|---|---|")
+    for name, (n, s) in totals.items():
+        print(f"| {name} | {n / s:.1f} | {n / s / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
