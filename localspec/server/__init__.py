@@ -8,6 +8,6 @@ A streaming client that disconnects stops its generation within a step. Errors h
 {"error": {"message", "type", "param", "code"}}.
 """
 
-from .app import create_app, serve
+from .app import bind, create_app, serve
 
-__all__ = ["create_app", "serve"]
+__all__ = ["bind", "create_app", "serve"]
