@@ -228,6 +228,8 @@ def test_seed_minus_one_is_random_and_an_empty_prompt_is_400(http, stream):
     ({"tool_choice": "required"}, "tool_choice", "tool calling"),
     ({"logit_bias": {"5": 10}}, "logit_bias", "not supported"),
     ({"frequency_penalty": 0.5}, "frequency_penalty", "not supported"),
+    ({"echo": True}, "echo", "not supported"),
+    ({"best_of": 3}, "best_of", "must be 1"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "between 0 and 20"),
     ({"top_logprobs": 2}, "top_logprobs", "logprobs: true"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "got '5'"),

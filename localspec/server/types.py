@@ -30,6 +30,9 @@ UNSUPPORTED = {
     "functions": (bool, "function calling is not supported; leave functions out"),
     "function_call": (lambda v: v not in (None, "none"), "function calling is not supported; leave function_call out"),
     "logit_bias": (bool, "logit_bias is not supported; leave it out"),
+    "echo": (bool, "echo is not supported; prepend the prompt yourself"),
+    "suffix": (bool, "suffix (fill-in-the-middle) is not supported; leave it out"),
+    "best_of": (lambda v: v not in (None, 1), "best_of must be 1; ask again for another completion"),
     "frequency_penalty": (bool, "frequency_penalty is not supported (it would change the target's "
                           "distribution); leave it out or send 0"),
     "presence_penalty": (bool, "presence_penalty is not supported (it would change the target's "
