@@ -359,8 +359,8 @@ def chat_answer(session, text: str, colour: bool, show_stats: bool) -> None:
 @click.option("--api-key", envvar="LOCALSPEC_API_KEY", help="Require 'Authorization: Bearer KEY' on every request.")
 @click.option("--max-queue", type=click.IntRange(0), default=8, show_default=True,
               help="Requests that may wait while one generates; more are answered 503.")
-@click.option("--max-body", type=click.IntRange(1), default=4 << 20, show_default=True, help="Largest body (bytes): 413.")
-@click.option("--cors-origin", "cors_origins", multiple=True, help="Origin browsers may call from; '*': any.")
+@click.option("--max-body", type=click.IntRange(1), default=4 << 20, show_default=True, help="Largest request body (bytes).")
+@click.option("--cors-origin", "cors_origins", multiple=True, help="Browser origin to allow; '*': any. Default: localhost.")
 @user_errors
 def serve(host, port, api_key, max_queue, max_body, cors_origins, **options):
     """Serve the pair over an OpenAI-compatible HTTP API (FastAPI + uvicorn).
