@@ -359,22 +359,22 @@ def chat_answer(session, text: str, colour: bool, show_stats: bool) -> None:
 @click.option("--api-key", envvar="LOCALSPEC_API_KEY", help="Require 'Authorization: Bearer KEY' on every request.")
 @click.option("--max-queue", type=click.IntRange(0), default=8, show_default=True,
               help="Requests that may wait while one generates; more are answered 503.")
+@click.option("--max-body", type=click.IntRange(1), default=4 << 20, show_default=True, help="Largest request body (bytes).")
+@click.option("--cors-origin", "cors_origins", multiple=True, help="Browser origin to allow; '*': any. Default: localhost.")
 @user_errors
-def serve(host, port, api_key, max_queue, **options):
+def serve(host, port, api_key, max_queue, max_body, cors_origins, **options):
     """Serve the pair over an OpenAI-compatible HTTP API (FastAPI + uvicorn).
 
-    /v1/chat/completions and /v1/completions (streamed as server-sent events with "stream": true),
-    /v1/models and /health. The sampling flags are the defaults for fields a request leaves out;
-    without -n, a request without max_tokens runs until it ends or fills the context.
+    /v1/chat/completions, /v1/completions ("stream": true: server-sent events), /v1/models, /health, /metrics.
+    Sampling flags are defaults for fields a request leaves out (no -n: run until the end or a full context).
 
     Example: localspec serve --port 8080, then point a client at http://127.0.0.1:8080/v1
     """
-    from .server import serve as run_server
-
-    defaults = generation_config(options, max_tokens=answer_length(options))
-    pair = load_pair(options)
+    from .server import bind, serve as run_server
+    sock, log = bind(host, port), lambda s: click.echo(s, err=True)  # a port in use: said before the models load
+    defaults, pair = generation_config(options, max_tokens=answer_length(options)), load_pair(options)
     try:
-        run_server(pair, defaults, host, port, api_key, max_queue, log=lambda s: click.echo(s, err=True))
+        run_server(pair, defaults, host, port, api_key, max_queue, log, max_body, cors_origins, sock)
     finally:
         pair.close()
 

@@ -47,6 +47,7 @@ class GenerationConfig:
     ngram_gamma_max: int = 16
     drafter: str = "auto"  # one of DRAFTERS
     p_min: float | None = None  # the draft model stops below this confidence; None: where it stops paying
+    logprobs: int | None = None  # give each Piece its log-probability under the target and this many alternatives
 
     def validate(self) -> GenerationConfig:
         """Return self, or raise GenerationError naming the bad value and the fix."""
@@ -60,6 +61,8 @@ class GenerationConfig:
         if self.p_min is not None and not 0 <= self.p_min < 1:
             raise GenerationError(f"p_min must be in [0, 1) (got {self.p_min}); "
                                   "use 0 to never stop a draft early, or auto")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise GenerationError(f"logprobs must be between 0 and 20 (got {self.logprobs})")
         if self.max_tokens < 1:
             raise GenerationError(f"max_tokens must be >= 1 (got {self.max_tokens})")
         try:

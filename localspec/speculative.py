@@ -10,6 +10,7 @@ every benchmark compares against.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Callable, Iterator, NamedTuple, Sequence
@@ -25,17 +26,32 @@ from .stats import GenerationStats, Stopwatch
 
 
 class Piece(NamedTuple):
-    """Text produced by one emitted token; from_draft when a drafter guessed it."""
+    """Text produced by one emitted token; from_draft when a drafter guessed it. With
+    config.logprobs set, logprob is the token's log-probability under the target and top the
+    config.logprobs likeliest (token, log-probability) pairs at its position (see token_logprobs)."""
 
     text: str
     token: int
     from_draft: bool
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] | None = None
 
 
 class Finished(NamedTuple):
     """The last item of every generation: its counters (finish_reason says why it ended)."""
 
     stats: GenerationStats
+
+
+def token_logprobs(logits: np.ndarray, token: int, n_top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """log_softmax of a RAW row of target logits [V] (untempered, unfiltered, as OpenAI reports
+    logprobs): the token's log-probability and the n_top likeliest (token, log-probability), best first."""
+    row = np.asarray(logits, dtype=np.float64)  # [V]
+    top = row.max()
+    log_z = top + math.log(np.exp(row - top).sum())
+    ids = np.argpartition(-row, n_top - 1)[:n_top] if n_top else np.empty(0, dtype=np.int64)
+    ids = ids[np.argsort(-row[ids], kind="stable")]
+    return float(row[token] - log_z), tuple((int(i), float(row[i] - log_z)) for i in ids)
 
 
 class Rows(Sequence):
@@ -151,7 +167,10 @@ class _Run:
             tokens.append(token)
             stats.generated += 1
             safe, stopped = self.stops.feed(self.text.push(token))
-            if safe:
+            if self.config.logprobs is not None:  # a Piece per token, text or not: row i judged emitted[i]
+                yield Piece(safe, token, i < n_accepted, *token_logprobs(self.target.logits(i), token,
+                                                                         self.config.logprobs))
+            elif safe:
                 yield Piece(safe, token, i < n_accepted)
             if stopped:
                 stats.finish_reason = "stop"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -225,3 +226,64 @@ def test_context_full_is_mapped_by_type(tmp_path, path, body, param):
     # Another error that merely mentions the context is not a full context.
     error = post_in_process(FakePair(tmp_path, GenerationError("the context holds a bad token")), path, body)
     assert (error["code"], error["param"]) == (None, param)
+
+
+def test_a_port_in_use_is_reported_before_the_models_load(tmp_path):
+    """A one-line error and exit 1 at once: the target is not even a model, and is never opened."""
+    target = tmp_path / "not-a-model.gguf"
+    target.write_bytes(b"GGUF")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        t0 = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "localspec", "serve", "--target", str(target), "--port", str(port),
+                               "--threads", "1"], capture_output=True, text=True, timeout=60)
+        elapsed = time.monotonic() - t0
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0] and "--port" in lines[0], lines
+    assert elapsed < 15, elapsed  # the interpreter's start and imports; no model is loaded
+
+
+def sse_events(response) -> list:
+    """The data of a stream's server-sent events, as JSON ("[DONE]" kept as is)."""
+    return [line[6:] if line == "data: [DONE]" else json.loads(line[6:])
+            for line in response.iter_lines() if line.startswith("data: ")]
+
+
+@pytest.mark.slow
+def test_sigterm_answers_the_queue_503_and_ends_the_running_stream(smol_path, tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCALSPEC_TARGET", "LOCALSPEC_DRAFT", "LOCALSPEC_API_KEY")}
+    log = open(tmp_path / "server.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "--target", str(smol_path), "--ctx", "1024",
+                             "--threads", "1", "--port", str(port), "--max-queue", "2", "--gamma", "0"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    served = Served(f"http://127.0.0.1:{port}", proc)
+    base = f"{served.base}/v1/completions"
+    try:
+        wait_for(lambda: served.health()["status"] == "ok", "the server to start", 120, proc)
+        with httpx.Client(timeout=60) as http, ThreadPoolExecutor(2) as pool:
+            running = http.send(http.build_request("POST", base, json={"prompt": COUNT, "max_tokens": 900, "stream": True}),
+                                stream=True)
+            queued_stream = pool.submit(lambda: httpx.post(base, timeout=60, json={"prompt": COUNT, "stream": True}))
+            wait_for(lambda: served.health()["queued"] == 1, "a stream to queue", 30, proc)
+            queued = pool.submit(lambda: httpx.post(base, timeout=60, json={"prompt": COUNT, "max_tokens": 4}))
+            wait_for(lambda: served.health()["queued"] == 2, "a second request to queue", 30, proc)
+            proc.terminate()  # SIGTERM
+            events = sse_events(running)
+            answer, stream = queued.result(timeout=30), queued_stream.result(timeout=30)
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has shut down
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.seek(0)
+        print(log.read()[-3000:])
+        log.close()
+    finish = events[-2]["choices"][0]
+    assert events[-1] == "[DONE]" and finish["finish_reason"] == "stop" and finish["localspec_finish_reason"] == "cancelled"
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "server_shutting_down"
+    assert "shutting down" in answer.json()["error"]["message"]
+    events = [line[6:] for line in stream.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["error"]["code"] == "server_shutting_down"

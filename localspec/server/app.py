@@ -1,44 +1,70 @@
-"""The FastAPI app: routes, the API-key and header middleware, OpenAI-shaped error handlers, and
-`serve`, which runs it under uvicorn."""
+"""The FastAPI app: routes, the OpenAI-shaped error handlers, CORS, and `serve`, which binds the
+port (before the models load: see `bind`) and runs the app under uvicorn."""
 
 from __future__ import annotations
 
-import hmac
+import logging
+import re
+import socket
 from contextlib import asynccontextmanager
 from typing import Callable
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import StreamingResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..config import ContextFull, check_fits
+from ..config import ContextFull, GenerationConfig, GenerationError, check_fits
 from ..llama import LlamaError
 from ..session import Pair, check_messages
-from ..config import GenerationConfig, GenerationError
+from .logprobs import Logprobs
+from .metrics import Metrics
+from .middleware import MAX_BODY, Guard
 from .responses import Shape, collect
-from .types import ApiError, ChatRequest, CompletionRequest, Options, message_dicts, request_config
+from .types import ApiError, ChatRequest, CompletionRequest, Options, check_supported, check_text, message_dicts, \
+    request_config
 from .worker import Worker
+
+# --cors-origin's default: pages served from this machine (any port), as a browser on it sends them.
+# A page elsewhere on the network cannot call the server from a browser unless named with --cors-origin.
+LOCAL_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
+FALLBACK_TOKEN_BYTES = 1024  # for a model whose vocabulary cannot be read: no real token is longer
 
 
 class Server:
-    """The pair, the defaults for fields a request leaves out, and the worker that runs generations."""
+    """The pair, the defaults for fields a request leaves out, the worker that runs generations, and
+    the counters."""
 
     def __init__(self, pair: Pair, defaults: GenerationConfig, max_queue: int):
         self.pair, self.defaults = pair, defaults
-        self.worker = Worker(max_queue)
+        self.metrics = Metrics(lambda: self.worker.status())
+        self.worker = Worker(max_queue, lambda job, reply: self.metrics.record(job.name, reply))
         self.model_id = pair.target_model.path.name.removesuffix(".gguf")
+        self.token_bytes = max_token_bytes(pair.target_model)
 
     def check_model(self, name: str | None) -> None:
         if name not in (None, "", self.model_id, self.pair.target_model.path.name):
             raise ApiError(404, f"The model {name!r} does not exist; this server serves {self.model_id!r} "
                            "(see /v1/models)", "model", "model_not_found")
 
-    def start(self, req: Options, prompt: Callable[[], list[int]], param: str, chat: bool):
-        """Validate a request, tokenize its prompt and queue its generation; return the response."""
+    def check_length(self, n_bytes: int, param: str) -> None:
+        """Refuse, without tokenizing, text that cannot fit: no token covers more than token_bytes
+        bytes of text, so n_bytes of text are at least n_bytes / token_bytes tokens (a template only adds)."""
+        n_ctx = self.pair.target_ctx.n_ctx
+        least = -(-n_bytes // self.token_bytes)
+        if least >= n_ctx:
+            raise ApiError(400, f"the {param} holds {n_bytes} bytes of text, at least {least} tokens (no token "
+                           f"covers more than {self.token_bytes} bytes) but the context holds {n_ctx}; shorten it "
+                           "or restart the server with a larger --ctx", param, ContextFull.code)
+
+    async def start(self, req: Options, prompt: Callable[[], list[int]], param: str, chat: bool):
+        """Validate a request, tokenize its prompt (in a thread) and queue its generation."""
         self.check_model(req.model)
+        check_supported(req)
         config = request_config(req, self.defaults)
         try:
             self.pair.drafter_kind(config)
@@ -46,14 +72,22 @@ class Server:
             raise ApiError(400, f"drafter {config.drafter!r} needs a draft model and this server has none; "
                            "use drafter 'ngram', or restart the server with --draft", "drafter") from None
         try:
-            tokens = prompt()
+            tokens = await run_in_threadpool(prompt)
             check_fits(len(tokens), self.pair.target_ctx.n_ctx)
         except ContextFull as e:  # the param as this client sent it: messages (chat) or prompt
             raise ApiError(400, str(e), param, e.code) from None
         except (GenerationError, LlamaError) as e:
             raise ApiError(400, str(e), param) from None
-        job = self.worker.submit(lambda cancel: self.pair.stream(tokens, config, cancel))
-        return Shape(chat, self.model_id), job
+        stream_options = req.stream_options or {}
+        shape = Shape(chat, self.model_id, None if config.logprobs is None else Logprobs(self.pair.target_model, chat),
+                      bool(req.stream and stream_options.get("include_usage")))
+        return shape, self.worker.submit(lambda cancel: self.pair.stream(tokens, config, cancel), shape.id)
+
+    def model_card(self) -> dict:
+        path, pair = self.pair.target_model.path, self.pair
+        return {"id": self.model_id, "object": "model", "created": int(path.stat().st_mtime),
+                "owned_by": "localspec", "target": path.name, "n_ctx": pair.target_ctx.n_ctx,
+                "draft": pair.draft_model.path.name if pair.draft_model else None}
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """x-localspec-* headers naming the pair."""
@@ -62,19 +96,28 @@ class Server:
                 (b"x-localspec-draft", draft.encode()), (b"x-localspec-version", __version__.encode())]
 
 
+def max_token_bytes(model) -> int:
+    """The most bytes of text one token of the model's vocabulary stands for (as printed or as written)."""
+    try:
+        return max(max(len(model.piece(t)), len(model.token_text(t))) for t in range(model.n_vocab))
+    except (AttributeError, LlamaError, ValueError):
+        return FALLBACK_TOKEN_BYTES
+
+
 async def respond(server: Server, req: Options, request: Request, prompt: Callable[[], list[int]], param: str,
                   chat: bool):
-    shape, job = server.start(req, prompt, param, chat)
+    shape, job = await server.start(req, prompt, param, chat)
     if req.stream:
         return StreamingResponse(shape.events(job, request), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    text, reply = await collect(job, request)
-    return shape.whole(text, reply)
+    pieces, reply = await collect(job, request)
+    return shape.whole(pieces, reply)
 
 
 def create_app(pair: Pair, defaults: GenerationConfig = GenerationConfig(), api_key: str | None = None,
-               max_queue: int = 8) -> FastAPI:
-    """The FastAPI app over a loaded pair."""
+               max_queue: int = 8, max_body: int = MAX_BODY, cors_origins: tuple[str, ...] = ()) -> FastAPI:
+    """The FastAPI app over a loaded pair. cors_origins: the origins a browser may call it from
+    ("*": any); none given: pages on this machine (LOCAL_ORIGINS)."""
     server = Server(pair, defaults, max_queue)
 
     @asynccontextmanager
@@ -84,12 +127,24 @@ def create_app(pair: Pair, defaults: GenerationConfig = GenerationConfig(), api_
 
     app = FastAPI(title="localspec", version=__version__, lifespan=lifespan)
     app.state.server = server
-    app.add_middleware(Guard, headers=server.headers(), api_key=api_key)
+    app.add_middleware(Guard, headers=server.headers(), api_key=api_key, max_body=max_body)
+    # Outermost: answers preflights (which carry no key) and adds Access-Control-* to every answer.
+    app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins),
+                       allow_origin_regex=None if cors_origins else LOCAL_ORIGINS, allow_methods=["GET", "POST"],
+                       allow_headers=["*"], expose_headers=["x-localspec-target", "x-localspec-draft",
+                                                            "x-localspec-version", "Retry-After"], max_age=600)
     add_error_handlers(app)
+    add_routes(app, server)
+    return app
+
+
+def add_routes(app: FastAPI, server: Server) -> None:
+    pair = server.pair
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatRequest, request: Request):
         messages = message_dicts(req.messages)
+        server.check_length(sum(len(m["content"].encode()) for m in messages), "messages")
         return await respond(server, req, request, lambda: pair.chat_tokens(check_messages(messages)), "messages", True)
 
     @app.post("/v1/completions")
@@ -97,25 +152,62 @@ def create_app(pair: Pair, defaults: GenerationConfig = GenerationConfig(), api_
         texts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
         if len(texts) != 1:
             raise ApiError(400, f"prompt must be one string (got a list of {len(texts)})", "prompt")
+        if not texts[0]:
+            raise ApiError(400, "prompt is empty; give some text to continue", "prompt")
+        check_text(texts[0], "prompt")
+        server.check_length(len(texts[0].encode()), "prompt")
         return await respond(server, req, request, lambda: pair.prompt_tokens(texts[0], chat=False), "prompt", False)
 
     @app.get("/v1/models")
     async def list_models():
-        path = pair.target_model.path
-        card = {"id": server.model_id, "object": "model", "created": int(path.stat().st_mtime),
-                "owned_by": "localspec", "target": path.name, "n_ctx": pair.target_ctx.n_ctx,
-                "draft": pair.draft_model.path.name if pair.draft_model else None}
-        return {"object": "list", "data": [card]}
+        return {"object": "list", "data": [server.model_card()]}
+
+    @app.get("/v1/models/{model:path}")
+    async def get_model(model: str):
+        server.check_model(model)
+        return server.model_card()
 
     @app.get("/health")
     async def health():
         return {"status": "ok", "model": server.model_id, **server.worker.status()}
 
-    return app
+    @app.get("/metrics")
+    async def metrics():
+        return Response(server.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def client_param(loc) -> str | None:
+    """A validator location as the client wrote the field: ("body", "messages", 0, "content", "str")
+    -> "messages[0].content" (pydantic's union-member tags such as "str" dropped)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part != "body" and re.fullmatch(r"[A-Za-z_]\w*", part) and part not in TYPE_TAGS:
+            out += f".{part}" if out else part
+    return out or None
+
+
+TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "bytes"}
+
+
+def validation_error(err: dict) -> ApiError:
+    """One of pydantic's errors as the client can act on it."""
+    if err.get("type") == "json_invalid":
+        detail = err.get("ctx", {}).get("error", "")
+        return ApiError(400, f"the request body is not valid JSON ({detail}); send a JSON object")
+    param = client_param(err.get("loc", ()))
+    if param is None:
+        got = "nothing" if err.get("type") == "missing" else repr(err.get("input"))[:60]
+        return ApiError(400, "the request body must be a JSON object with the request's fields (messages for "
+                        f"chat, prompt for completions); got {got}", None, "invalid_body")
+    if err.get("type") == "missing":
+        return ApiError(400, f"{param} is required", param, "missing")
+    return ApiError(400, f"{param}: {err.get('msg')} (got {str(err.get('input'))[:60]!r})", param, "invalid_value")
 
 
 def add_error_handlers(app: FastAPI) -> None:
-    """Every error in OpenAI's shape: ours, request validation (400) and routing (404, 405)."""
+    """Every error in OpenAI's shape: ours, request validation (400) and routing (404, 405, 413)."""
 
     @app.exception_handler(ApiError)
     async def api_error(request, e: ApiError):
@@ -123,64 +215,52 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request, e: RequestValidationError):
-        err = e.errors()[0]
-        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
-        if err.get("type") == "json_invalid":
-            detail = err.get("ctx", {}).get("error", "")
-            return ApiError(400, f"the request body is not valid JSON ({detail}); send a JSON object").response()
-        param = ".".join(loc) or None
-        what = f"{param} is required" if err.get("type") == "missing" else f"{param or 'body'}: {err.get('msg')}"
-        return ApiError(400, what, param, err.get("type")).response()
-
-    @app.exception_handler(Exception)
-    async def crashed(request, e: Exception):
-        return ApiError(500, f"internal error: {type(e).__name__}: {e}").response()
+        return validation_error(e.errors()[0]).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, e: StarletteHTTPException):
+        if e.status_code == 413:  # raised by Guard's body limit
+            return ApiError(413, e.detail, None, "request_too_large").response()
         return ApiError(e.status_code, f"{e.detail}: {request.method} {request.url.path}").response()
 
 
-class Guard:
-    """ASGI middleware: checks the API key on every request and adds the x-localspec-* headers.
-    (Plain ASGI rather than BaseHTTPMiddleware, which would get in the way of streaming.)"""
-
-    def __init__(self, app, headers: list[tuple[bytes, bytes]], api_key: str | None):
-        self.app, self.extra, self.api_key = app, headers, api_key
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-
-        async def send_with_headers(message):
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *self.extra]}
-            await send(message)
-
-        if self.api_key and not self.authorized(dict(scope["headers"]).get(b"authorization", b"")):
-            error = ApiError(401, "invalid or missing API key; send 'Authorization: Bearer KEY' with the key "
-                             "given to `localspec serve --api-key`", code="invalid_api_key")
-            return await error.response()(scope, receive, send_with_headers)
-        await self.app(scope, receive, send_with_headers)
-
-    def authorized(self, header: bytes) -> bool:
-        scheme, _, key = header.decode("latin-1").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), self.api_key.encode())
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now, so that a port in use is reported before the models load.
+    Raises OSError with a one-line message."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror}; stop what uses the port or give another "
+                      "--port") from None
+    sock.listen(2048)
+    return sock
 
 
 def serve(pair: Pair, defaults: GenerationConfig, host: str = "127.0.0.1", port: int = 8080,
-          api_key: str | None = None, max_queue: int = 8, log: Callable[[str], None] = print) -> None:
-    """Serve until interrupted (Ctrl-C)."""
-    app = create_app(pair, defaults, api_key, max_queue)
+          api_key: str | None = None, max_queue: int = 8, log: Callable[[str], None] = print,
+          max_body: int = MAX_BODY, cors_origins: tuple[str, ...] = (), sock: socket.socket | None = None) -> None:
+    """Serve until interrupted (Ctrl-C or SIGTERM) on sock (bound by `bind`), or on host:port."""
+    app = create_app(pair, defaults, api_key, max_queue, max_body, cors_origins)
     draft = pair.draft_model.path.name if pair.draft_model else "no draft"
     log(f"localspec: serving {app.state.server.model_id} (draft: {draft}) at http://{host}:{port}/v1"
         + ("" if api_key else "  [no API key]"))
+    logger = logging.getLogger("localspec")  # the request lines (localspec.server.metrics), as uvicorn's look
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
     config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=10)
-    Uvicorn(config, app.state.server.worker).run()
+    Uvicorn(config, app.state.server.worker).run(sockets=[sock or bind(host, port)])
 
 
 class Uvicorn(uvicorn.Server):
-    """uvicorn's server, which on Ctrl-C first stops the generations, so that open streams end at once."""
+    """uvicorn's server, which on Ctrl-C or SIGTERM first stops the generations: the running one ends
+    as cancelled and the waiting ones are answered 503, so that open streams end at once."""
 
     def __init__(self, config: uvicorn.Config, worker: Worker):
         super().__init__(config)

@@ -1,5 +1,8 @@
 """The JSON of the answers: OpenAI's chat and text completion shapes, whole or as server-sent
-events, with a `speculative` object beside `usage`."""
+events, with a `speculative` object beside `usage`.
+
+finish_reason is one of OpenAI's ("stop", "length"); localspec_finish_reason, beside it, says what
+localspec saw, including "cancelled" (stopped by the server, reported as "stop")."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from fastapi import Request
 
 from ..session import Reply
 from ..speculative import Piece
+from .logprobs import Logprobs
 from .types import ApiError
 from .worker import Job
 
@@ -35,8 +39,10 @@ def usage_info(reply: Reply) -> dict:
 class Shape:
     """The JSON of one endpoint's answers: chat (message/delta) or text completion (text)."""
 
-    def __init__(self, chat: bool, model: str):
-        self.chat, self.model = chat, model
+    def __init__(self, chat: bool, model: str, logprobs: Logprobs | None = None, include_usage: bool = False):
+        """logprobs: formats each choice's logprobs (None: not asked for); include_usage: a stream ends
+        with a separate usage chunk whose choices are [] (stream_options.include_usage)."""
+        self.chat, self.model, self.logprobs, self.include_usage = chat, model, logprobs, include_usage
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
 
@@ -47,17 +53,28 @@ class Shape:
             body.update(usage=usage_info(reply), speculative=speculative_info(reply))
         return body
 
-    def choice(self, text: str | None, finish: str | None, stream: bool, role: bool = False) -> dict:
+    def choice(self, text: str | None, finish: str | None, stream: bool, role: bool = False,
+               pieces: list[Piece] = ()) -> dict:
+        logprobs = self.logprobs.of(pieces) if self.logprobs and (pieces or not stream) else None
+        ends = {"finish_reason": OPENAI_FINISH.get(finish, finish)}
+        if finish:
+            ends["localspec_finish_reason"] = finish
         if not self.chat:
-            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "text": text or "", "logprobs": logprobs, **ends}
         if not stream:
-            return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                    "finish_reason": finish}
+            return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs, **ends}
         delta = ({"role": "assistant"} if role else {}) | ({"content": text} if text is not None else {})
-        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "delta": delta, "logprobs": logprobs, **ends}
 
-    def whole(self, text: str, reply: Reply) -> dict:
-        return self.envelope(self.choice(text, reply.finish_reason, stream=False), False, reply)
+    def whole(self, pieces: list[Piece], reply: Reply) -> dict:
+        text = "".join(p.text for p in pieces)
+        return self.envelope(self.choice(text, reply.finish_reason, stream=False, pieces=pieces), False, reply)
+
+    def usage_chunk(self, reply: Reply) -> dict:
+        """stream_options.include_usage: the last chunk before [DONE], with no choices."""
+        body = self.envelope({}, True, reply)
+        body["choices"] = []
+        return body
 
     async def events(self, job: Job, request: Request):
         """Server-sent events: the role (chat), a chunk per piece, the finish with stats, [DONE]."""
@@ -66,7 +83,10 @@ class Shape:
         try:
             async for item in job.items(request):
                 if isinstance(item, Piece):
-                    yield sse(self.envelope(self.choice(item.text, None, True), True))
+                    yield sse(self.envelope(self.choice(item.text, None, True, pieces=[item]), True))
+                elif self.include_usage:
+                    yield sse(self.envelope(self.choice(None if self.chat else "", item.finish_reason, True), True))
+                    yield sse(self.usage_chunk(item))
                 else:
                     yield sse(self.envelope(self.choice(None if self.chat else "", item.finish_reason, True), True, item))
         except ApiError as e:  # the response has begun: the error becomes the last event
@@ -74,19 +94,22 @@ class Shape:
         yield "data: [DONE]\n\n"
 
 
+OPENAI_FINISH = {"cancelled": "stop"}  # localspec's finish reasons that OpenAI's set lacks -> OpenAI's
+
+
 def sse(obj: dict) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def collect(job: Job, request: Request) -> tuple[str, Reply]:
-    """Wait for a whole generation: its text and its Reply."""
-    parts, reply = [], None
+async def collect(job: Job, request: Request) -> tuple[list[Piece], Reply]:
+    """Wait for a whole generation: its Pieces and its Reply."""
+    pieces, reply = [], None
     async for item in job.items(request):
         if isinstance(item, Piece):
-            parts.append(item.text)
+            pieces.append(item)
         else:
             reply = item
-    if reply is None:
+    if reply is None:  # the client left: nobody reads this answer
         raise ApiError(499, "the client closed the request")
-    return "".join(parts), reply
+    return pieces, reply
 

@@ -11,7 +11,33 @@ from pydantic import BaseModel, ConfigDict
 from ..sampling import SamplingParams
 from ..config import GenerationConfig, GenerationError
 
-FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "p_min", "gamma", "drafter", "seed", "stop")
+FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "p_min", "gamma", "drafter", "seed", "stop",
+          "logprobs")
+MAX_STOP = 4  # OpenAI's limit on stop strings
+
+
+def asks_for_format(v) -> bool:
+    return isinstance(v, dict) and v.get("type", "text") != "text"
+
+
+# Fields OpenAI clients send that this server cannot honour: each is refused with a 400 naming it
+# when a request asks for it (a value other than "off"), never silently ignored.
+UNSUPPORTED = {
+    "response_format": (asks_for_format, "structured output (json_object, json_schema) is not supported; "
+                        "ask for JSON in the prompt, or leave response_format out"),
+    "tools": (bool, "tool calling is not supported; leave tools and tool_choice out"),
+    "tool_choice": (lambda v: v not in (None, "none"), "tool calling is not supported; leave tool_choice out"),
+    "functions": (bool, "function calling is not supported; leave functions out"),
+    "function_call": (lambda v: v not in (None, "none"), "function calling is not supported; leave function_call out"),
+    "logit_bias": (bool, "logit_bias is not supported; leave it out"),
+    "echo": (bool, "echo is not supported; prepend the prompt yourself"),
+    "suffix": (bool, "suffix (fill-in-the-middle) is not supported; leave it out"),
+    "best_of": (lambda v: v not in (None, 1), "best_of must be 1; ask again for another completion"),
+    "frequency_penalty": (bool, "frequency_penalty is not supported (it would change the target's "
+                          "distribution); leave it out or send 0"),
+    "presence_penalty": (bool, "presence_penalty is not supported (it would change the target's "
+                         "distribution); leave it out or send 0"),
+}
 
 
 class ApiError(Exception):
@@ -31,7 +57,8 @@ class ApiError(Exception):
 
 
 class Options(BaseModel):
-    """Fields both endpoints accept; other OpenAI fields (user, logprobs, ...) are accepted and ignored."""
+    """Fields both endpoints accept; fields in UNSUPPORTED are refused when they ask for something,
+    other OpenAI fields (user, store, metadata, ...) are accepted and ignored."""
 
     model_config = ConfigDict(extra="allow")
     model: str | None = None
@@ -44,6 +71,7 @@ class Options(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
+    stream_options: dict | None = None
     n: int = 1
     gamma: int | str | None = None    # localspec: draft length, or "auto"
     drafter: str | None = None        # localspec: auto | model | ngram | hybrid
@@ -58,10 +86,30 @@ class Message(BaseModel):
 
 class ChatRequest(Options):
     messages: list[Message]
+    logprobs: bool = False
+    top_logprobs: int | None = None
+
+    def n_logprobs(self) -> int | None:
+        """How many alternatives to report per token; None: no logprobs."""
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(Options):
     prompt: str | list[str]
+    logprobs: int | None = None
+
+    def n_logprobs(self) -> int | None:
+        return self.logprobs
+
+
+def check_supported(req: Options) -> None:
+    """ApiError 400 naming the first field that asks for what this server does not do."""
+    extra = req.model_extra or {}
+    for name, (asks, why) in UNSUPPORTED.items():
+        if asks(extra.get(name)):
+            raise ApiError(400, why, name, "unsupported_parameter")
 
 
 def request_config(req: Options, defaults: GenerationConfig) -> GenerationConfig:
@@ -81,10 +129,19 @@ def request_config(req: Options, defaults: GenerationConfig) -> GenerationConfig
             raise ApiError(400, f"gamma must be a whole number >= 0 or 'auto' (got {gamma!r})", "gamma")
         gamma = None
     stop = (req.stop,) if isinstance(req.stop, str) else defaults.stop if req.stop is None else tuple(req.stop)
+    if req.stop is not None and len(stop) > MAX_STOP:
+        raise ApiError(400, f"stop holds {len(stop)} strings; send at most {MAX_STOP}", "stop")
+    seed = None if req.seed == -1 else req.seed  # -1: a random seed, as llama-server takes it
+    if seed is not None and seed < 0:
+        raise ApiError(400, f"seed must be >= 0, or -1 for a random seed (got {seed})", "seed")
+    n_logprobs = req.n_logprobs()
+    if n_logprobs is not None and not 0 <= n_logprobs <= 20:
+        raise ApiError(400, f"{'top_logprobs' if isinstance(req, ChatRequest) else 'logprobs'} must be between "
+                       f"0 and 20 (got {n_logprobs})", "top_logprobs" if isinstance(req, ChatRequest) else "logprobs")
     sampling = SamplingParams(temperature, pick(req.top_k, s.top_k), pick(req.top_p, s.top_p), pick(req.min_p, s.min_p))
     config = dataclasses.replace(defaults, max_tokens=max_tokens, gamma=gamma, sampling=sampling, stop=stop,
-                                 seed=pick(req.seed, defaults.seed), drafter=pick(req.drafter, defaults.drafter),
-                                 p_min=pick(req.p_min, defaults.p_min))
+                                 seed=pick(seed, defaults.seed), drafter=pick(req.drafter, defaults.drafter),
+                                 p_min=pick(req.p_min, defaults.p_min), logprobs=n_logprobs)
     try:
         return config.validate()
     except GenerationError as e:
@@ -97,7 +154,8 @@ def pick(value, default):
 
 
 def message_dicts(messages: list[Message]) -> list[dict]:
-    """OpenAI messages -> {role, content} with text content; content parts other than text are refused."""
+    """OpenAI messages -> {role, content} with text content; content parts other than text are refused,
+    and the `developer` role (OpenAI's newer name for system) becomes system."""
     if not messages:
         raise ApiError(400, "messages must hold at least one message", "messages")
     out = []
@@ -108,6 +166,17 @@ def message_dicts(messages: list[Message]) -> list[dict]:
                 raise ApiError(400, f"messages[{i}] has a non-text content part; this server takes text only",
                                "messages")
             content = "".join(str(part.get("text", "")) for part in content)
-        out.append({"role": m.role, "content": content})
+        check_text(content, f"messages[{i}].content")
+        out.append({"role": "system" if m.role == "developer" else m.role, "content": content})
     return out
+
+
+def check_text(text: str, param: str) -> None:
+    """ApiError 400 when text cannot be UTF-8: a lone surrogate (an unpaired \\ud800-\\udfff escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ApiError(400, f"{param} holds a lone surrogate ({text[e.start]!r} at character {e.start}); "
+                       "send text as valid UTF-8, with \\ud800-\\udfff escapes only in high-low pairs", param,
+                       "invalid_text") from None
 
