@@ -228,3 +228,14 @@ def _invalid_logits(logits: np.ndarray) -> ValueError:
     where = f"NaN/inf at token {bad[0]} ({logits[bad[0]]})" if bad.size else "only -inf"
     return ValueError(
         f"logits contain {where}; the model produced invalid numbers — check the GGUF file or lower --ngl")
+
+
+def token_logprobs(logits: np.ndarray, token: int, n_top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """log_softmax of a RAW row of target logits [V] (untempered, unfiltered, as OpenAI reports
+    logprobs): the token's log-probability and the n_top likeliest (token, log-probability), best first."""
+    row = np.asarray(logits, dtype=np.float64)  # [V]
+    top = row.max()
+    log_z = top + math.log(np.exp(row - top).sum())
+    ids = np.argpartition(-row, n_top - 1)[:n_top] if n_top else np.empty(0, dtype=np.int64)
+    ids = ids[np.argsort(-row[ids], kind="stable")]
+    return float(row[token] - log_z), tuple((int(i), float(row[i] - log_z)) for i in ids)

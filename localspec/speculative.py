@@ -10,7 +10,6 @@ every benchmark compares against.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from typing import Callable, Iterator, NamedTuple, Sequence
@@ -21,7 +20,7 @@ from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import NO_PROPOSAL, Drafter, Proposal
 from .llama import Context, TextStream
 from .planner import CostTracker, Plan, Planner
-from .sampling import accept_drafts, accept_greedy, distribution, greedy_token
+from .sampling import accept_drafts, accept_greedy, distribution, greedy_token, token_logprobs
 from .stats import GenerationStats, Stopwatch
 
 
@@ -41,17 +40,6 @@ class Finished(NamedTuple):
     """The last item of every generation: its counters (finish_reason says why it ended)."""
 
     stats: GenerationStats
-
-
-def token_logprobs(logits: np.ndarray, token: int, n_top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
-    """log_softmax of a RAW row of target logits [V] (untempered, unfiltered, as OpenAI reports
-    logprobs): the token's log-probability and the n_top likeliest (token, log-probability), best first."""
-    row = np.asarray(logits, dtype=np.float64)  # [V]
-    top = row.max()
-    log_z = top + math.log(np.exp(row - top).sum())
-    ids = np.argpartition(-row, n_top - 1)[:n_top] if n_top else np.empty(0, dtype=np.int64)
-    ids = ids[np.argsort(-row[ids], kind="stable")]
-    return float(row[token] - log_z), tuple((int(i), float(row[i] - log_z)) for i in ids)
 
 
 class Rows(Sequence):

@@ -377,7 +377,7 @@ def test_logprobs_under_speculation_equal_the_target_alone(client):
 
 def test_logprobs_are_the_raw_log_softmax_whatever_the_sampling(client, http):
     """Raw logits: the same numbers at temperature 0 and at temperature 0.5 for the same tokens."""
-    from localspec.speculative import token_logprobs
+    from localspec.sampling import token_logprobs
 
     pair = http.app.state.server.pair
     resp = client.completions.create(model=MODEL, prompt=COUNT, max_tokens=6, temperature=0, logprobs=2)

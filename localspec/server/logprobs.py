@@ -3,7 +3,7 @@
 The numbers are the target's log-probabilities at each emitted position, from the RAW logits of the
 verify row that judged the token (log_softmax, before temperature and the top-k/top-p/min-p filters,
 as OpenAI reports them): exact under speculation, since the verify computes the target's row for
-every emitted token, accepted draft or not. See localspec.speculative.token_logprobs.
+every emitted token, accepted draft or not. See localspec.sampling.token_logprobs.
 """
 
 from __future__ import annotations
