@@ -20,6 +20,7 @@ from ..session import Pair, check_messages
 from ..config import GenerationConfig, GenerationError
 from .responses import Shape, collect
 from .types import ApiError, ChatRequest, CompletionRequest, Options, message_dicts, request_config
+from .web import Live, add_web_routes, is_public
 from .worker import Worker
 
 
@@ -41,7 +42,7 @@ class Server:
         self.check_model(req.model)
         config = request_config(req, self.defaults)
         try:
-            self.pair.drafter_kind(config)
+            drafter = self.pair.drafter_kind(config)
         except GenerationError:
             raise ApiError(400, f"drafter {config.drafter!r} needs a draft model and this server has none; "
                            "use drafter 'ngram', or restart the server with --draft", "drafter") from None
@@ -53,7 +54,7 @@ class Server:
         except (GenerationError, LlamaError) as e:
             raise ApiError(400, str(e), param) from None
         job = self.worker.submit(lambda cancel: self.pair.stream(tokens, config, cancel))
-        return Shape(chat, self.model_id), job
+        return Shape(chat, self.model_id, Live(drafter, "auto" if config.gamma is None else str(config.gamma))), job
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """x-localspec-* headers naming the pair."""
@@ -86,6 +87,7 @@ def create_app(pair: Pair, defaults: GenerationConfig = GenerationConfig(), api_
     app.state.server = server
     app.add_middleware(Guard, headers=server.headers(), api_key=api_key)
     add_error_handlers(app)
+    add_web_routes(app)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatRequest, request: Request):
@@ -157,7 +159,8 @@ class Guard:
                 message = {**message, "headers": [*message.get("headers", []), *self.extra]}
             await send(message)
 
-        if self.api_key and not self.authorized(dict(scope["headers"]).get(b"authorization", b"")):
+        key = dict(scope["headers"]).get(b"authorization", b"")
+        if self.api_key and not is_public(scope) and not self.authorized(key):
             error = ApiError(401, "invalid or missing API key; send 'Authorization: Bearer KEY' with the key "
                              "given to `localspec serve --api-key`", code="invalid_api_key")
             return await error.response()(scope, receive, send_with_headers)
@@ -173,8 +176,8 @@ def serve(pair: Pair, defaults: GenerationConfig, host: str = "127.0.0.1", port:
     """Serve until interrupted (Ctrl-C)."""
     app = create_app(pair, defaults, api_key, max_queue)
     draft = pair.draft_model.path.name if pair.draft_model else "no draft"
-    log(f"localspec: serving {app.state.server.model_id} (draft: {draft}) at http://{host}:{port}/v1"
-        + ("" if api_key else "  [no API key]"))
+    log(f"localspec: serving {app.state.server.model_id} (draft: {draft}) at http://{host}:{port}/v1, "
+        f"web chat at http://{host}:{port}/" + ("" if api_key else "  [no API key]"))
     config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=10)
     Uvicorn(config, app.state.server.worker).run()
 

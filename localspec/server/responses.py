@@ -12,6 +12,7 @@ from fastapi import Request
 from ..session import Reply
 from ..speculative import Piece
 from .types import ApiError
+from .web import Live
 from .worker import Job
 
 
@@ -35,8 +36,8 @@ def usage_info(reply: Reply) -> dict:
 class Shape:
     """The JSON of one endpoint's answers: chat (message/delta) or text completion (text)."""
 
-    def __init__(self, chat: bool, model: str):
-        self.chat, self.model = chat, model
+    def __init__(self, chat: bool, model: str, live: Live | None = None):
+        self.chat, self.model, self.live = chat, model, live or Live(None, "")
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
 
@@ -60,15 +61,18 @@ class Shape:
         return self.envelope(self.choice(text, reply.finish_reason, stream=False), False, reply)
 
     async def events(self, job: Job, request: Request):
-        """Server-sent events: the role (chat), a chunk per piece, the finish with stats, [DONE]."""
+        """Server-sent events: the role (chat), a chunk per piece, the finish with stats, [DONE].
+        Each chunk carries a `localspec` field (see web.Live): its text by who produced it, and counters."""
         if self.chat:
-            yield sse(self.envelope(self.choice("", None, True, role=True), True))
+            yield sse(self.envelope(self.choice("", None, True, role=True), True) | {"localspec": self.live.field()})
         try:
             async for item in job.items(request):
                 if isinstance(item, Piece):
-                    yield sse(self.envelope(self.choice(item.text, None, True), True))
+                    chunk, live = self.envelope(self.choice(item.text, None, True), True), self.live.field(item)
                 else:
-                    yield sse(self.envelope(self.choice(None if self.chat else "", item.finish_reason, True), True, item))
+                    finish = self.choice(None if self.chat else "", item.finish_reason, True)
+                    chunk, live = self.envelope(finish, True, item), self.live.field()
+                yield sse(chunk | {"localspec": live})
         except ApiError as e:  # the response has begun: the error becomes the last event
             yield sse(json.loads(e.response().body))
         yield "data: [DONE]\n\n"
