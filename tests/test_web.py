@@ -23,6 +23,7 @@ from localspec.session import Reply
 pytestmark = pytest.mark.slow
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is missing: pip install -e '.[test]'")
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 KEY = "browser-key-5d1e"
@@ -126,7 +127,10 @@ def test_chat_in_a_browser(tmp_path, browser):
     with SlowServer(tmp_path) as server:
         browser.get(f"http://127.0.0.1:{server.port}/")  # the page answers without the key
         wait.until(lambda d: "API key" in d.find_element(By.ID, "model").text)
-        send(browser, "Hello")  # without the key: the 401's message shows under the answer
+        box = browser.find_element(By.ID, "message")
+        box.send_keys("Hello", Keys.SHIFT, Keys.ENTER, Keys.SHIFT, "there")  # Shift+Enter: a new line
+        assert box.get_attribute("value") == "Hello\nthere" and not browser.find_elements(By.CSS_SELECTOR, ".msg")
+        box.send_keys(Keys.ENTER)  # Enter sends; without the key the 401's message shows under the answer
         wait.until(lambda d: "API key" in d.find_element(By.CSS_SELECTOR, "#log .msg.assistant .note.error").text)
 
         set_field(browser, "api-key", KEY)
@@ -161,6 +165,12 @@ def test_chat_in_a_browser(tmp_path, browser):
         SCREENSHOT.parent.mkdir(exist_ok=True)
         shutil.copyfile(tmp_path / "web-chat.png", SCREENSHOT)
 
-        browser.refresh()  # the conversation was kept in the browser
+        browser.refresh()  # the conversations were kept in the browser
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#log .msg")) == 4)
         assert browser.find_elements(By.CSS_SELECTOR, "#log .msg.assistant .text span.draft")
+        titles = browser.find_elements(By.CSS_SELECTOR, "#conversations button")
+        assert [t.text for t in titles] == ["Tell me a long story.", "Hello there"]
+        titles[1].click()
+        wait.until(lambda d: "Hello" in d.find_element(By.CSS_SELECTOR, "#log .msg.user .text").text)
+        browser.find_element(By.ID, "reset-chat").click()
+        assert not browser.find_elements(By.CSS_SELECTOR, "#log .msg")

@@ -162,7 +162,7 @@ function finalStats(chunk) {
 // --- streaming ------------------------------------------------------------------------------------
 async function send(text) {
   const chat = currentChat();
-  if (chat.messages.length === 0) chat.title = text.slice(0, 48);
+  if (chat.messages.length === 0) chat.title = text.replace(/\s+/g, " ").slice(0, 48);
   chat.messages.push({ role: "user", content: text });
   const history = chat.messages.filter((m) => !m.error).map((m) => ({ role: m.role, content: m.content }));
   const system = $("system").value.trim();
