@@ -1,0 +1,173 @@
+"""The flags generate, chat, serve and tune share (one FLAGS table), their converters, and how the
+commands turn them into a GenerationConfig, LoadOptions and a loaded Pair."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import click
+from click.core import ParameterSource
+
+from .. import models
+from ..config import DRAFTERS, GenerationConfig, GenerationError
+from ..llama import LlamaError
+from ..sampling import SamplingParams
+from ..session import LoadOptions, Pair
+
+USER_ERRORS = (models.ModelError, LlamaError, GenerationError, ValueError, OSError)
+
+
+def user_errors(fn):
+    """Turn localspec's one-line errors into click errors: a message and exit code 1, no traceback."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as e:
+            raise click.ClickException(str(e)) from None
+    return wrapper
+
+
+
+class AutoOr(click.ParamType):
+    """'auto' (None: decided each step from measured costs) or a number: --gamma N, --p-min P."""
+
+    def __init__(self, number: type, name: str, what: str):
+        self.number, self.name, self.what = number, name, what
+
+    def convert(self, value, param, ctx):
+        if value is None or str(value).lower() == "auto":
+            return None
+        try:
+            return self.number(value)
+        except ValueError:
+            self.fail(f"{value!r} is not 'auto' or {self.what}", param, ctx)
+
+
+# The flags take their defaults from the field defaults of the objects they build.
+SAMPLING, LOAD, GENERATION = ({f.name: f.default for f in dataclasses.fields(cls)}
+                              for cls in (SamplingParams, LoadOptions, GenerationConfig))
+
+
+def flag(*decls: str, **settings) -> tuple[tuple[str, ...], dict]:
+    """One FLAGS entry: click.option's declarations and settings."""
+    return decls, settings
+
+
+# The flags commands share, declared once each (names, type, default) so that a flag parses the same
+# on every command that has it; keyed by the parameter name the command receives.
+FLAGS = {
+    "target": flag("-t", "--target", envvar="LOCALSPEC_TARGET",
+                   help="Target: catalog name or .gguf path (default: the default pair's)."),
+    "draft": flag("-d", "--draft", envvar="LOCALSPEC_DRAFT", help="Draft: catalog name, .gguf path, or 'none'."),
+    "ngl_target": flag("--ngl-target", type=int, default=LOAD["ngl_target"], help="Target layers on the GPU."),
+    "ngl_draft": flag("--ngl-draft", type=int, default=LOAD["ngl_draft"], help="Draft layers on the GPU."),
+    "threads": flag("--threads", type=int, default=LOAD["threads"], help="CPU threads (default: all cores, at most 8)."),
+    "ctx": flag("--ctx", type=int, default=LOAD["n_ctx"], help="Context size in tokens."),
+    "gamma": flag("-g", "--gamma", type=AutoOr(int, "auto|N", "a whole number"), default="auto",
+                  help="Draft tokens per step: auto (cost model), or N (0: no speculation)."),
+    "temperature": flag("--temperature", "--temp", type=float, default=SAMPLING["temperature"], help="0 means greedy."),
+    "top_k": flag("--top-k", type=int, default=SAMPLING["top_k"], help="0 disables."),
+    "top_p": flag("--top-p", type=float, default=SAMPLING["top_p"], help="1.0 disables."),
+    "min_p": flag("--min-p", type=float, default=SAMPLING["min_p"], help="0 disables."),
+    "seed": flag("-s", "--seed", type=int, default=GENERATION["seed"], help="Seed for reproducible sampling."),
+    "max_tokens": flag("-n", "--max-tokens", type=int, default=GENERATION["max_tokens"], help="Tokens to generate."),
+    "stop": flag("--stop", multiple=True, help="Stop string (repeatable)."),
+    "drafter": flag("--drafter", type=click.Choice(DRAFTERS), default=GENERATION["drafter"],
+                    help="Who guesses: the draft model, n-gram lookup in the context, hybrid (each step the cheaper "
+                    "likely guess), or auto (hybrid with a draft, else n-gram)."),
+    "p_min": flag("--p-min", type=AutoOr(float, "auto|P", "a number in [0, 1)"), default="auto",
+                  help="The draft model stops guessing where its confidence falls below this (0: never); "
+                  "auto: where one more guess stops paying, from measured acceptance and costs."),
+}
+MODEL_FLAGS = ("target", "draft", "ngl_target", "ngl_draft", "threads", "ctx")
+GENERATION_FLAGS = ("gamma", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "stop", "drafter", "p_min")
+
+
+def shared(*names: str, **changes: dict):
+    """Decorate a command with the shared flags `names`, as FLAGS declares them. `changes` replaces a
+    flag's default or help where the command means something narrower (tune: -n per prompt)."""
+    def decorate(fn):
+        for name in reversed(names):
+            decls, settings = FLAGS[name]
+            settings = {**settings, **changes.get(name, {})}
+            shown = settings.get("default") is not None  # show defaults, where there is one to show
+            fn = click.option(*decls, name, show_default=shown, **settings)(fn)
+        return fn
+    return decorate
+
+
+def model_options(fn):
+    """Which models to load and how, and whether the target's tune profile fills what is not given."""
+    fn = click.option("--profile/--no-profile", "use_profile", default=True, show_default=True,
+                      envvar="LOCALSPEC_PROFILE", help="Take --draft/--drafter/--gamma you do not give from the "
+                      "target's `localspec tune` profile.")(fn)
+    return tuned_defaults(shared(*MODEL_FLAGS)(fn))
+
+
+sampling_options = shared(*GENERATION_FLAGS)  # the sampling, speculation and length flags of generate, chat, serve
+
+
+def generation_config(options: dict, **fields) -> GenerationConfig:
+    """The GenerationConfig the shared flags in `options` (a command's click kwargs) describe;
+    `fields` sets what the command decides itself (gamma 0 for --target-only)."""
+    sampling = SamplingParams(**{name: options[name] for name in SAMPLING})
+    given = {name: options[name] for name in ("max_tokens", "gamma", "seed", "drafter", "p_min")}
+    return GenerationConfig(**{**given, "sampling": sampling, "stop": tuple(options["stop"]), **fields}).validate()
+
+
+def load_options(options: dict, **fields) -> LoadOptions:
+    """The LoadOptions the shared model flags in `options` describe (those a command has)."""
+    given = {name: options[name] for name in ("threads", "ngl_target", "ngl_draft") if name in options}
+    return LoadOptions(**{"n_ctx": options["ctx"], **given, **fields})
+
+
+def load_pair(options: dict, with_draft: bool = True) -> Pair:
+    """Load the pair that the model flags name (the target alone unless with_draft). Pair is looked up
+    on the localspec.cli package at call time, so tests can put fakes there."""
+    from . import Pair as load  # noqa: F401
+
+    target_path, draft_path = models.pair_files(options["target"], options["draft"])
+    return load(target_path, draft_path if with_draft else None, load_options(options))
+
+
+def answer_length(options: dict) -> int:
+    """-n as given; without it, the context size: answers run until they end or the context is full."""
+    given = click.get_current_context().get_parameter_source("max_tokens") != ParameterSource.DEFAULT
+    return options["max_tokens"] if given else options["ctx"]
+
+
+PROFILE_FLAGS = ("draft", "drafter", "gamma", "ngl_draft", "p_min")
+
+
+def tuned_defaults(fn):
+    """Wrap a command so the chosen target's tune profile fills the speculation flags the user left out."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if kwargs.pop("use_profile", True) and not kwargs.get("target_only"):
+            apply_profile(click.get_current_context(), kwargs)
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+def apply_profile(ctx: click.Context, kwargs: dict) -> None:
+    """Update kwargs from the profile beside the target (flags given on the command line or in the
+    environment win); with --stats, say on stderr what was applied."""
+    from .. import profile
+
+    defaults = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    explicit = {n for n in PROFILE_FLAGS if n in kwargs and ctx.get_parameter_source(n) not in defaults}
+    try:
+        target = models.installed_target(kwargs.get("target"))
+        choice = target and profile.load_profile(target, kwargs.get("temperature", SAMPLING["temperature"]))
+    except USER_ERRORS as e:
+        click.echo(f"warning: {e}", err=True)
+        return
+    if choice:
+        updates, note = profile.merge_profile(choice, kwargs, explicit)
+        if "draft" in updates:  # a draft file as --draft gives it; no draft: --draft none
+            updates["draft"] = "none" if updates["draft"] is None else str(updates["draft"])
+        kwargs.update(updates)
+        if kwargs.get("show_stats"):
+            click.echo(note, err=True)

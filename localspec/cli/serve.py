@@ -1,0 +1,37 @@
+"""`localspec serve`: the OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+import click
+
+from . import cli
+from .options import answer_length, generation_config, load_pair, model_options, sampling_options, user_errors
+
+
+@cli.command()
+@model_options
+@sampling_options
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="LOCALSPEC_HOST",
+              help="Address to listen on; 0.0.0.0 opens the server to your network.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, envvar="LOCALSPEC_PORT")
+@click.option("--api-key", envvar="LOCALSPEC_API_KEY", help="Require 'Authorization: Bearer KEY' on every request.")
+@click.option("--max-queue", type=click.IntRange(0), default=8, show_default=True,
+              help="Requests that may wait while one generates; more are answered 503.")
+@user_errors
+def serve(host, port, api_key, max_queue, **options):
+    """Serve the pair over an OpenAI-compatible HTTP API (FastAPI + uvicorn).
+
+    /v1/chat/completions and /v1/completions (streamed as server-sent events with "stream": true),
+    /v1/models and /health. The sampling flags are the defaults for fields a request leaves out;
+    without -n, a request without max_tokens runs until it ends or fills the context.
+
+    Example: localspec serve --port 8080, then point a client at http://127.0.0.1:8080/v1
+    """
+    from ..server import serve as run_server
+
+    defaults = generation_config(options, max_tokens=answer_length(options))
+    pair = load_pair(options)
+    try:
+        run_server(pair, defaults, host, port, api_key, max_queue, log=lambda s: click.echo(s, err=True))
+    finally:
+        pair.close()
