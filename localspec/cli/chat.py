@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
@@ -11,26 +10,24 @@ import click
 from ..session import Chat
 from ..speculative import Piece
 from . import cli
-from .options import USER_ERRORS, answer_length, generation_config, load_pair, model_options, sampling_options, user_errors
+from .options import GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, use_colour, answer_length, generation_config, load_pair, model_options, answer_options, user_errors
 
 
-CHAT_HELP = "commands: /stats  /reset  /save FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
-GREEN, PLAIN = "\x1b[32m", "\x1b[0m"
+CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
 
 
 @cli.command()
 @model_options
-@sampling_options
+@answer_options
 @click.option("--system", help="System prompt.")
-@click.option("--show-drafts/--no-show-drafts", default=None,
-              help="Print accepted draft tokens in green (default: on when stdout is a colour terminal).")
+@SHOW_DRAFTS
 @click.option("--stats", "show_stats", is_flag=True, help="Print the speculation stats after every answer.")
 @user_errors
 def chat(system, show_drafts, show_stats, **options):
     """Chat in the terminal, with the model's own chat template; answers stream as they come.
 
     Each turn reuses what both KV caches already hold of the conversation. Without -n, an answer runs
-    until it ends or fills the context. Commands: /stats, /reset, /save FILE, /exit (or Ctrl-D).
+    until it ends or fills the context. Commands: /stats, /reset, /save FILE, /load FILE, /exit (or Ctrl-D).
     Ctrl-C stops the answer being written.
 
     Example: localspec chat --system "You are a terse Python expert" --temperature 0.3
@@ -40,8 +37,7 @@ def chat(system, show_drafts, show_stats, **options):
     try:
         session = Chat(pair, config, system)
         session.prompt([{"role": "user", "content": "hi"}])  # no chat template: a one-line error, now
-        colour_terminal = os.environ.get("TERM", "") != "dumb" and "NO_COLOR" not in os.environ
-        colour = sys.stdout.isatty() and (colour_terminal if show_drafts is None else show_drafts)
+        colour = use_colour(show_drafts)
         draft_name = pair.draft_model.path.name if pair.draft_model else "no draft"
         click.echo(f"localspec chat: {pair.target_model.path.name} + {draft_name}. {CHAT_HELP}", err=True)
         if colour:
@@ -96,6 +92,10 @@ def chat_command(session, line: str) -> bool:
             click.echo(f"Error: could not save to {arg.strip()}: {e.strerror}", err=True)
     elif cmd == "/save":
         click.echo("usage: /save FILE")
+    elif cmd == "/load" and arg.strip():
+        click.echo(f"loaded {session.load(arg.strip())} messages from {arg.strip()}")
+    elif cmd == "/load":
+        click.echo("usage: /load FILE (a conversation /save wrote)")
     else:
         click.echo(CHAT_HELP if cmd == "/help" else f"unknown command {cmd}; {CHAT_HELP}")
     return True
@@ -103,10 +103,18 @@ def chat_command(session, line: str) -> bool:
 
 def chat_answer(session, text: str, colour: bool, show_stats: bool) -> None:
     """Stream the answer to one message. Ctrl-C stops it; an error is one line and the chat goes on."""
-    previous = signal.signal(signal.SIGINT, lambda *_: session.stop())
+    stopped = []  # Ctrl-C pressed: print nothing more of this answer
+
+    def on_interrupt(*_):
+        stopped.append(True)
+        session.stop()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     reply = None
     try:
         for item in session.send(text):
+            if isinstance(item, Piece) and stopped:
+                continue
             if isinstance(item, Piece):
                 sys.stdout.write(f"{GREEN}{item.text}{PLAIN}" if colour and item.from_draft else item.text)
                 sys.stdout.flush()

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import os
+import re
+import sys
 
 import click
 from click.core import ParameterSource
@@ -25,9 +29,58 @@ def user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as e:
-            raise click.ClickException(str(e)) from None
+            error = click.ClickException(str(e))
+            error.kind = type(e).__name__
+            raise error from None
     return wrapper
 
+
+class JsonError(click.ClickException):
+    """An error as --json prints it, on stdout: {"error": {"message": ..., "type": ...}}; exit code 1."""
+
+    def __init__(self, error: click.ClickException):
+        super().__init__(error.format_message())
+        self.kind = getattr(error, "kind", "UsageError" if isinstance(error, click.UsageError) else "Error")
+
+    def show(self, file=None) -> None:
+        click.echo(json.dumps({"error": {"message": self.message, "type": self.kind}}))
+
+
+class JsonErrors(click.Command):
+    """A command with --json: its errors, bad flags included, are JSON too."""
+
+    def parse_args(self, ctx, args):
+        wants_json = "--json" in args
+        try:
+            return super().parse_args(ctx, args)
+        except click.ClickException as e:
+            raise (JsonError(e) if wants_json else e) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as e:
+            raise (JsonError(e) if ctx.params.get("as_json") else e) from None
+
+
+def use_colour(show_drafts: bool | None) -> bool:
+    """--show-drafts as given, else on when stdout is a colour terminal (no NO_COLOR, TERM not dumb)."""
+    colour_terminal = os.environ.get("TERM", "") != "dumb" and "NO_COLOR" not in os.environ
+    return sys.stdout.isatty() and (colour_terminal if show_drafts is None else show_drafts)
+
+
+SHOW_DRAFTS = click.option("--show-drafts/--no-show-drafts", default=None, help="Print accepted draft tokens in green "
+                           "(default: on when stdout is a colour terminal).")
+GREEN, PLAIN = "\x1b[32m", "\x1b[0m"
+
+
+def settings(config: GenerationConfig) -> dict:
+    """The settings a generation ran with, as --json echoes them (gamma 'auto' or N; drafter as --drafter
+    names it, 'none' for the target alone)."""
+    return {**dataclasses.asdict(config.sampling), "gamma": "auto" if config.gamma is None else config.gamma,
+            "drafter": "none" if config.gamma == 0 else config.drafter,
+            "p_min": "auto" if config.p_min is None else config.p_min, "max_tokens": config.max_tokens,
+            "seed": config.seed, "stop": list(config.stop)}
 
 
 class AutoOr(click.ParamType):
@@ -45,6 +98,46 @@ class AutoOr(click.ParamType):
             self.fail(f"{value!r} is not 'auto' or {self.what}", param, ctx)
 
 
+class OneLine(click.ParamType):
+    """Wraps a flag's type so a bad value is one 'Error:' line and exit code 1 (click's own is three
+    lines of usage and exit code 2)."""
+
+    def __init__(self, inner):
+        self.inner = click.types.convert_type(inner)
+        self.name = self.inner.name
+
+    def convert(self, value, param, ctx):
+        try:
+            return self.inner.convert(value, param, ctx)
+        except click.BadParameter as e:
+            raise click.ClickException(f"{e.format_message()}; see --help") from None
+
+    def shell_complete(self, ctx, param, incomplete):
+        return self.inner.shell_complete(ctx, param, incomplete)
+
+    def get_metavar(self, param, *args, **kwargs):
+        return self.inner.get_metavar(param, *args, **kwargs)
+
+
+ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def unescape(text: str | None) -> str | None:
+    r"""Turn \n, \t and \\ into a newline, a tab and a backslash, as llama-cli does for its prompt
+    and --stop; other backslashes stay as they are."""
+    if text is None:
+        return None
+    return re.sub(r"\\(.)", lambda m: ESCAPES.get(m[1], m[0]), text)
+
+
+class Escaped(click.ParamType):
+    r"""A string from the command line with \n, \t and \\ escapes understood."""
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        return unescape(value)
+
+
 # The flags take their defaults from the field defaults of the objects they build.
 SAMPLING, LOAD, GENERATION = ({f.name: f.default for f in dataclasses.fields(cls)}
                               for cls in (SamplingParams, LoadOptions, GenerationConfig))
@@ -58,14 +151,14 @@ def flag(*decls: str, **settings) -> tuple[tuple[str, ...], dict]:
 # The flags commands share, declared once each (names, type, default) so that a flag parses the same
 # on every command that has it; keyed by the parameter name the command receives.
 FLAGS = {
-    "target": flag("-t", "--target", envvar="LOCALSPEC_TARGET",
+    "target": flag("-m", "--target", "--model", envvar="LOCALSPEC_TARGET",
                    help="Target: catalog name or .gguf path (default: the default pair's)."),
-    "draft": flag("-d", "--draft", envvar="LOCALSPEC_DRAFT", help="Draft: catalog name, .gguf path, or 'none'."),
-    "ngl_target": flag("--ngl-target", type=int, default=LOAD["ngl_target"], help="Target layers on the GPU."),
-    "ngl_draft": flag("--ngl-draft", type=int, default=LOAD["ngl_draft"], help="Draft layers on the GPU."),
-    "threads": flag("--threads", type=int, default=LOAD["threads"], help="CPU threads (default: all cores, at most 8)."),
-    "ctx": flag("--ctx", type=int, default=LOAD["n_ctx"], help="Context size in tokens."),
-    "gamma": flag("-g", "--gamma", type=AutoOr(int, "auto|N", "a whole number"), default="auto",
+    "draft": flag("-d", "--draft", "-md", "--model-draft", envvar="LOCALSPEC_DRAFT", help="Draft: catalog name, .gguf path, or 'none'."),
+    "ngl_target": flag("-ngl", "--ngl-target", "--n-gpu-layers", type=int, default=LOAD["ngl_target"], help="Target layers on the GPU."),
+    "ngl_draft": flag("-ngld", "--ngl-draft", "--n-gpu-layers-draft", type=int, default=LOAD["ngl_draft"], help="Draft layers on the GPU."),
+    "threads": flag("-t", "--threads", type=int, default=LOAD["threads"], help="CPU threads (default: all cores, at most 8)."),
+    "ctx": flag("-c", "--ctx", "--ctx-size", type=int, default=LOAD["n_ctx"], help="Context size in tokens."),
+    "gamma": flag("-g", "--gamma", "--draft-max", type=AutoOr(int, "auto|N", "a whole number"), default="auto",
                   help="Draft tokens per step: auto (cost model), or N (0: no speculation)."),
     "temperature": flag("--temperature", "--temp", type=float, default=SAMPLING["temperature"], help="0 means greedy."),
     "top_k": flag("--top-k", type=int, default=SAMPLING["top_k"], help="0 disables."),
@@ -73,7 +166,7 @@ FLAGS = {
     "min_p": flag("--min-p", type=float, default=SAMPLING["min_p"], help="0 disables."),
     "seed": flag("-s", "--seed", type=int, default=GENERATION["seed"], help="Seed for reproducible sampling."),
     "max_tokens": flag("-n", "--max-tokens", type=int, default=GENERATION["max_tokens"], help="Tokens to generate."),
-    "stop": flag("--stop", multiple=True, help="Stop string (repeatable)."),
+    "stop": flag("--stop", type=Escaped(), multiple=True, help=r"Stop string (repeatable); \n, \t and \\ are escapes."),
     "drafter": flag("--drafter", type=click.Choice(DRAFTERS), default=GENERATION["drafter"],
                     help="Who guesses: the draft model, n-gram lookup in the context, hybrid (each step the cheaper "
                     "likely guess), or auto (hybrid with a draft, else n-gram)."),
@@ -93,6 +186,8 @@ def shared(*names: str, **changes: dict):
             decls, settings = FLAGS[name]
             settings = {**settings, **changes.get(name, {})}
             shown = settings.get("default") is not None  # show defaults, where there is one to show
+            if "type" in settings:
+                settings["type"] = OneLine(settings["type"])
             fn = click.option(*decls, name, show_default=shown, **settings)(fn)
         return fn
     return decorate
@@ -106,7 +201,11 @@ def model_options(fn):
     return tuned_defaults(shared(*MODEL_FLAGS)(fn))
 
 
-sampling_options = shared(*GENERATION_FLAGS)  # the sampling, speculation and length flags of generate, chat, serve
+# The sampling, speculation and length flags of generate, chat, serve; chat and serve answer until the
+# answer ends or fills the context unless -n is given (answer_length).
+sampling_options = shared(*GENERATION_FLAGS)
+UNTIL_THE_END = {"default": None, "help": "Tokens per answer (default: until it ends or the context is full)."}
+answer_options = shared(*GENERATION_FLAGS, max_tokens=UNTIL_THE_END)
 
 
 def generation_config(options: dict, **fields) -> GenerationConfig:
@@ -134,8 +233,7 @@ def load_pair(options: dict, with_draft: bool = True) -> Pair:
 
 def answer_length(options: dict) -> int:
     """-n as given; without it, the context size: answers run until they end or the context is full."""
-    given = click.get_current_context().get_parameter_source("max_tokens") != ParameterSource.DEFAULT
-    return options["max_tokens"] if given else options["ctx"]
+    return options["max_tokens"] if options["max_tokens"] is not None else options["ctx"]
 
 
 PROFILE_FLAGS = ("draft", "drafter", "gamma", "ngl_draft", "p_min")

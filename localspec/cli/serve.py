@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from . import cli
-from .options import answer_length, generation_config, load_pair, model_options, sampling_options, user_errors
+from .options import answer_length, generation_config, load_pair, model_options, answer_options, user_errors
 
 
 @cli.command()
 @model_options
-@sampling_options
+@answer_options
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="LOCALSPEC_HOST",
               help="Address to listen on; 0.0.0.0 opens the server to your network.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, envvar="LOCALSPEC_PORT")

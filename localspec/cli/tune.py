@@ -12,10 +12,10 @@ from ..costmodel import FALLBACK_P_MIN
 from ..sampling import SamplingParams
 from ..session import LoadOptions
 from . import cli
-from .options import shared, user_errors
+from .options import JsonErrors, shared, user_errors
 
 
-@cli.command()
+@cli.command(cls=JsonErrors)
 @shared("target")
 @click.option("-d", "--draft", "drafts", multiple=True, help="Also try this draft from outside the store (repeatable).")
 @click.option("--quants", default="Q4_0,Q3_K_S,Q2_K", show_default=True,

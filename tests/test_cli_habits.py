@@ -1,0 +1,117 @@
+"""Issue 16 on fakes: llama.cpp's flag habits, escapes, one-line errors, --json, chat /load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from localspec.cli import cli
+from localspec.cli.options import unescape
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(cli, list(args), input=input)
+
+
+def run_json(*args) -> dict:
+    result = invoke("generate", "def add(a, b):", "--raw", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_llama_cpp_short_flags_parse_like_the_long_names(fake_cli):
+    t, d = str(fake_cli.target), str(fake_cli.draft)
+    long = run_json("--target", t, "--draft", d, "--ctx", "200", "--threads", "2", "--ngl-target", "0",
+                    "--ngl-draft", "0", "--temperature", "0.5", "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1",
+                    "--gamma", "3", "-n", "8")
+    short = run_json("-m", t, "-md", d, "-c", "200", "-t", "2", "-ngl", "0", "-ngld", "0", "--temp", "0.5",
+                     "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1", "--draft-max", "3", "-n", "8")
+    also = run_json("--model", t, "--model-draft", d, "--ctx-size", "200", "--n-gpu-layers", "0",
+                    "--n-gpu-layers-draft", "0", "--temp", "0.5", "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1",
+                    "--draft-max", "3", "-n", "8")
+    assert long["settings"] == short["settings"] == also["settings"]
+    assert long["settings"]["gamma"] == 3 and long["settings"]["top_k"] == 7
+    assert long["target"] == short["target"] == t and long["draft"] == short["draft"] == d
+    a, b = fake_cli.loaded[0], fake_cli.loaded[1]
+    assert a.options == b.options and a.options.threads == 2 and a.options.n_ctx == 200
+
+
+def test_dash_t_is_threads_not_the_target(fake_cli):
+    # was: -t 4 meant --target 4 ("Unknown model '4'")
+    out = run_json("--target", str(fake_cli.target), "--draft", "none", "-t", "4", "-n", "4")
+    assert out["target"] == str(fake_cli.target) and fake_cli.loaded[0].options.threads == 4
+
+
+def test_escapes_as_llama_cli():
+    assert unescape(r"\n\n") == "\n\n" and unescape(r"a\tb") == "a\tb" and unescape(r"a\\nb") == "a\\nb"
+    assert unescape(r"C:\path") == r"C:\path"
+
+
+def test_the_readme_stop_example_matches(fake_cli):
+    # the README's --stop "\n\n": typed in a shell, the flag receives backslash-n backslash-n
+    out = run_json("--target", str(fake_cli.target), "--draft", "none", "--stop", r"\n\n", "-n", "4")
+    assert out["settings"]["stop"] == ["\n\n"]
+    readme = open("README.md", encoding="utf-8").read()
+    assert '--stop "\\n\\n"' in readme
+
+
+@pytest.mark.parametrize("flag,value,fragment", [("--gamma", "abc", "abc"), ("--drafter", "foo", "foo")])
+def test_bad_values_are_one_line_and_exit_1(fake_cli, flag, value, fragment):
+    result = invoke("generate", "hi", "--target", str(fake_cli.target), flag, value)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error:") and fragment in lines[0]
+
+
+def test_json_errors_are_json(fake_cli):
+    result = invoke("generate", "hi", "--target", str(fake_cli.target), "--gamma", "abc", "--json")
+    assert result.exit_code == 1 and "abc" in json.loads(result.stdout)["error"]["message"]
+    result = invoke("generate", "hi", "--target", "no-such-model", "--json")
+    error = json.loads(result.stdout)["error"]
+    assert result.exit_code == 1 and "no-such-model" in error["message"] and error["type"]
+
+
+def test_json_echoes_settings_and_explains_times(fake_cli):
+    out = run_json("--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "--drafter", "hybrid",
+                   "--seed", "5", "-n", "6")
+    s, stats = out["settings"], out["stats"]
+    assert s["drafter"] == "hybrid" and s["gamma"] == "auto" and s["seed"] == 5 and s["max_tokens"] == 6
+    assert {"temperature", "top_k", "top_p", "min_p", "p_min", "stop"} <= set(s)
+    assert stats["drafter"] == "hybrid" and set(stats["sources"]) == {"ngram", "model"}
+    t = stats["time_s"]
+    assert t["total"] == pytest.approx(t["prefill"] + t["decode"]) and t["total"] >= t["prefill"]
+
+
+def test_target_only_says_so(fake_cli):
+    result = invoke("generate", "hi", "--raw", "--target", str(fake_cli.target), "--target-only", "-n", "4", "--stats")
+    assert "drafter: none (target only)" in result.stderr and "none drafter" not in result.stderr
+    out = run_json("--target", str(fake_cli.target), "--target-only", "-n", "4")
+    assert out["settings"]["drafter"] == "none" and out["stats"]["drafter"] == "none" and out["stats"]["sources"] == []
+
+
+@pytest.mark.parametrize("command", ["chat", "serve"])
+def test_answer_length_help_has_no_false_default(command):
+    text = " ".join(invoke(command, "--help").output.split())
+    assert "[default: 256]" not in text and "until it ends" in text
+
+
+def test_every_generating_command_has_the_flags(fake_cli):
+    assert "--show-drafts" in invoke("generate", "--help").output
+    for command in ("generate", "chat", "serve"):
+        text = " ".join(invoke(command, "--help").output.split())
+        for flag in ("-m, --target", "-md", "-c, --ctx", "-t, --threads", "-ngl", "-ngld", "--temp", "--draft-max"):
+            assert flag in text, (command, flag)
+
+
+def test_chat_load_resumes_a_saved_conversation(fake_cli, tmp_path):
+    fake_cli.reply_len = 3
+    saved = tmp_path / "talk.json"
+    base = ["chat", "--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "-n", "4"]
+    first = invoke(*base, input=f"hello\n/save {saved}\n")
+    assert first.exit_code == 0, first.output
+    second = invoke(*base, input=f"/load {saved}\n/stats\nmore\n")
+    assert second.exit_code == 0 and "loaded 2 messages" in second.output
+    assert "conversation: 2 messages" in second.output
+    bad = invoke(*base, input=f"/load {tmp_path / 'nope.json'}\n")
+    assert bad.exit_code == 0 and "Error:" in bad.output
