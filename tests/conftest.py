@@ -16,10 +16,17 @@ SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @pytest.fixture(autouse=True)
 def isolated_store(tmp_path, monkeypatch):
-    """Every test gets an empty model store and an offline Hub; nothing reaches the network."""
+    """Every test gets an empty model store and an offline Hub; nothing reaches the network. Other
+    apps' model folders (discovery.py) are empty too: HOME is a fresh folder, the variables that
+    move them are unset, and the Ollama service's folder is one that does not exist."""
     store = tmp_path / "models"
     monkeypatch.setenv("LOCALSPEC_MODELS", str(store))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for var in ("OLLAMA_MODELS", "LOCALSPEC_MODEL_DIRS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
+                "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr("localspec.discovery.OLLAMA_SYSTEM_DIR", tmp_path / "no-ollama-service")
     monkeypatch.delenv("LOCALSPEC_TARGET", raising=False)
     monkeypatch.delenv("LOCALSPEC_DRAFT", raising=False)
     return store

@@ -1,0 +1,273 @@
+"""Finding GGUF models people already have: the store (subfolders too) and, on request, the folders
+of LM Studio, Ollama and the Hugging Face hub cache, and $LOCALSPEC_MODEL_DIRS. Each model found has
+a name (`find_models` lists them) that `resolve_model` accepts; files are read only for their magic."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable, Iterable
+
+from . import models
+
+SOURCES = ("store", "lmstudio", "ollama", "hf-cache", "extra")
+GGUF_MAGIC = b"GGUF"
+OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+OLLAMA_REGISTRY = "registry.ollama.ai"
+# Where Linux's service install of Ollama keeps its models (the `ollama` user's home).
+OLLAMA_SYSTEM_DIR = Path("/usr/share/ollama/.ollama/models")
+SPLIT_TAIL = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)  # model-00002-of-00003.gguf
+LISTED_IN_ERRORS = 8  # at most this many other apps' models named in an unknown-model error
+
+
+@dataclass(frozen=True)
+class Found:
+    """One GGUF model on this machine."""
+
+    name: str    # what resolve_model accepts: 'sub/x.gguf' (store, lmstudio, extra), 'llama3.2:1b'
+                 # (ollama), 'org/repo/x.gguf' (hf-cache, the repo id and the file in it)
+    path: Path
+    source: str  # one of SOURCES
+    size: int    # bytes
+
+
+def find_models(all_sources: bool = False) -> list[Found]:
+    """The GGUF models in the store; with all_sources also those in other apps' folders and in
+    $LOCALSPEC_MODEL_DIRS. A file reachable twice is listed once (the first source wins); entries
+    that cannot be read, or do not start with the GGUF magic, are left out."""
+    found = store_models()
+    if all_sources:
+        found += other_models()
+    return _unique(found)
+
+
+def store_models() -> list[Found]:
+    """The GGUF files in the store, subfolders included (LM Studio's publisher/repo/file layout)."""
+    return _folder_models(models.store_dir(), "store")
+
+
+def other_models() -> list[Found]:
+    """The GGUF models in LM Studio's, Ollama's and the Hugging Face hub cache's folders, then in
+    $LOCALSPEC_MODEL_DIRS."""
+    found = [f for folder in lmstudio_dirs() for f in _folder_models(folder, "lmstudio")]
+    found += [f for folder in ollama_dirs() for f in _guarded(_ollama_models, folder)]
+    found += _guarded(_hf_cache_models, hf_cache_dir())
+    found += [f for folder in extra_dirs() for f in _folder_models(folder, "extra")]
+    return _unique(found)
+
+
+def lmstudio_dirs() -> list[Path]:
+    """LM Studio's models folders (current and older versions): publisher/repo/file.gguf inside."""
+    home = Path.home()
+    return [home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models"]
+
+
+def ollama_dirs() -> list[Path]:
+    """Ollama's store: $OLLAMA_MODELS, else the user's ~/.ollama/models and the service install's."""
+    if os.environ.get("OLLAMA_MODELS"):
+        return [Path(os.environ["OLLAMA_MODELS"]).expanduser()]
+    return [Path.home() / ".ollama" / "models", OLLAMA_SYSTEM_DIR]
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, found as huggingface_hub finds it, but read from the environment now
+    (huggingface_hub reads it once, at import)."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.path.expandvars(os.environ[var])).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return Path(os.path.expandvars(home)).expanduser() / "hub"
+
+
+def extra_dirs() -> list[Path]:
+    """The folders in $LOCALSPEC_MODEL_DIRS (separated by os.pathsep)."""
+    return [Path(p).expanduser() for p in os.environ.get("LOCALSPEC_MODEL_DIRS", "").split(os.pathsep) if p.strip()]
+
+
+def is_gguf(path: Path) -> bool:
+    """Whether path is a readable file that starts with the GGUF magic."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def is_model_file(name: str) -> bool:
+    """Whether a file name is a model to list: a .gguf that is not a vision projector (mmproj-*, which
+    LM Studio keeps beside its model) nor a later part of a split model (llama.cpp loads part 1)."""
+    split = SPLIT_TAIL.search(name)
+    return (name.lower().endswith(".gguf") and not name.startswith(".") and not name.lower().startswith("mmproj")
+            and not (split and split.group(1) != "00001"))
+
+
+def gguf_files(folder: Path) -> list[Path]:
+    """The .gguf files under folder, recursively (symlinked folders followed once; hidden entries,
+    such as the store's temporary downloads, skipped), sorted."""
+    out, seen = [], set()
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:  # a symlink loop, or a folder reachable twice
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        out += [Path(root) / f for f in files if f.lower().endswith(".gguf") and not f.startswith(".")]
+    return sorted(out)
+
+
+def _folder_models(folder: Path, source: str) -> list[Found]:
+    """The models under a plain folder, named by their path inside it."""
+    out = []
+    for path in gguf_files(folder):
+        if is_model_file(path.name) and is_gguf(path):
+            out += _found(path.relative_to(folder).as_posix(), path, source)
+    return out
+
+
+def _found(name: str, path: Path, source: str) -> list[Found]:
+    """[Found] for a readable file, [] for one that vanished or cannot be read."""
+    try:
+        return [Found(name, path, source, path.stat().st_size)]
+    except OSError:
+        return []
+
+
+def _guarded(scan: Callable[[Path], list[Found]], folder: Path) -> list[Found]:
+    """scan(folder), or [] when the folder is missing or cannot be read."""
+    try:
+        return scan(folder) if folder.is_dir() else []
+    except (OSError, ValueError):
+        return []
+
+
+def _ollama_models(root: Path) -> list[Found]:
+    """Ollama's models: manifests/<registry>/<namespace>/<name>/<tag> is JSON whose layer of media type
+    application/vnd.ollama.image.model is a GGUF blob, blobs/sha256-<hex>. Named as `ollama list`
+    names them: name:tag (registry.ollama.ai/library), else namespace/name:tag, else host/ns/name:tag."""
+    manifests, out = root / "manifests", []
+    for manifest in sorted(manifests.glob("*/*/*/*")):
+        blob = _ollama_blob(root, manifest)
+        if blob is not None and is_gguf(blob):
+            out += _found(_ollama_name(*manifest.relative_to(manifests).parts), blob, "ollama")
+    return out
+
+
+def _ollama_blob(root: Path, manifest: Path) -> Path | None:
+    """The model layer's blob named by a manifest file, or None (not a file, not JSON, no model layer)."""
+    try:
+        layers = json.loads(manifest.read_text())["layers"]
+        digest = next(layer["digest"] for layer in layers if layer.get("mediaType") == OLLAMA_MODEL_LAYER)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration):
+        return None
+    if not isinstance(digest, str) or not re.fullmatch(r"sha256[:-][0-9a-f]{64}", digest):
+        return None  # never a path built from something else
+    for name in (f"sha256-{digest[7:]}", f"sha256:{digest[7:]}"):  # older Ollama versions used ':'
+        if (root / "blobs" / name).is_file():
+            return root / "blobs" / name
+    return None
+
+
+def _ollama_name(host: str, namespace: str, name: str, tag: str) -> str:
+    """'llama3.2:1b' for the default registry's library; longer where Ollama's own names are longer."""
+    if host != OLLAMA_REGISTRY:
+        return f"{host}/{namespace}/{name}:{tag}"
+    return f"{name}:{tag}" if namespace == "library" else f"{namespace}/{name}:{tag}"
+
+
+def _hf_cache_models(cache: Path) -> list[Found]:
+    """GGUF files in the hub cache's model repos, named repo_id/path-in-repo; where several revisions
+    hold a file, the one `main` points to (else the newest) is taken."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        info = scan_cache_dir(cache)
+    except (CacheNotFound, ValueError):
+        return []
+    chosen: dict[str, Path] = {}
+    for repo in sorted(info.repos, key=lambda r: r.repo_id):
+        if repo.repo_type != "model":
+            continue
+        for revision in sorted(repo.revisions, key=lambda r: ("main" in r.refs, r.last_modified)):
+            for file in revision.files:  # a later (preferred) revision overwrites an earlier one
+                inside = file.file_path.relative_to(revision.snapshot_path).as_posix()
+                if is_model_file(file.file_name):
+                    chosen[f"{repo.repo_id}/{inside}"] = file.file_path
+    return [f for name, path in sorted(chosen.items()) if is_gguf(path) for f in _found(name, path, "hf-cache")]
+
+
+def _unique(found: Iterable[Found]) -> list[Found]:
+    """found without a file already listed (compared by real path), order kept."""
+    seen, out = set(), []
+    for f in found:
+        real = os.path.realpath(f.path)
+        if real not in seen:
+            seen.add(real)
+            out.append(f)
+    return out
+
+
+def lookup(name: str) -> Path | None:
+    """The file a model name stands for, or None when nothing has that name.
+
+    Tried in turn, the first that matches wins: store models by their listed name (with or without
+    .gguf), store models by file name or stem, other apps' models by their listed name (an Ollama
+    name without a tag means :latest), then by file name or stem. ModelError when the first that
+    matches matches several files."""
+    for scan in (store_models, other_models):
+        found = scan()
+        for forms in (_name_forms, _file_forms):
+            hits = _unique(f for f in found if name in forms(f))
+            if len(hits) > 1:
+                matches = ", ".join(f"{f.name} ({f.source})" for f in hits)
+                raise models.ModelError(f"Model name '{name}' is ambiguous: it matches {matches}; "
+                                        "give one of these names, or a path")
+            if hits:
+                return hits[0].path
+    return None
+
+
+def _name_forms(f: Found) -> set[str]:
+    """What names f when given whole: its name, without .gguf, and name for an Ollama name:latest."""
+    forms = {f.name, f.name[:-5] if f.name.lower().endswith(".gguf") else f.name}
+    if f.source == "ollama" and f.name.endswith(":latest"):
+        forms.add(f.name.removesuffix(":latest"))
+    return forms
+
+
+def _file_forms(f: Found) -> set[str]:
+    """What names f by its file alone: the last part of its name, with and without .gguf (not for
+    Ollama, whose files are blobs)."""
+    if f.source == "ollama":
+        return set()
+    last = PurePosixPath(f.name).name
+    return {last, last[:-5] if last.lower().endswith(".gguf") else last}
+
+
+def known_models(catalog: models.Catalog) -> str:
+    """'Known models: a (installed), b, c-f16 (converted from a on pull); also installed: ...; in other
+    apps: ...' — for an error about a name that is none of them: what is installed, and what a pull
+    would download or convert."""
+    items = []
+    for name, entry in catalog.models.items():
+        if models.installed_already(name):
+            items.append(f"{name} (installed)")
+        elif entry.derived_from:
+            items.append(f"{name} (converted from {entry.derived_from} on pull)")
+        else:
+            items.append(name)
+    text = "Known models: " + ", ".join(items)
+    catalog_files = {os.path.realpath(models.store_dir() / e.file) for e in catalog.models.values()}
+    others = [f.name for f in store_models() if os.path.realpath(f.path) not in catalog_files]
+    if others:
+        text += "; also installed: " + ", ".join(others)
+    elsewhere = [f"{f.name} ({f.source})" for f in find_models(all_sources=True) if f.source != "store"]
+    if elsewhere:
+        more = len(elsewhere) - LISTED_IN_ERRORS
+        text += "; in other apps' folders: " + ", ".join(elsewhere[:LISTED_IN_ERRORS]) + (
+            f" and {more} more" if more > 0 else "")
+    return text

@@ -1,0 +1,277 @@
+"""Finding the models people already have, and choosing a draft for a target. Other apps' folders are
+built in tmp dirs exactly as each app lays them out, with tiny files that start with the GGUF magic;
+HOME and the variables are the test's own (conftest's isolated_store), so nothing real is read."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from localspec import discovery, models, pairing
+
+QWEN_15B, QWEN_05B = "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m"
+QWEN_F16 = "qwen2.5-coder-1.5b-instruct-f16"
+
+
+def gguf(path: Path, payload: bytes = b"", size: int | None = None) -> Path:
+    """A tiny file that starts with the GGUF magic (sparse up to size, when given)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + payload)
+        if size is not None:
+            f.truncate(size)
+    return path
+
+
+def ollama_model(root: Path, name: str, tag: str, payload: bytes, host: str = "registry.ollama.ai",
+                 namespace: str = "library") -> Path:
+    """An Ollama model as `ollama pull` leaves it: a manifest naming a config and a model layer, blobs
+    named by their sha256."""
+    blob_bytes = b"GGUF" + payload
+    digest = hashlib.sha256(blob_bytes).hexdigest()
+    config = b'{"model_format":"gguf"}'
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
+    (root / "blobs" / f"sha256-{digest}").write_bytes(blob_bytes)
+    (root / "blobs" / f"sha256-{hashlib.sha256(config).hexdigest()}").write_bytes(config)
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
+                           "digest": f"sha256:{hashlib.sha256(config).hexdigest()}", "size": len(config)},
+                "layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}",
+                            "size": len(blob_bytes)},
+                           {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "0" * 64,
+                            "size": 10}]}
+    path = root / "manifests" / host / namespace / name / tag
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest))
+    return root / "blobs" / f"sha256-{digest}"
+
+
+def hf_cached(cache: Path, repo_id: str, filename: str, payload: bytes, revision: str = "a" * 40,
+              ref: str | None = "main", repo_type: str = "models") -> Path:
+    """A file as hf_hub_download caches it: <type>--org--repo/snapshots/<rev>/<file> a relative symlink
+    to blobs/<sha256>, refs/<ref> holding the revision."""
+    repo = cache / f"{repo_type}--{repo_id.replace('/', '--')}"
+    content = b"GGUF" + payload
+    blob = repo / "blobs" / hashlib.sha256(content).hexdigest()
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(content)
+    link = repo / "snapshots" / revision / filename
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(os.path.relpath(blob, link.parent))
+    if ref:
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / ref).write_text(revision)
+    return link
+
+
+def named(found) -> list[tuple[str, str]]:
+    return [(f.name, f.source) for f in found]
+
+
+def write_catalog(tmp_path, monkeypatch, size: int = 10) -> None:
+    """A catalog of one downloadable model 'fake' (fake.gguf, `size` bytes) and its derived F16 copy."""
+    catalog = {"default_pair": "p",
+               "models": {"fake": {"file": "fake.gguf", "hf_repo": "x/y", "hf_file": "fake.gguf", "size": size},
+                          "fake-f16": {"file": "fake-f16.gguf", "derived_from": "fake", "quant": "F16"}},
+               "pairs": {"p": {"target": "fake-f16", "draft": "fake"}}}
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(catalog))
+    monkeypatch.setenv("LOCALSPEC_CATALOG", str(path))
+
+
+def test_the_store_is_searched_with_its_subfolders(isolated_store):
+    top = gguf(isolated_store / "x.gguf", b"x")
+    nested = gguf(isolated_store / "lmstudio-community" / "Repo-GGUF" / "Model-Q4_K_M.gguf", b"nested")
+    gguf(isolated_store / ".hub-abc" / "downloading.gguf")  # a download under way: hidden
+    (isolated_store / "notes.gguf").write_text("not a model")
+    gguf(isolated_store / "mmproj-model-f16.gguf")  # LM Studio's vision projector beside a model
+    gguf(isolated_store / "big-00002-of-00002.gguf")  # the second part of a split model
+    assert named(discovery.find_models()) == [("lmstudio-community/Repo-GGUF/Model-Q4_K_M.gguf", "store"),
+                                              ("x.gguf", "store")]
+    assert discovery.find_models()[1].size == 5
+    for name in ("Model-Q4_K_M", "Model-Q4_K_M.gguf", "lmstudio-community/Repo-GGUF/Model-Q4_K_M",
+                 "lmstudio-community/Repo-GGUF/Model-Q4_K_M.gguf"):
+        assert models.resolve_model(name) == nested, name
+    assert models.resolve_model("x") == top
+    # installed() lists every .gguf in the store, subfolders too, for tune to judge (and report)
+    assert [p.relative_to(isolated_store).as_posix() for p in models.installed()] == [
+        "big-00002-of-00002.gguf", "lmstudio-community/Repo-GGUF/Model-Q4_K_M.gguf", "mmproj-model-f16.gguf",
+        "notes.gguf", "x.gguf"]
+
+
+def test_an_ambiguous_stem_lists_the_matches(isolated_store):
+    gguf(isolated_store / "a" / "model.gguf")
+    b = gguf(isolated_store / "b" / "model.gguf")
+    with pytest.raises(models.ModelError) as e:
+        models.resolve_model("model")
+    assert str(e.value) == ("Model name 'model' is ambiguous: it matches a/model.gguf (store), b/model.gguf (store); "
+                            "give one of these names, or a path")
+    assert models.resolve_model("b/model") == b
+
+
+def test_lm_studio_folders(isolated_store, monkeypatch, tmp_path):
+    home = Path(os.environ["HOME"])
+    new = gguf(home / ".lmstudio/models/lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf")
+    old = gguf(home / ".cache/lm-studio/models/TheBloke/Llama-GGUF/llama.Q4_0.gguf")
+    gguf(home / ".lmstudio/models/lmstudio-community/Qwen-GGUF/mmproj-Qwen-f16.gguf")
+    (home / ".lmstudio/models/lmstudio-community/Qwen-GGUF/README.md").write_text("# Qwen")
+    assert discovery.find_models() == []  # other apps only when asked
+    assert named(discovery.find_models(all_sources=True)) == [
+        ("lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf", "lmstudio"), ("TheBloke/Llama-GGUF/llama.Q4_0.gguf", "lmstudio")]
+    assert models.resolve_model("lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf") == new
+    assert models.resolve_model("llama.Q4_0") == old  # by its file alone, when only one file has that name
+    shadow = gguf(isolated_store / "lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf")
+    assert models.resolve_model("lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M") == shadow  # the store comes first
+
+
+def test_ollama_store_by_name_and_tag(monkeypatch, tmp_path):
+    root = Path(os.environ["HOME"]) / ".ollama" / "models"
+    one_b = ollama_model(root, "llama3.2", "1b", b"one")
+    latest = ollama_model(root, "llama3.2", "latest", b"latest")
+    mine = ollama_model(root, "coder", "7b", b"user", namespace="someone")
+    (root / "manifests/registry.ollama.ai/library/broken").mkdir(parents=True)
+    (root / "manifests/registry.ollama.ai/library/broken/latest").write_text("{not json")
+    gone = root / "manifests/registry.ollama.ai/library/gone/1b"
+    gone.parent.mkdir(parents=True)
+    gone.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
+                                            "digest": "sha256:" + "1" * 64}]}))  # its blob was deleted
+    evil = root / "manifests/registry.ollama.ai/library/evil/1b"
+    evil.parent.mkdir(parents=True)
+    evil.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
+                                            "digest": "sha256:../../../etc/passwd"}]}))
+    found = discovery.find_models(all_sources=True)
+    assert named(found) == [("llama3.2:1b", "ollama"), ("llama3.2:latest", "ollama"), ("someone/coder:7b", "ollama")]
+    assert found[0].path == one_b and found[0].size == 7
+    assert models.resolve_model("llama3.2:1b") == one_b
+    assert models.resolve_model("llama3.2") == latest  # as in Ollama, no tag means :latest
+    assert models.resolve_model("someone/coder:7b") == mine
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "elsewhere"))  # OLLAMA_MODELS replaces ~/.ollama/models
+    other = ollama_model(tmp_path / "elsewhere", "qwen2.5-coder", "0.5b", b"q", host="hf.co", namespace="Qwen")
+    assert named(discovery.find_models(all_sources=True)) == [("hf.co/Qwen/qwen2.5-coder:0.5b", "ollama")]
+    assert models.resolve_model("hf.co/Qwen/qwen2.5-coder:0.5b") == other
+
+
+def test_hugging_face_hub_cache(monkeypatch, tmp_path):
+    cache = tmp_path / "hf" / "hub"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # read now, not when huggingface_hub was imported
+    main = hf_cached(cache, "bartowski/Qwen-GGUF", "Qwen-Q4_K_M.gguf", b"new", revision="b" * 40)
+    hf_cached(cache, "bartowski/Qwen-GGUF", "Qwen-Q4_K_M.gguf", b"old", revision="a" * 40, ref=None)
+    nested = hf_cached(cache, "unsloth/Big-GGUF", "Q4_K_M/Big-Q4_K_M-00001-of-00002.gguf", b"part1")
+    hf_cached(cache, "unsloth/Big-GGUF", "Q4_K_M/Big-Q4_K_M-00002-of-00002.gguf", b"part2")
+    hf_cached(cache, "someone/data", "corpus.gguf", b"d", repo_type="datasets")  # datasets are not models
+    config = cache / "models--bartowski--Qwen-GGUF/snapshots" / ("b" * 40) / "config.json"
+    config.write_text("{}")
+    (cache / "not-a-repo").mkdir()  # huggingface_hub reports it as a warning; skipped
+    found = discovery.find_models(all_sources=True)
+    assert named(found) == [("bartowski/Qwen-GGUF/Qwen-Q4_K_M.gguf", "hf-cache"),
+                            ("unsloth/Big-GGUF/Q4_K_M/Big-Q4_K_M-00001-of-00002.gguf", "hf-cache")]
+    assert found[0].path == main and found[0].path.read_bytes() == b"GGUFnew"  # main's revision, not the older one
+    assert models.resolve_model("bartowski/Qwen-GGUF/Qwen-Q4_K_M.gguf") == main
+    assert models.resolve_model("Big-Q4_K_M-00001-of-00002") == nested
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))  # HF_HUB_CACHE wins over HF_HOME
+    assert discovery.find_models(all_sources=True) == []
+
+
+def test_extra_folders_and_unreadable_entries(monkeypatch, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = gguf(a / "one.gguf")
+    gguf(b / "sub" / "two.gguf")
+    (b / "dangling.gguf").symlink_to(tmp_path / "nowhere.gguf")
+    (b / "loop").symlink_to(b)  # a folder that contains itself
+    (b / "wrong-magic.gguf").write_bytes(b"GGML")
+    monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", os.pathsep.join([str(a), str(b), str(tmp_path / "missing"), str(a)]))
+    assert named(discovery.find_models(all_sources=True)) == [("one.gguf", "extra"), ("sub/two.gguf", "extra")]
+    assert models.resolve_model("one") == first
+    home = Path(os.environ["HOME"])
+    (home / ".cache").mkdir(parents=True)
+    (home / ".ollama").write_text("a file where a folder should be")
+    (home / ".cache/huggingface").write_text("a file, not the cache")
+    assert len(discovery.find_models(all_sources=True)) == 2  # never a crash
+
+
+def test_unknown_name_says_what_is_installed_and_what_can_be_pulled(isolated_store, tmp_path, monkeypatch):
+    write_catalog(tmp_path, monkeypatch)
+    gguf(isolated_store / "fake.gguf", size=10)
+    gguf(isolated_store / "sub" / "mine.gguf")
+    ollama_model(Path(os.environ["HOME"]) / ".ollama/models", "llama3.2", "1b", b"x")
+    with pytest.raises(models.ModelError) as e:
+        models.resolve_model("llama9")
+    assert str(e.value) == (
+        "Unknown model 'llama9'. Known models: fake (installed), fake-f16 (converted from fake on pull); "
+        "also installed: sub/mine.gguf; in other apps' folders: llama3.2:1b (ollama); "
+        "`localspec models pull NAME` installs a known model; or give a path to a .gguf file")
+    with pytest.raises(models.ModelError, match=r"^Model file not found: .*/nope\.gguf; check the path, or use a "
+                                                r"model name \(Known models: fake \(installed\), fake-f16 \(converted"):
+        models.resolve_model(str(tmp_path / "nope.gguf"))
+    with pytest.raises(models.ModelError, match=r"Known models: fake, fake-f16 \(converted from fake on pull\); or"):
+        models.pull("llama9")  # pull's own list: the F16 copy is made, not downloaded
+
+
+def test_installed_already_tells_whether_pull_would_fetch(isolated_store, tmp_path, monkeypatch):
+    write_catalog(tmp_path, monkeypatch, size=10)
+    assert models.installed_already("fake") is None
+    gguf(isolated_store / "fake.gguf", size=9)  # a partial file is not installed
+    assert models.installed_already("fake") is None
+    path = gguf(isolated_store / "fake.gguf", size=10)
+    assert models.installed_already("fake") == path == models.pull("fake", log=pytest.fail)
+
+
+def test_the_catalog_draft_follows_the_target_by_name_or_by_path(isolated_store, monkeypatch, tmp_path):
+    monkeypatch.delenv("LOCALSPEC_CATALOG", raising=False)  # the shipped catalog's pair names
+    catalog = models.load_catalog()
+    target = gguf(isolated_store / catalog.models[QWEN_15B].file, size=catalog.models[QWEN_15B].size)
+    f16 = gguf(isolated_store / catalog.models[QWEN_F16].file)
+    draft_file = isolated_store / catalog.models[QWEN_05B].file
+    profile_draft = gguf(tmp_path / "tuned-draft.gguf")
+    monkeypatch.setattr(pairing, "compatible_drafts", lambda target: [])  # no vocabulary to read in these files
+    # the pair's draft is not installed: the profile's, then none, each saying why
+    choice = pairing.choose_draft(models.resolve_model(QWEN_15B), profile_draft)
+    assert choice == pairing.DraftChoice(profile_draft, "the draft of the target's tune profile")
+    choice = pairing.choose_draft(target)
+    assert choice.path is None and choice.reason.startswith(
+        f"no draft model: its catalog draft {QWEN_05B} is not installed (`localspec models pull {QWEN_05B}`); "
+        f"no installed model smaller than {target.name} shares its vocabulary")
+    gguf(draft_file, size=catalog.models[QWEN_05B].size)
+    for given in (models.resolve_model(QWEN_15B), target):  # by catalog name, and by the file's path
+        expected = pairing.DraftChoice(draft_file, f"the catalog pairs {QWEN_05B} with {QWEN_15B}")
+        assert pairing.choose_draft(given, profile_draft) == expected
+    elsewhere = gguf(tmp_path / "downloads" / target.name, size=target.stat().st_size)  # the same file, copied
+    assert pairing.choose_draft(elsewhere).path == draft_file
+    assert pairing.choose_draft(f16) == pairing.DraftChoice(draft_file, f"the catalog pairs {QWEN_05B} with {QWEN_F16}")
+
+
+def renamed_token(src: Path, dst: Path) -> Path:
+    """A copy of src with token 1001's text changed (same length): it loads, but cannot draft for src."""
+    import shutil
+
+    import gguf as gguf_lib
+    import numpy as np
+
+    shutil.copy(src, dst)
+    reader = gguf_lib.GGUFReader(dst, "r+")
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    text = tokens.parts[tokens.data[1001]]
+    text[:] = np.frombuffer(b"Q" * len(text), dtype=np.uint8)
+    reader.data.flush()
+    del reader
+    return dst
+
+
+def test_a_smaller_model_with_the_same_vocabulary_is_the_draft(smol_path, smol_q4_0, isolated_store):
+    isolated_store.mkdir()
+    (isolated_store / "smol-q4_0.gguf").symlink_to(smol_q4_0)  # SmolLM2 again, smaller: same vocabulary
+    renamed_token(smol_q4_0, isolated_store / "a-smol.gguf")  # as small, and first by name: but incompatible
+    gguf(isolated_store / "broken.gguf", b"\x03\x00\x00\x00 not really")  # llama.cpp cannot load it: left out
+    assert pairing.compatible_drafts(smol_path) == [isolated_store / "smol-q4_0.gguf"]
+    choice = pairing.choose_draft(smol_path)
+    assert choice == pairing.DraftChoice(isolated_store / "smol-q4_0.gguf",
+                                         "the smallest installed model with the target's vocabulary")
+    (isolated_store / "smol-q4_0.gguf").unlink()
+    (isolated_store / "smol.gguf").symlink_to(smol_path)  # larger than the target: never its draft
+    choice = pairing.choose_draft(smol_q4_0)
+    assert choice.path is None and choice.reason.startswith(
+        "no draft model: no installed model smaller than smol-q4_0.gguf shares its vocabulary")
