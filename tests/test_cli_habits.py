@@ -115,3 +115,34 @@ def test_chat_load_resumes_a_saved_conversation(fake_cli, tmp_path):
     assert "conversation: 2 messages" in second.output
     bad = invoke(*base, input=f"/load {tmp_path / 'nope.json'}\n")
     assert bad.exit_code == 0 and "Error:" in bad.output
+
+
+def test_models_pull_says_already_installed(isolated_store, tmp_path, monkeypatch):
+    from test_discovery import gguf, write_catalog
+
+    write_catalog(tmp_path, monkeypatch, size=10)
+    path = gguf(isolated_store / "fake.gguf", size=10)
+    result = invoke("models", "pull", "fake")
+    assert result.exit_code == 0 and f"fake: already installed: {path}" in result.output
+
+
+def test_models_list_all_names_the_source(isolated_store, tmp_path, monkeypatch):
+    import os
+    from pathlib import Path
+
+    from test_discovery import gguf, ollama_model
+
+    gguf(isolated_store / "publisher" / "repo" / "mine.gguf")
+    ollama_model(Path(os.environ["HOME"]) / ".ollama/models", "llama3.2", "1b", b"x")
+    plain = invoke("models", "list").output
+    assert "publisher/repo/mine.gguf" in plain and "llama3.2:1b" not in plain
+    every = invoke("models", "list", "--all")
+    assert every.exit_code == 0 and "llama3.2:1b  [ollama]" in every.output
+
+
+def test_a_target_without_draft_names_the_chosen_draft(fake_cli):
+    result = invoke("generate", "hi", "--raw", "--target", str(fake_cli.target), "-n", "4", "--json")
+    out = json.loads(result.stdout)
+    assert result.exit_code == 0 and out["draft_reason"] and out["draft_reason"] in result.stderr
+    off = run_json("--target", str(fake_cli.target), "--draft", "none", "-n", "4")
+    assert off["draft"] is None and off["draft_reason"] == "--draft none"

@@ -42,7 +42,7 @@ def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json
         use_chat = pair.is_instruct() if chat is None else chat
         tokens = pair.prompt_tokens(prompt, use_chat, system)
         reply = stream_reply(pair.stream(tokens, config), echo=not as_json, colour=use_colour(show_drafts))
-        report(pair, reply, settings(config) if as_json else None, show_stats)
+        report(pair, reply, settings(config, options["draft_reason"]) if as_json else None, show_stats)
     finally:
         pair.close()
 
@@ -63,8 +63,10 @@ def report(pair: Pair, reply: Reply, as_json: dict | None, show_stats: bool) -> 
     """--json (as_json: the settings to echo) and --stats output."""
     if as_json is not None:
         info = {"target": str(pair.target_model.path),
-                "draft": str(pair.draft_model.path) if pair.draft_model else None}
+                "draft": str(pair.draft_model.path) if pair.draft_model else None,
+                "draft_reason": as_json.pop("draft_reason")}
         click.echo(json.dumps({"text": reply.text, **info, "settings": as_json,
                                 "stats": reply.stats.to_dict()}))
     if show_stats:
-        click.echo(reply.stats.summary(), err=True)
+        draft = pair.draft_model.path.name if pair.draft_model else "none"
+        click.echo(f"{reply.stats.summary()}\ndraft: {draft} ({pair.draft_reason})", err=True)

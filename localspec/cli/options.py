@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 import click
 from click.core import ParameterSource
@@ -74,13 +75,13 @@ SHOW_DRAFTS = click.option("--show-drafts/--no-show-drafts", default=None, help=
 GREEN, PLAIN = "\x1b[32m", "\x1b[0m"
 
 
-def settings(config: GenerationConfig) -> dict:
+def settings(config: GenerationConfig, draft_reason: str) -> dict:
     """The settings a generation ran with, as --json echoes them (gamma 'auto' or N; drafter as --drafter
     names it, 'none' for the target alone)."""
     return {**dataclasses.asdict(config.sampling), "gamma": "auto" if config.gamma is None else config.gamma,
             "drafter": "none" if config.gamma == 0 else config.drafter,
             "p_min": "auto" if config.p_min is None else config.p_min, "max_tokens": config.max_tokens,
-            "seed": config.seed, "stop": list(config.stop)}
+            "seed": config.seed, "stop": list(config.stop), "draft_reason": draft_reason}
 
 
 class AutoOr(click.ParamType):
@@ -223,12 +224,41 @@ def load_options(options: dict, **fields) -> LoadOptions:
 
 
 def load_pair(options: dict, with_draft: bool = True) -> Pair:
-    """Load the pair that the model flags name (the target alone unless with_draft). Pair is looked up
-    on the localspec.cli package at call time, so tests can put fakes there."""
+    """Load the pair that the model flags name (the target alone unless with_draft). With no --draft
+    (flag, environment or profile), the draft is pairing.choose_draft's, named once on stderr; its
+    reason is left in options["draft_reason"] for --stats/--json. Pair is looked up on the
+    localspec.cli package at call time, so tests can put fakes there."""
     from . import Pair as load  # noqa: F401
 
-    target_path, draft_path = models.pair_files(options["target"], options["draft"])
-    return load(target_path, draft_path if with_draft else None, load_options(options))
+    target_path, draft_path, reason = draft_for(options["target"], options["draft"])
+    if not with_draft:
+        draft_path, reason = None, "none (target only)"
+    options["draft_reason"] = reason
+    pair = load(target_path, draft_path, load_options(options))
+    pair.draft_reason = reason
+    if options["draft"] is None and with_draft:
+        draft_name = draft_path.name if draft_path else "none"
+        click.echo(f"localspec: draft {draft_name}: {reason}", err=True)
+    return pair
+
+
+def draft_for(target: str | None, draft: str | None) -> tuple[Path, Path | None, str]:
+    """The target file, the draft file (None: none) and why that draft."""
+    from .. import pairing
+
+    if draft is not None:
+        target_path, draft_path = models.pair_files(target, draft)
+        return target_path, draft_path, "--draft none" if draft_path is None else "given with --draft"
+    name, paired = models.pair_names(target)
+    if paired is not None:  # a catalog pair by name: both pulled if missing, as `models pull` would
+        target_path, draft_path = models.pair_files(target, None)
+        return target_path, draft_path, f"the catalog pairs {paired} with {name}"
+    target_path = models.resolve_model(name)
+    try:
+        choice = pairing.choose_draft(target_path)
+    except USER_ERRORS as e:
+        return target_path, None, f"no draft model: could not check the installed models ({e})"
+    return target_path, choice.path, choice.reason
 
 
 def answer_length(options: dict) -> int:
