@@ -146,3 +146,70 @@ def test_a_target_without_draft_names_the_chosen_draft(fake_cli):
     assert result.exit_code == 0 and out["draft_reason"] and out["draft_reason"] in result.stderr
     off = run_json("--target", str(fake_cli.target), "--draft", "none", "-n", "4")
     assert off["draft"] is None and off["draft_reason"] == "--draft none"
+
+
+def show(*args, env=None) -> dict[str, tuple[str, str]]:
+    result = CliRunner().invoke(cli, ["config", "show", *args], env=env)
+    assert result.exit_code == 0, result.output
+    lines = [line.split(" = ", 1) for line in result.stdout.splitlines()[1:]]
+    return {name: (rest.rsplit("  (", 1)[0], rest.rsplit("  (", 1)[1].rstrip(")")) for name, rest in lines}
+
+
+def test_precedence_flag_env_config_default(tmp_path, monkeypatch):
+    config = tmp_path / "config.toml"
+    config.write_text('[defaults]\ntemperature = 0.3\nctx-size = 512\ntop-k = 5\n'
+                      '[generate]\nstop = ["\\n\\n"]\ntarget = "from-config"\n')
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    monkeypatch.delenv("LOCALSPEC_TARGET", raising=False)
+    s = show("generate", "--no-profile", "--top-k", "9")
+    assert s["temperature"] == ("0.3", "config") and s["ctx"] == ("512", "config")
+    assert s["top_k"] == ("9", "flag") and s["top_p"][1] == "default" and s["stop"] == ("('\\n\\n',)", "config")
+    s = show("generate", "--no-profile", env={"LOCALSPEC_TARGET": "from-env"})
+    assert s["target"] == ("'from-env'", "env")
+    s = show("generate", "--no-profile", "-m", "from-flag", env={"LOCALSPEC_TARGET": "from-env"})
+    assert s["target"] == ("'from-flag'", "flag")
+    assert show("chat", "--no-profile")["temperature"] == ("0.3", "config")
+
+
+def test_config_beats_the_profile(tmp_path, monkeypatch, fake_cli):
+    from localspec import profile
+
+    monkeypatch.setattr("localspec.models.installed_target", lambda target: fake_cli.target)
+    choice = type("Choice", (), {})()
+    monkeypatch.setattr(profile, "load_profile", lambda target, temperature: choice)
+
+    def merge(choice, given, explicit):
+        return {n: v for n, v in {"gamma": 2, "drafter": "model"}.items() if n not in explicit}, "profile applied"
+    monkeypatch.setattr(profile, "merge_profile", merge)
+    config = tmp_path / "config.toml"
+    config.write_text('[generate]\ngamma = 5\n')
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    s = show("generate")
+    assert s["gamma"] == ("5", "config") and s["drafter"] == ("'model'", "profile")
+    assert show("generate", "--gamma", "3")["gamma"] == ("3", "flag")
+
+
+def test_config_file_errors_are_one_line(tmp_path, monkeypatch):
+    config = tmp_path / "config.toml"
+    config.write_text('[generate]\nno-such-flag = 1\n')
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    result = invoke("generate", "hi")
+    assert result.exit_code == 1 and "no-such-flag" in result.output and len(result.output.splitlines()) == 1
+
+
+def test_environment_variables_are_in_help():
+    text = " ".join((invoke("generate", "--help").output + invoke("serve", "--help").output
+                     + invoke("--help").output).split())
+    for var in ("LOCALSPEC_TARGET", "LOCALSPEC_DRAFT", "LOCALSPEC_PROFILE", "LOCALSPEC_HOST", "LOCALSPEC_PORT",
+                "LOCALSPEC_API_KEY", "LOCALSPEC_VERBOSE", "LOCALSPEC_CONFIG"):
+        assert var in text, var
+
+
+def test_loading_line_names_models_sizes_and_places(tmp_path):
+    from localspec.cli.options import loading_line
+    from localspec.session import LoadOptions
+
+    (tmp_path / "t.gguf").write_bytes(b"x" * 2**21)
+    (tmp_path / "d.gguf").write_bytes(b"x" * 2**20)
+    line = loading_line(tmp_path / "t.gguf", tmp_path / "d.gguf", LoadOptions(ngl_target=999, ngl_draft=0))
+    assert line == "localspec: loading target t.gguf (2 MiB, GPU) + draft d.gguf (1 MiB, CPU)"

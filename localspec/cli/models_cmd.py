@@ -13,7 +13,12 @@ from .options import USER_ERRORS, user_errors
 
 @cli.group("models")
 def models_group():
-    """Models in the store: list, pull, check, convert (store: $LOCALSPEC_MODELS or ./models)."""
+    """Models in the store: list, pull, check, convert.
+
+    \b
+    LOCALSPEC_MODELS      the store (default: ./models)
+    LOCALSPEC_MODEL_DIRS  more folders to look in, separated by ':' (listed by `models list --all`)
+    """
 
 
 @models_group.command("list")

@@ -189,6 +189,7 @@ def shared(*names: str, **changes: dict):
             shown = settings.get("default") is not None  # show defaults, where there is one to show
             if "type" in settings:
                 settings["type"] = OneLine(settings["type"])
+            settings.setdefault("show_envvar", "envvar" in settings)
             fn = click.option(*decls, name, show_default=shown, **settings)(fn)
         return fn
     return decorate
@@ -197,7 +198,7 @@ def shared(*names: str, **changes: dict):
 def model_options(fn):
     """Which models to load and how, and whether the target's tune profile fills what is not given."""
     fn = click.option("--profile/--no-profile", "use_profile", default=True, show_default=True,
-                      envvar="LOCALSPEC_PROFILE", help="Take --draft/--drafter/--gamma you do not give from the "
+                      envvar="LOCALSPEC_PROFILE", show_envvar=True, help="Take --draft/--drafter/--gamma you do not give from the "
                       "target's `localspec tune` profile.")(fn)
     return tuned_defaults(shared(*MODEL_FLAGS)(fn))
 
@@ -234,12 +235,23 @@ def load_pair(options: dict, with_draft: bool = True) -> Pair:
     if not with_draft:
         draft_path, reason = None, "none (target only)"
     options["draft_reason"] = reason
+    if sys.stderr.isatty():
+        click.echo(loading_line(target_path, draft_path, load_options(options)), err=True)
     pair = load(target_path, draft_path, load_options(options))
     pair.draft_reason = reason
     if options["draft"] is None and with_draft:
         draft_name = draft_path.name if draft_path else "none"
         click.echo(f"localspec: draft {draft_name}: {reason}", err=True)
     return pair
+
+
+def loading_line(target: Path, draft: Path | None, load: LoadOptions) -> str:
+    """'loading target a.gguf (940 MiB, GPU) + draft b.gguf (380 MiB, GPU)': what loads, where."""
+    def one(role: str, path: Path, ngl: int) -> str:
+        where = "CPU" if ngl == 0 else "GPU" if ngl >= 999 else f"{ngl} layers on the GPU"
+        return f"{role} {path.name} ({path.stat().st_size / 2**20:,.0f} MiB, {where})"
+    draft_part = f" + {one('draft', draft, load.ngl_draft)}" if draft else ""
+    return f"localspec: loading {one('target', target, load.ngl_target)}{draft_part}"
 
 
 def draft_for(target: str | None, draft: str | None) -> tuple[Path, Path | None, str]:
@@ -284,8 +296,8 @@ def apply_profile(ctx: click.Context, kwargs: dict) -> None:
     environment win); with --stats, say on stderr what was applied."""
     from .. import profile
 
-    defaults = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
-    explicit = {n for n in PROFILE_FLAGS if n in kwargs and ctx.get_parameter_source(n) not in defaults}
+    # a flag, an environment variable or the config file (DEFAULT_MAP) wins over the profile
+    explicit = {n for n in PROFILE_FLAGS if n in kwargs and ctx.get_parameter_source(n) != ParameterSource.DEFAULT}
     try:
         target = models.installed_target(kwargs.get("target"))
         choice = target and profile.load_profile(target, kwargs.get("temperature", SAMPLING["temperature"]))
