@@ -213,3 +213,38 @@ def test_loading_line_names_models_sizes_and_places(tmp_path):
     (tmp_path / "d.gguf").write_bytes(b"x" * 2**20)
     line = loading_line(tmp_path / "t.gguf", tmp_path / "d.gguf", LoadOptions(ngl_target=999, ngl_draft=0))
     assert line == "localspec: loading target t.gguf (2 MiB, GPU) + draft d.gguf (1 MiB, CPU)"
+
+
+def test_nothing_prints_after_ctrl_c(capsys):
+    # was: the piece in flight when Ctrl-C arrived still printed
+    import signal
+
+    from localspec.cli.chat import chat_answer
+    from localspec.session import Reply
+    from localspec.speculative import Piece
+    from localspec.stats import GenerationStats
+
+    class Session:
+        def stop(self):
+            self.stopped = True
+
+        def send(self, text):
+            yield Piece("one ", 1, False)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # Ctrl-C while "two" is in flight
+            yield Piece("two", 2, False)
+            yield Reply("one two", "cancelled", GenerationStats(), 0, None, False, 64)
+
+    session = Session()
+    chat_answer(session, "hi", colour=False, show_stats=False)
+    out = capsys.readouterr()
+    assert session.stopped and "one " in out.out and "two" not in out.out and "[stopped]" in out.err
+
+
+def test_chat_json_prints_one_object_per_answer(fake_cli):
+    fake_cli.reply_len = 3
+    result = invoke("chat", "--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "-n", "6", "--json",
+                    input="hello\nagain\n")
+    assert result.exit_code == 0, result.output
+    answers = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert len(answers) == 2 and all(a["text"] and a["settings"]["max_tokens"] == 6 for a in answers)
+    assert answers[0]["settings"]["drafter"] == "auto" and answers[0]["stats"]["drafter"] == "hybrid"

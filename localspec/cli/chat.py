@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 
@@ -10,7 +11,8 @@ import click
 from ..session import Chat
 from ..speculative import Piece
 from . import cli
-from .options import GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, use_colour, answer_length, generation_config, load_pair, model_options, answer_options, user_errors
+from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, answer_length, answer_options, generation_config,
+                      load_pair, model_options, settings, use_colour, user_errors)
 
 
 CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
@@ -19,11 +21,13 @@ CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C s
 @cli.command()
 @model_options
 @answer_options
-@click.option("--system", help="System prompt.")
+@click.option("--system", type=Escaped(), help="System prompt.")
 @SHOW_DRAFTS
 @click.option("--stats", "show_stats", is_flag=True, help="Print the speculation stats after every answer.")
+@click.option("--json", "as_json", is_flag=True, help="Print each answer as one JSON line (text, settings, stats) "
+              "instead of streaming it.")
 @user_errors
-def chat(system, show_drafts, show_stats, **options):
+def chat(system, show_drafts, show_stats, as_json, **options):
     """Chat in the terminal, with the model's own chat template; answers stream as they come.
 
     Each turn reuses what both KV caches already hold of the conversation. Without -n, an answer runs
@@ -42,12 +46,14 @@ def chat(system, show_drafts, show_stats, **options):
         click.echo(f"localspec chat: {pair.target_model.path.name} + {draft_name}. {CHAT_HELP}", err=True)
         if colour:
             click.echo(f"{GREEN}green{PLAIN}: tokens the draft guessed and the target accepted", err=True)
-        chat_loop(session, colour, show_stats)
+        shown = {**settings(config, options["draft_reason"]), "draft": str(pair.draft_model.path)
+                 if pair.draft_model else None} if as_json else None
+        chat_loop(session, colour and not as_json, show_stats, shown)
     finally:
         pair.close()
 
 
-def chat_loop(session, colour: bool, show_stats: bool) -> None:
+def chat_loop(session, colour: bool, show_stats: bool, as_json: dict | None = None) -> None:
     """Read a line; run it as a /command or answer it; until /exit or the end of input."""
     interactive = sys.stdin.isatty()
     if interactive:
@@ -69,7 +75,7 @@ def chat_loop(session, colour: bool, show_stats: bool) -> None:
             except USER_ERRORS as e:
                 click.echo(f"Error: {e}", err=True)
         elif line:
-            chat_answer(session, line, colour, show_stats)
+            chat_answer(session, line, colour, show_stats, as_json)
 
 
 def chat_command(session, line: str) -> bool:
@@ -101,8 +107,9 @@ def chat_command(session, line: str) -> bool:
     return True
 
 
-def chat_answer(session, text: str, colour: bool, show_stats: bool) -> None:
-    """Stream the answer to one message. Ctrl-C stops it; an error is one line and the chat goes on."""
+def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: dict | None = None) -> None:
+    """Stream the answer to one message (with as_json, the settings to echo: one JSON line once it is
+    done). Ctrl-C stops it; an error is one line and the chat goes on."""
     stopped = []  # Ctrl-C pressed: print nothing more of this answer
 
     def on_interrupt(*_):
@@ -113,7 +120,7 @@ def chat_answer(session, text: str, colour: bool, show_stats: bool) -> None:
     reply = None
     try:
         for item in session.send(text):
-            if isinstance(item, Piece) and stopped:
+            if isinstance(item, Piece) and (stopped or as_json is not None):
                 continue
             if isinstance(item, Piece):
                 sys.stdout.write(f"{GREEN}{item.text}{PLAIN}" if colour and item.from_draft else item.text)
@@ -125,7 +132,11 @@ def chat_answer(session, text: str, colour: bool, show_stats: bool) -> None:
         return
     finally:
         signal.signal(signal.SIGINT, previous)
-    click.echo()
+    if as_json is None:
+        click.echo()
+    else:
+        click.echo(json.dumps({"text": reply.text, "finish_reason": reply.finish_reason, "settings": as_json,
+                               "stats": reply.stats.to_dict()}))
     if reply.finish_reason == "cancelled":
         click.echo("[stopped]", err=True)
     elif reply.context_full:

@@ -153,11 +153,15 @@ def flag(*decls: str, **settings) -> tuple[tuple[str, ...], dict]:
 # on every command that has it; keyed by the parameter name the command receives.
 FLAGS = {
     "target": flag("-m", "--target", "--model", envvar="LOCALSPEC_TARGET",
-                   help="Target: catalog name or .gguf path (default: the default pair's)."),
-    "draft": flag("-d", "--draft", "-md", "--model-draft", envvar="LOCALSPEC_DRAFT", help="Draft: catalog name, .gguf path, or 'none'."),
-    "ngl_target": flag("-ngl", "--ngl-target", "--n-gpu-layers", type=int, default=LOAD["ngl_target"], help="Target layers on the GPU."),
-    "ngl_draft": flag("-ngld", "--ngl-draft", "--n-gpu-layers-draft", type=int, default=LOAD["ngl_draft"], help="Draft layers on the GPU."),
-    "threads": flag("-t", "--threads", type=int, default=LOAD["threads"], help="CPU threads (default: all cores, at most 8)."),
+                   help="Target: a model name (`models list --all`) or .gguf path (default: the default pair's)."),
+    "draft": flag("-d", "--draft", "-md", "--model-draft", envvar="LOCALSPEC_DRAFT",
+                  help="Draft: a model name, .gguf path, or 'none' (default: chosen for the target, named on stderr)."),
+    "ngl_target": flag("-ngl", "--ngl-target", "--n-gpu-layers", type=int, default=LOAD["ngl_target"],
+                       help="Target layers on the GPU."),
+    "ngl_draft": flag("-ngld", "--ngl-draft", "--n-gpu-layers-draft", type=int, default=LOAD["ngl_draft"],
+                      help="Draft layers on the GPU."),
+    "threads": flag("-t", "--threads", type=int, default=LOAD["threads"],
+                    help="CPU threads (default: all cores, at most 8)."),
     "ctx": flag("-c", "--ctx", "--ctx-size", type=int, default=LOAD["n_ctx"], help="Context size in tokens."),
     "gamma": flag("-g", "--gamma", "--draft-max", type=AutoOr(int, "auto|N", "a whole number"), default="auto",
                   help="Draft tokens per step: auto (cost model), or N (0: no speculation)."),
@@ -198,8 +202,8 @@ def shared(*names: str, **changes: dict):
 def model_options(fn):
     """Which models to load and how, and whether the target's tune profile fills what is not given."""
     fn = click.option("--profile/--no-profile", "use_profile", default=True, show_default=True,
-                      envvar="LOCALSPEC_PROFILE", show_envvar=True, help="Take --draft/--drafter/--gamma you do not give from the "
-                      "target's `localspec tune` profile.")(fn)
+                      envvar="LOCALSPEC_PROFILE", show_envvar=True, help="Take --draft/--drafter/--gamma you do "
+                      "not give from the target's `localspec tune` profile.")(fn)
     return tuned_defaults(shared(*MODEL_FLAGS)(fn))
 
 

@@ -63,6 +63,7 @@ def default_map(group: click.Group, path: Path) -> dict:
                 if param is not None:
                     values[param] = value
                 elif table == name:
-                    raise click.ClickException(f"{path}: [{name}] has no setting {key!r}; see `localspec {name} --help`")
+                    raise click.ClickException(f"{path}: [{name}] has no setting {key!r}; "
+                                               f"see `localspec {name} --help`")
         out[name] = values
     return out
