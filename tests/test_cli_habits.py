@@ -248,3 +248,25 @@ def test_chat_json_prints_one_object_per_answer(fake_cli):
     answers = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     assert len(answers) == 2 and all(a["text"] and a["settings"]["max_tokens"] == 6 for a in answers)
     assert answers[0]["settings"]["drafter"] == "auto" and answers[0]["stats"]["drafter"] == "hybrid"
+
+
+def test_library_chat_alpha_is_none_on_every_turn_without_drafts(fake_cli, tmp_path):
+    from localspec.config import GenerationConfig
+    from localspec.session import Chat, LoadOptions
+
+    fake_cli.reply_len = 4
+    pair = fake_cli.load(fake_cli.target, fake_cli.draft, LoadOptions(n_ctx=256))
+    chat = Chat(pair, GenerationConfig(max_tokens=6, gamma=0))
+    alphas = [list(chat.send(q))[-1].stats.alpha for q in ("one", "two", "three")]
+    assert alphas == [None, None, None]
+    drafted = list(chat.send("four", GenerationConfig(max_tokens=6, gamma=2, drafter="model", p_min=0)))[-1]
+    assert isinstance(drafted.stats.alpha, float)
+    saved = chat.save(tmp_path / "c.json")
+    again = Chat(pair, GenerationConfig(max_tokens=6))
+    assert again.load(saved) == len(chat.messages) and again.messages == chat.messages
+
+
+@pytest.mark.parametrize("command", ["chat", "tune"])
+def test_every_json_command_reports_errors_as_json(command):
+    result = invoke(command, "--gamma" if command == "chat" else "--p-min", "abc", "--json")
+    assert result.exit_code == 1 and "abc" in json.loads(result.stdout)["error"]["message"]

@@ -11,14 +11,14 @@ import click
 from ..session import Chat
 from ..speculative import Piece
 from . import cli
-from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, answer_length, answer_options, generation_config,
-                      load_pair, model_options, settings, use_colour, user_errors)
+from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, JsonErrors, answer_length, answer_options,
+                      generation_config, load_pair, model_options, settings, use_colour, user_errors)
 
 
 CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
 
 
-@cli.command()
+@cli.command(cls=JsonErrors)
 @model_options
 @answer_options
 @click.option("--system", type=Escaped(), help="System prompt.")
