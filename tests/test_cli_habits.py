@@ -270,3 +270,18 @@ def test_library_chat_alpha_is_none_on_every_turn_without_drafts(fake_cli, tmp_p
 def test_every_json_command_reports_errors_as_json(command):
     result = invoke(command, "--gamma" if command == "chat" else "--p-min", "abc", "--json")
     assert result.exit_code == 1 and "abc" in json.loads(result.stdout)["error"]["message"]
+
+
+def test_serve_stats_prints_each_requests_stats(fake_cli, monkeypatch):
+    from localspec import server
+
+    seen = {}
+
+    def fake_serve(pair, defaults, host, port, api_key, max_queue, log):
+        seen["replies"] = list(pair.stream(pair.prompt_tokens("hi", False), defaults))
+
+    monkeypatch.setattr(server, "serve", fake_serve)
+    result = invoke("serve", "--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "-n", "4", "--stats")
+    assert result.exit_code == 0, result.output
+    assert seen["replies"] and "tokens: 4 generated" in result.stderr
+    assert "--stats" in invoke("serve", "--help").output

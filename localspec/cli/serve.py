@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..session import Reply
 from . import cli
 from .options import answer_length, generation_config, load_pair, model_options, answer_options, user_errors
 
@@ -19,8 +20,9 @@ from .options import answer_length, generation_config, load_pair, model_options,
               help="Require 'Authorization: Bearer KEY' on every request.")
 @click.option("--max-queue", type=click.IntRange(0), default=8, show_default=True,
               help="Requests that may wait while one generates; more are answered 503.")
+@click.option("--stats", "show_stats", is_flag=True, help="Print each request's speculation stats on stderr.")
 @user_errors
-def serve(host, port, api_key, max_queue, **options):
+def serve(host, port, api_key, max_queue, show_stats, **options):
     """Serve the pair over an OpenAI-compatible HTTP API (FastAPI + uvicorn).
 
     /v1/chat/completions and /v1/completions (streamed as server-sent events with "stream": true),
@@ -33,7 +35,19 @@ def serve(host, port, api_key, max_queue, **options):
 
     defaults = generation_config(options, max_tokens=answer_length(options))
     pair = load_pair(options)
+    if show_stats:
+        pair.stream = logging_replies(pair.stream)
     try:
         run_server(pair, defaults, host, port, api_key, max_queue, log=lambda s: click.echo(s, err=True))
     finally:
         pair.close()
+
+
+def logging_replies(stream):
+    """pair.stream that also prints each finished request's stats on stderr (serve --stats)."""
+    def logged(*args, **kwargs):
+        for item in stream(*args, **kwargs):
+            if isinstance(item, Reply):
+                click.echo(item.summary(), err=True)
+            yield item
+    return logged
