@@ -267,6 +267,19 @@ class Chat:
         """Forget the conversation (the system prompt stays; cached tokens are reused where they match)."""
         self.messages, self.replies = [], []
 
+    def load(self, path: str | Path) -> int:
+        """Resume a conversation that save() wrote: its messages (and system prompt) replace this one's;
+        the caches are rebuilt from them on the next send(). Return the number of messages."""
+        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+        raw = data.get("messages") if isinstance(data, dict) else None
+        if not isinstance(raw, list):
+            raise GenerationError(f"{path} is not a conversation that /save wrote (no 'messages' list)")
+        messages = check_messages(raw)
+        if messages and messages[0]["role"] == "system":
+            self.system, messages = messages[0]["content"], messages[1:]
+        self.messages, self.replies = messages, []
+        return len(messages)
+
     def save(self, path: str | Path) -> Path:
         """Write the conversation and per-turn stats to a JSON file; return its path."""
         path = Path(path).expanduser()

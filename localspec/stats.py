@@ -96,18 +96,30 @@ class GenerationStats:
         """Acceptance rate per draft position (conditional on the position being drafted)."""
         return self.positions.alpha_at()
 
+    @property
+    def drafter_flag(self) -> str:
+        """The drafter as --drafter names it: model, ngram, hybrid (both sources), or none (target only)."""
+        return "hybrid" if "+" in self.drafter else self.drafter
+
+    @property
+    def gamma_value(self) -> str | int:
+        """Gamma as --gamma takes it: "auto" or a whole number."""
+        return self.gamma_mode if self.gamma_mode == "auto" else int(self.gamma_mode)
+
     def to_dict(self) -> dict:
         """A JSON-ready summary."""
         return {
             "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated,
             "reused_tokens": self.reused_tokens, "finish_reason": self.finish_reason,
-            "drafter": self.drafter, "gamma": self.gamma_mode, "warm_start": self.warm_start,
+            "drafter": self.drafter_flag, "sources": [n for n in self.drafter.split("+") if n != "none"],
+            "gamma": self.gamma_value, "warm_start": self.warm_start,
             "by_drafter": {k: {"drafted": d, "accepted": a} for k, (d, a) in self.by_drafter.items()},
             "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
             "alpha_per_position": self.alpha_at(), "tokens_per_s": self.tokens_per_s,
             "time_s": {"prefill": self.prefill_s, "draft": self.draft_s, "verify": self.verify_s,
-                       "controller": self.controller_s, "total": self.total_s},
+                       "controller": self.controller_s, "decode": self.total_s,
+                       "total": self.prefill_s + self.total_s},  # total = prefill + decode
         }
 
     def summary(self) -> str:
@@ -119,10 +131,11 @@ class GenerationStats:
             f"tokens: {self.generated} generated, {self.prompt_tokens} prompt "
             f"({self.reused_tokens} reused); finish: {self.finish_reason}",
             f"speed: {self.tokens_per_s:.1f} tok/s over {self.total_s:.2f} s (prefill {self.prefill_s:.2f} s)",
-            f"speculation ({self.drafter} drafter, gamma {self.gamma_mode}, "
-            f"{'warm start' if self.warm_start else 'cold start'}): {self.steps} steps, "
+            ("drafter: none (target only)" if self.drafter == "none" else
+             f"speculation ({self.drafter_flag} drafter, gamma {self.gamma_mode}, "
+             f"{'warm start' if self.warm_start else 'cold start'}): {self.steps} steps, "
             f"{self.drafted} drafted, {self.accepted} accepted, "
-            f"alpha {alpha}, mean accepted length {self.mean_accepted_length:.2f}",
+            f"alpha {alpha}, mean accepted length {self.mean_accepted_length:.2f}"),
             f"alpha per draft position: {per_pos}",
             "by drafter: " + (", ".join(f"{k} {a}/{d}" for k, (d, a) in self.by_drafter.items()) or "n/a"),
             f"time split: draft {100 * self.draft_s / t:.0f}%, verify {100 * self.verify_s / t:.0f}%, "

@@ -125,7 +125,9 @@ def test_shared_defaults_come_from_the_config_objects():
     for command in COMMANDS:
         params = parse(command, [])
         assert {n: params[n] for n in expected if n in params} == {n: v for n, v in expected.items() if n in params}
-        assert (params["max_tokens"], params["seed"]) == ((64, 1) if command == "tune" else (config.max_tokens, None))
+        # chat and serve answer until the end (answer_length) unless -n is given
+        length = {"tune": 64, "chat": None, "serve": None}.get(command, config.max_tokens)
+        assert (params["max_tokens"], params["seed"]) == (length, 1 if command == "tune" else None)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -133,7 +135,9 @@ def test_p_min_is_auto_or_a_number_everywhere(command):
     assert parse(command, ["--p-min", "auto"])["p_min"] is None
     assert parse(command, ["--p-min", "0"])["p_min"] == 0.0
     result = invoke(command, "--p-min", "often")
-    assert result.exit_code == 2 and "'often' is not 'auto' or a number in [0, 1)" in result.output
+    # a bad value is one line and exit code 1 (issue 16), not click's usage and exit code 2
+    assert result.exit_code == 1 and "'often' is not 'auto' or a number in [0, 1)" in result.output
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_tune_p_min_auto_replays_fixed_gamma_with_the_fallback(monkeypatch, smol_path):

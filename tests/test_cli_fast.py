@@ -43,9 +43,9 @@ def test_generate_json_reports_text_and_stats(args, fake_cli):
     stats = out["stats"]
     assert out["text"] and stats["generated_tokens"] == 24 and stats["finish_reason"] == "length"
     assert out["target"] == str(fake_cli.target) and out["draft"] == str(fake_cli.draft)
-    assert stats["drafted"] > 0 and 0 <= stats["alpha"] <= 1 and stats["gamma"] == "4"
+    assert stats["drafted"] > 0 and 0 <= stats["alpha"] <= 1 and stats["gamma"] == 4
     assert stats["mean_accepted_length"] == pytest.approx(1 + stats["accepted"] / stats["steps"])
-    assert set(stats["time_s"]) == {"prefill", "draft", "verify", "controller", "total"}
+    assert set(stats["time_s"]) == {"prefill", "draft", "verify", "controller", "decode", "total"}
     assert fake_cli.loaded[0].target_ctx.n_ctx == 256 and fake_cli.loaded[0].target_ctx.closed
 
 

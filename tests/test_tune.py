@@ -337,10 +337,10 @@ def test_generate_applies_the_profile_unless_told_otherwise(store_pair):
     profile.save_profile(target, profile.Choice("model", draft, 2, temperature=0.0, tokens_per_s=9.0,
                                              target_only_tokens_per_s=6.0))
     out, err = generate_json(target, "--stats")
-    assert out["draft"] == str(draft) and out["stats"]["drafter"] == "model" and out["stats"]["gamma"] == "2"
+    assert out["draft"] == str(draft) and out["stats"]["drafter"] == "model" and out["stats"]["gamma"] == 2
     assert "profile: drafter model, draft draft.gguf, gamma 2 (tuned at T=0: 9.0 tok/s, 1.50x target-only" in err
     out, err = generate_json(target, "--gamma", 1, "--stats")  # an explicit flag wins, the rest still applies
-    assert out["stats"]["gamma"] == "1" and out["stats"]["drafter"] == "model" and "your --gamma kept" in err
+    assert out["stats"]["gamma"] == 1 and out["stats"]["drafter"] == "model" and "your --gamma kept" in err
     out, _ = generate_json(target, "--drafter", "ngram")  # a different drafter: the profile stands aside
     assert out["draft"] is None and out["stats"]["drafter"] == "ngram" and out["stats"]["gamma"] == "auto"
     out, _ = generate_json(target, "--no-profile")
@@ -358,7 +358,7 @@ def test_a_hybrid_auto_profile_loads_its_draft(store_pair):
     profile.save_profile(target, profile.Choice("hybrid", draft, None, temperature=0.0))
     assert profile.load_profile(target, 0).gamma is None
     out, err = generate_json(target, "--stats")
-    assert out["draft"] == str(draft) and out["stats"]["drafter"] == "ngram+model" and out["stats"]["gamma"] == "auto"
+    assert out["draft"] == str(draft) and out["stats"]["drafter"] == "hybrid" and out["stats"]["gamma"] == "auto"
     assert "profile: drafter hybrid, draft draft.gguf, gamma auto" in err
 
 

@@ -1,0 +1,44 @@
+"""The command line: `localspec generate|chat|serve|tune|models ...`. The only package that imports click.
+
+The group is here; each command lives in its own module, the flags they share in options.py.
+`Pair` is looked up here when a command loads models, so tests can replace it with fakes."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from ..session import Pair  # noqa: F401  (options.load_pair loads through this name)
+
+
+@click.group()
+@click.version_option(package_name="localspec")
+@click.option("--verbose", is_flag=True, envvar="LOCALSPEC_VERBOSE", show_envvar=True,
+              help="Show llama.cpp's own log on stderr (model loading, backends).")
+@click.pass_context
+def cli(ctx, verbose):
+    """Exact speculative decoding for local GGUF models.
+
+    A small draft model guesses, the target verifies every guess in one batch, and the p/q rule
+    keeps the output exactly the target's. Example:
+
+        localspec generate "Write a Python function that reverses a string" --stats
+
+    Defaults for any flag can live in ~/.config/localspec/config.toml ($LOCALSPEC_CONFIG): a
+    [defaults] table and one per command; `localspec config show` says where each setting comes from.
+    Precedence: flag > environment variable > config file > tune profile > built-in default.
+    """
+    if verbose:
+        os.environ["LOCALSPEC_VERBOSE"] = "1"  # read by llama.py when it loads a model
+    if ctx.invoked_subcommand in COMMANDS:
+        ctx.default_map = default_map(cli, config_path())
+
+
+from . import chat, config_cmd, generate, models_cmd, serve, tune  # noqa: E402,F401  (each registers its commands)
+from .settings_file import COMMANDS, config_path, default_map  # noqa: E402
+from .options import generation_config, load_options  # noqa: E402,F401
+
+
+def main():
+    cli(prog_name="localspec")

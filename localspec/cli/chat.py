@@ -1,0 +1,148 @@
+"""`localspec chat`: a conversation in the terminal."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+import click
+
+from ..session import Chat
+from ..speculative import Piece
+from . import cli
+from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, JsonErrors, answer_length, answer_options,
+                      generation_config, load_pair, model_options, settings, use_colour, user_errors)
+
+
+CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
+
+
+@cli.command(cls=JsonErrors)
+@model_options
+@answer_options
+@click.option("--system", type=Escaped(), help="System prompt.")
+@SHOW_DRAFTS
+@click.option("--stats", "show_stats", is_flag=True, help="Print the speculation stats after every answer.")
+@click.option("--json", "as_json", is_flag=True, help="Print each answer as one JSON line (text, settings, stats) "
+              "instead of streaming it.")
+@user_errors
+def chat(system, show_drafts, show_stats, as_json, **options):
+    """Chat in the terminal, with the model's own chat template; answers stream as they come.
+
+    Each turn reuses what both KV caches already hold of the conversation. Without -n, an answer runs
+    until it ends or fills the context. Commands: /stats, /reset, /save FILE, /load FILE, /exit (or Ctrl-D).
+    Ctrl-C stops the answer being written.
+
+    Example: localspec chat --system "You are a terse Python expert" --temperature 0.3
+    """
+    config = generation_config(options, max_tokens=answer_length(options))
+    pair = load_pair(options)
+    try:
+        session = Chat(pair, config, system)
+        session.prompt([{"role": "user", "content": "hi"}])  # no chat template: a one-line error, now
+        colour = use_colour(show_drafts)
+        draft_name = pair.draft_model.path.name if pair.draft_model else "no draft"
+        click.echo(f"localspec chat: {pair.target_model.path.name} + {draft_name}. {CHAT_HELP}", err=True)
+        if colour:
+            click.echo(f"{GREEN}green{PLAIN}: tokens the draft guessed and the target accepted", err=True)
+        shown = {**settings(config, options["draft_reason"]), "draft": str(pair.draft_model.path)
+                 if pair.draft_model else None} if as_json else None
+        chat_loop(session, colour and not as_json, show_stats, shown)
+    finally:
+        pair.close()
+
+
+def chat_loop(session, colour: bool, show_stats: bool, as_json: dict | None = None) -> None:
+    """Read a line; run it as a /command or answer it; until /exit or the end of input."""
+    interactive = sys.stdin.isatty()
+    if interactive:
+        import readline  # noqa: F401  (line editing and history for input())
+    while True:
+        try:
+            line = input("> " if interactive else "").strip()
+        except EOFError:
+            if interactive:
+                click.echo()
+            return
+        except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh line, as in Python's REPL
+            click.echo()
+            continue
+        if line.startswith("/"):
+            try:
+                if not chat_command(session, line):
+                    return
+            except USER_ERRORS as e:
+                click.echo(f"Error: {e}", err=True)
+        elif line:
+            chat_answer(session, line, colour, show_stats, as_json)
+
+
+def chat_command(session, line: str) -> bool:
+    """Run one /command; False means leave."""
+    cmd, _, arg = line.partition(" ")
+    if cmd in ("/exit", "/quit"):
+        return False
+    if cmd == "/stats":
+        click.echo(session.replies[-1].summary() if session.replies else "no answers yet")
+        n_ctx = session.pair.target_ctx.n_ctx
+        used = len(session.prompt()) if session.messages else 0  # some templates reject an empty chat
+        click.echo(f"conversation: {len(session.messages)} messages, {used} of {n_ctx} tokens")
+    elif cmd == "/reset":
+        session.reset()
+        click.echo("conversation cleared")
+    elif cmd == "/save" and arg.strip():
+        try:
+            click.echo(f"saved {len(session.messages)} messages to {session.save(arg.strip())}")
+        except OSError as e:
+            click.echo(f"Error: could not save to {arg.strip()}: {e.strerror}", err=True)
+    elif cmd == "/save":
+        click.echo("usage: /save FILE")
+    elif cmd == "/load" and arg.strip():
+        click.echo(f"loaded {session.load(arg.strip())} messages from {arg.strip()}")
+    elif cmd == "/load":
+        click.echo("usage: /load FILE (a conversation /save wrote)")
+    else:
+        click.echo(CHAT_HELP if cmd == "/help" else f"unknown command {cmd}; {CHAT_HELP}")
+    return True
+
+
+def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: dict | None = None) -> None:
+    """Stream the answer to one message (with as_json, the settings to echo: one JSON line once it is
+    done). Ctrl-C stops it; an error is one line and the chat goes on."""
+    stopped = []  # Ctrl-C pressed: print nothing more of this answer
+
+    def on_interrupt(*_):
+        stopped.append(True)
+        session.stop()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    reply = None
+    try:
+        for item in session.send(text):
+            if isinstance(item, Piece) and (stopped or as_json is not None):
+                continue
+            if isinstance(item, Piece):
+                sys.stdout.write(f"{GREEN}{item.text}{PLAIN}" if colour and item.from_draft else item.text)
+                sys.stdout.flush()
+            else:
+                reply = item
+    except USER_ERRORS as e:
+        click.echo(f"Error: {e}", err=True)
+        return
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if as_json is None:
+        click.echo()
+    else:
+        click.echo(json.dumps({"text": reply.text, "finish_reason": reply.finish_reason, "settings": as_json,
+                               "stats": reply.stats.to_dict()}))
+    if reply.finish_reason == "cancelled":
+        click.echo("[stopped]", err=True)
+    elif reply.context_full:
+        click.echo(f"[context full: the conversation fills all {reply.n_ctx} tokens; nothing was dropped. "
+                   "/save FILE, then /reset, or restart with a larger --ctx]", err=True)
+    elif reply.finish_reason == "length":
+        click.echo(f"[cut at --max-tokens {reply.stats.generated}]", err=True)
+    if show_stats:
+        click.echo(reply.summary(), err=True)

@@ -1,0 +1,47 @@
+"""`localspec config show`: the settings a command would run with, and where each came from."""
+
+from __future__ import annotations
+
+import click
+from click.core import ParameterSource
+
+from . import cli
+from .options import user_errors
+from .settings_file import COMMANDS, config_path, default_map
+
+SOURCES = {ParameterSource.COMMANDLINE: "flag", ParameterSource.ENVIRONMENT: "env",
+           ParameterSource.DEFAULT_MAP: "config", ParameterSource.DEFAULT: "default"}
+
+
+@cli.group("config")
+def config_group():
+    """The config file (~/.config/localspec/config.toml, or $LOCALSPEC_CONFIG)."""
+
+
+@config_group.command("show", context_settings={"ignore_unknown_options": True})
+@click.argument("command", type=click.Choice(COMMANDS), default="generate")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@user_errors
+def config_show(command, args):
+    """Print COMMAND's effective settings (default: generate) and where each came from: flag, env,
+    config, profile or default. Flags after COMMAND are taken as that command would take them.
+
+    Example: localspec config show chat --temp 0.3
+    """
+    from .options import apply_profile
+
+    path = config_path()
+    click.echo(f"config file: {path}" + ("" if path.is_file() else " (none)"))
+    cmd = cli.commands[command]
+    parent = click.get_current_context().find_root()
+    parent.default_map = default_map(cli, path)
+    ctx = cmd.make_context(command, list(args), parent=parent, resilient_parsing=True)
+    values = dict(ctx.params)
+    sources = {name: SOURCES.get(ctx.get_parameter_source(name), "default") for name in values}
+    if "use_profile" in values and values.pop("use_profile"):
+        before = dict(values)
+        with ctx:
+            apply_profile(ctx, values)
+        sources.update({n: "profile" for n in values if values[n] != before.get(n)})
+    for name, value in values.items():
+        click.echo(f"{name} = {value!r}  ({sources[name]})")

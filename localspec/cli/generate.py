@@ -1,0 +1,72 @@
+"""`localspec generate`: one prompt, streamed to stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..session import Pair, Reply
+from . import cli
+from .options import (GREEN, PLAIN, SHOW_DRAFTS, Escaped, JsonErrors, generation_config, load_pair, model_options,
+                      sampling_options, settings, unescape, use_colour, user_errors)
+
+
+@cli.command(cls=JsonErrors)
+@click.argument("prompt", required=False)
+@model_options
+@sampling_options
+@click.option("--target-only", is_flag=True, help="Plain decoding with the target alone (same code path, gamma 0).")
+@click.option("--chat/--raw", default=None, help="Apply the GGUF's chat template (default for instruct models).")
+@click.option("--system", type=Escaped(), help="System prompt (with --chat).")
+@SHOW_DRAFTS
+@click.option("--stats", "show_stats", is_flag=True, help="Print a summary of speculation and timing on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the text and the stats.")
+@user_errors
+def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json, **options):
+    r"""Generate a continuation of PROMPT (or of stdin) and stream it to stdout. In PROMPT, --system
+    and --stop, \n, \t and \\ are a newline, a tab and a backslash (as in llama-cli).
+
+    Example: localspec generate "def fib(n):" --raw --temperature 0 --stats
+    """
+    if prompt is None or prompt == "-":
+        if sys.stdin.isatty():
+            click.echo("localspec: reading the prompt from stdin; end it with Ctrl-D", err=True)
+        prompt = sys.stdin.read()
+    else:
+        prompt = unescape(prompt)
+    config = generation_config(options, gamma=0) if target_only else generation_config(options)
+    pair = load_pair(options, with_draft=not target_only)
+    try:
+        use_chat = pair.is_instruct() if chat is None else chat
+        tokens = pair.prompt_tokens(prompt, use_chat, system)
+        reply = stream_reply(pair.stream(tokens, config), echo=not as_json, colour=use_colour(show_drafts))
+        report(pair, reply, settings(config, options["draft_reason"]) if as_json else None, show_stats)
+    finally:
+        pair.close()
+
+
+def stream_reply(items, echo: bool, colour: bool = False) -> Reply:
+    """Print the pieces as they come (when echo; accepted draft tokens green when colour); return the
+    Reply that ends the stream."""
+    for item in items:
+        if isinstance(item, Reply):
+            sys.stdout.write("\n" if echo else "")
+            return item
+        if echo:
+            sys.stdout.write(f"{GREEN}{item.text}{PLAIN}" if colour and item.from_draft else item.text)
+            sys.stdout.flush()
+
+
+def report(pair: Pair, reply: Reply, as_json: dict | None, show_stats: bool) -> None:
+    """--json (as_json: the settings to echo) and --stats output."""
+    if as_json is not None:
+        info = {"target": str(pair.target_model.path),
+                "draft": str(pair.draft_model.path) if pair.draft_model else None,
+                "draft_reason": as_json.pop("draft_reason")}
+        click.echo(json.dumps({"text": reply.text, **info, "settings": as_json,
+                                "stats": reply.stats.to_dict()}))
+    if show_stats:
+        draft = pair.draft_model.path.name if pair.draft_model else "none"
+        click.echo(f"{reply.stats.summary()}\ndraft: {draft} ({pair.draft_reason})", err=True)

@@ -1,0 +1,317 @@
+"""The flags generate, chat, serve and tune share (one FLAGS table), their converters, and how the
+commands turn them into a GenerationConfig, LoadOptions and a loaded Pair."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from .. import models
+from ..config import DRAFTERS, GenerationConfig, GenerationError
+from ..llama import LlamaError
+from ..sampling import SamplingParams
+from ..session import LoadOptions, Pair
+
+USER_ERRORS = (models.ModelError, LlamaError, GenerationError, ValueError, OSError)
+
+
+def user_errors(fn):
+    """Turn localspec's one-line errors into click errors: a message and exit code 1, no traceback."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as e:
+            error = click.ClickException(str(e))
+            error.kind = type(e).__name__
+            raise error from None
+    return wrapper
+
+
+class JsonError(click.ClickException):
+    """An error as --json prints it, on stdout: {"error": {"message": ..., "type": ...}}; exit code 1."""
+
+    def __init__(self, error: click.ClickException):
+        super().__init__(error.format_message())
+        self.kind = getattr(error, "kind", "UsageError" if isinstance(error, click.UsageError) else "Error")
+
+    def show(self, file=None) -> None:
+        click.echo(json.dumps({"error": {"message": self.message, "type": self.kind}}))
+
+
+class JsonErrors(click.Command):
+    """A command with --json: its errors, bad flags included, are JSON too."""
+
+    def parse_args(self, ctx, args):
+        wants_json = "--json" in args
+        try:
+            return super().parse_args(ctx, args)
+        except click.ClickException as e:
+            raise (JsonError(e) if wants_json else e) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as e:
+            raise (JsonError(e) if ctx.params.get("as_json") else e) from None
+
+
+def use_colour(show_drafts: bool | None) -> bool:
+    """--show-drafts as given, else on when stdout is a colour terminal (no NO_COLOR, TERM not dumb)."""
+    colour_terminal = os.environ.get("TERM", "") != "dumb" and "NO_COLOR" not in os.environ
+    return sys.stdout.isatty() and (colour_terminal if show_drafts is None else show_drafts)
+
+
+SHOW_DRAFTS = click.option("--show-drafts/--no-show-drafts", default=None, help="Print accepted draft tokens in green "
+                           "(default: on when stdout is a colour terminal).")
+GREEN, PLAIN = "\x1b[32m", "\x1b[0m"
+
+
+def settings(config: GenerationConfig, draft_reason: str) -> dict:
+    """The settings a generation ran with, as --json echoes them (gamma 'auto' or N; drafter as --drafter
+    names it, 'none' for the target alone)."""
+    return {**dataclasses.asdict(config.sampling), "gamma": "auto" if config.gamma is None else config.gamma,
+            "drafter": "none" if config.gamma == 0 else config.drafter,
+            "p_min": "auto" if config.p_min is None else config.p_min, "max_tokens": config.max_tokens,
+            "seed": config.seed, "stop": list(config.stop), "draft_reason": draft_reason}
+
+
+class AutoOr(click.ParamType):
+    """'auto' (None: decided each step from measured costs) or a number: --gamma N, --p-min P."""
+
+    def __init__(self, number: type, name: str, what: str):
+        self.number, self.name, self.what = number, name, what
+
+    def convert(self, value, param, ctx):
+        if value is None or str(value).lower() == "auto":
+            return None
+        try:
+            return self.number(value)
+        except ValueError:
+            self.fail(f"{value!r} is not 'auto' or {self.what}", param, ctx)
+
+
+class OneLine(click.ParamType):
+    """Wraps a flag's type so a bad value is one 'Error:' line and exit code 1 (click's own is three
+    lines of usage and exit code 2)."""
+
+    def __init__(self, inner):
+        self.inner = click.types.convert_type(inner)
+        self.name = self.inner.name
+
+    def convert(self, value, param, ctx):
+        try:
+            return self.inner.convert(value, param, ctx)
+        except click.BadParameter as e:
+            raise click.ClickException(f"{e.format_message()}; see --help") from None
+
+    def shell_complete(self, ctx, param, incomplete):
+        return self.inner.shell_complete(ctx, param, incomplete)
+
+    def get_metavar(self, param, *args, **kwargs):
+        return self.inner.get_metavar(param, *args, **kwargs)
+
+
+ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def unescape(text: str | None) -> str | None:
+    r"""Turn \n, \t and \\ into a newline, a tab and a backslash, as llama-cli does for its prompt
+    and --stop; other backslashes stay as they are."""
+    if text is None:
+        return None
+    return re.sub(r"\\(.)", lambda m: ESCAPES.get(m[1], m[0]), text)
+
+
+class Escaped(click.ParamType):
+    r"""A string from the command line with \n, \t and \\ escapes understood."""
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        return unescape(value)
+
+
+# The flags take their defaults from the field defaults of the objects they build.
+SAMPLING, LOAD, GENERATION = ({f.name: f.default for f in dataclasses.fields(cls)}
+                              for cls in (SamplingParams, LoadOptions, GenerationConfig))
+
+
+def flag(*decls: str, **settings) -> tuple[tuple[str, ...], dict]:
+    """One FLAGS entry: click.option's declarations and settings."""
+    return decls, settings
+
+
+# The flags commands share, declared once each (names, type, default) so that a flag parses the same
+# on every command that has it; keyed by the parameter name the command receives.
+FLAGS = {
+    "target": flag("-m", "--target", "--model", envvar="LOCALSPEC_TARGET",
+                   help="Target: a model name (`models list --all`) or .gguf path (default: the default pair's)."),
+    "draft": flag("-d", "--draft", "-md", "--model-draft", envvar="LOCALSPEC_DRAFT",
+                  help="Draft: a model name, .gguf path, or 'none' (default: chosen for the target, named on stderr)."),
+    "ngl_target": flag("-ngl", "--ngl-target", "--n-gpu-layers", type=int, default=LOAD["ngl_target"],
+                       help="Target layers on the GPU."),
+    "ngl_draft": flag("-ngld", "--ngl-draft", "--n-gpu-layers-draft", type=int, default=LOAD["ngl_draft"],
+                      help="Draft layers on the GPU."),
+    "threads": flag("-t", "--threads", type=int, default=LOAD["threads"],
+                    help="CPU threads (default: all cores, at most 8)."),
+    "ctx": flag("-c", "--ctx", "--ctx-size", type=int, default=LOAD["n_ctx"], help="Context size in tokens."),
+    "gamma": flag("-g", "--gamma", "--draft-max", type=AutoOr(int, "auto|N", "a whole number"), default="auto",
+                  help="Draft tokens per step: auto (cost model), or N (0: no speculation)."),
+    "temperature": flag("--temperature", "--temp", type=float, default=SAMPLING["temperature"], help="0 means greedy."),
+    "top_k": flag("--top-k", type=int, default=SAMPLING["top_k"], help="0 disables."),
+    "top_p": flag("--top-p", type=float, default=SAMPLING["top_p"], help="1.0 disables."),
+    "min_p": flag("--min-p", type=float, default=SAMPLING["min_p"], help="0 disables."),
+    "seed": flag("-s", "--seed", type=int, default=GENERATION["seed"], help="Seed for reproducible sampling."),
+    "max_tokens": flag("-n", "--max-tokens", type=int, default=GENERATION["max_tokens"], help="Tokens to generate."),
+    "stop": flag("--stop", type=Escaped(), multiple=True, help=r"Stop string (repeatable); \n, \t and \\ are escapes."),
+    "drafter": flag("--drafter", type=click.Choice(DRAFTERS), default=GENERATION["drafter"],
+                    help="Who guesses: the draft model, n-gram lookup in the context, hybrid (each step the cheaper "
+                    "likely guess), or auto (hybrid with a draft, else n-gram)."),
+    "p_min": flag("--p-min", type=AutoOr(float, "auto|P", "a number in [0, 1)"), default="auto",
+                  help="The draft model stops guessing where its confidence falls below this (0: never); "
+                  "auto: where one more guess stops paying, from measured acceptance and costs."),
+}
+MODEL_FLAGS = ("target", "draft", "ngl_target", "ngl_draft", "threads", "ctx")
+GENERATION_FLAGS = ("gamma", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "stop", "drafter", "p_min")
+
+
+def shared(*names: str, **changes: dict):
+    """Decorate a command with the shared flags `names`, as FLAGS declares them. `changes` replaces a
+    flag's default or help where the command means something narrower (tune: -n per prompt)."""
+    def decorate(fn):
+        for name in reversed(names):
+            decls, settings = FLAGS[name]
+            settings = {**settings, **changes.get(name, {})}
+            shown = settings.get("default") is not None  # show defaults, where there is one to show
+            if "type" in settings:
+                settings["type"] = OneLine(settings["type"])
+            settings.setdefault("show_envvar", "envvar" in settings)
+            fn = click.option(*decls, name, show_default=shown, **settings)(fn)
+        return fn
+    return decorate
+
+
+def model_options(fn):
+    """Which models to load and how, and whether the target's tune profile fills what is not given."""
+    fn = click.option("--profile/--no-profile", "use_profile", default=True, show_default=True,
+                      envvar="LOCALSPEC_PROFILE", show_envvar=True, help="Take --draft/--drafter/--gamma you do "
+                      "not give from the target's `localspec tune` profile.")(fn)
+    return tuned_defaults(shared(*MODEL_FLAGS)(fn))
+
+
+# The sampling, speculation and length flags of generate, chat, serve; chat and serve answer until the
+# answer ends or fills the context unless -n is given (answer_length).
+sampling_options = shared(*GENERATION_FLAGS)
+UNTIL_THE_END = {"default": None, "help": "Tokens per answer (default: until it ends or the context is full)."}
+answer_options = shared(*GENERATION_FLAGS, max_tokens=UNTIL_THE_END)
+
+
+def generation_config(options: dict, **fields) -> GenerationConfig:
+    """The GenerationConfig the shared flags in `options` (a command's click kwargs) describe;
+    `fields` sets what the command decides itself (gamma 0 for --target-only)."""
+    sampling = SamplingParams(**{name: options[name] for name in SAMPLING})
+    given = {name: options[name] for name in ("max_tokens", "gamma", "seed", "drafter", "p_min")}
+    return GenerationConfig(**{**given, "sampling": sampling, "stop": tuple(options["stop"]), **fields}).validate()
+
+
+def load_options(options: dict, **fields) -> LoadOptions:
+    """The LoadOptions the shared model flags in `options` describe (those a command has)."""
+    given = {name: options[name] for name in ("threads", "ngl_target", "ngl_draft") if name in options}
+    return LoadOptions(**{"n_ctx": options["ctx"], **given, **fields})
+
+
+def load_pair(options: dict, with_draft: bool = True) -> Pair:
+    """Load the pair that the model flags name (the target alone unless with_draft). With no --draft
+    (flag, environment or profile), the draft is pairing.choose_draft's, named once on stderr; its
+    reason is left in options["draft_reason"] for --stats/--json. Pair is looked up on the
+    localspec.cli package at call time, so tests can put fakes there."""
+    from . import Pair as load  # noqa: F401
+
+    target_path, draft_path, reason = draft_for(options["target"], options["draft"])
+    if not with_draft:
+        draft_path, reason = None, "none (target only)"
+    options["draft_reason"] = reason
+    if sys.stderr.isatty():
+        click.echo(loading_line(target_path, draft_path, load_options(options)), err=True)
+    pair = load(target_path, draft_path, load_options(options))
+    pair.draft_reason = reason
+    if options["draft"] is None and with_draft:
+        draft_name = draft_path.name if draft_path else "none"
+        click.echo(f"localspec: draft {draft_name}: {reason}", err=True)
+    return pair
+
+
+def loading_line(target: Path, draft: Path | None, load: LoadOptions) -> str:
+    """'loading target a.gguf (940 MiB, GPU) + draft b.gguf (380 MiB, GPU)': what loads, where."""
+    def one(role: str, path: Path, ngl: int) -> str:
+        where = "CPU" if ngl == 0 else "GPU" if ngl >= 999 else f"{ngl} layers on the GPU"
+        return f"{role} {path.name} ({path.stat().st_size / 2**20:,.0f} MiB, {where})"
+    draft_part = f" + {one('draft', draft, load.ngl_draft)}" if draft else ""
+    return f"localspec: loading {one('target', target, load.ngl_target)}{draft_part}"
+
+
+def draft_for(target: str | None, draft: str | None) -> tuple[Path, Path | None, str]:
+    """The target file, the draft file (None: none) and why that draft."""
+    from .. import pairing
+
+    if draft is not None:
+        target_path, draft_path = models.pair_files(target, draft)
+        return target_path, draft_path, "--draft none" if draft_path is None else "given with --draft"
+    name, paired = models.pair_names(target)
+    if paired is not None:  # a catalog pair by name: both pulled if missing, as `models pull` would
+        target_path, draft_path = models.pair_files(target, None)
+        return target_path, draft_path, f"the catalog pairs {paired} with {name}"
+    target_path = models.resolve_model(name)
+    try:
+        choice = pairing.choose_draft(target_path)
+    except USER_ERRORS as e:
+        return target_path, None, f"no draft model: could not check the installed models ({e})"
+    return target_path, choice.path, choice.reason
+
+
+def answer_length(options: dict) -> int:
+    """-n as given; without it, the context size: answers run until they end or the context is full."""
+    return options["max_tokens"] if options["max_tokens"] is not None else options["ctx"]
+
+
+PROFILE_FLAGS = ("draft", "drafter", "gamma", "ngl_draft", "p_min")
+
+
+def tuned_defaults(fn):
+    """Wrap a command so the chosen target's tune profile fills the speculation flags the user left out."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if kwargs.pop("use_profile", True) and not kwargs.get("target_only"):
+            apply_profile(click.get_current_context(), kwargs)
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+def apply_profile(ctx: click.Context, kwargs: dict) -> None:
+    """Update kwargs from the profile beside the target (flags given on the command line or in the
+    environment win); with --stats, say on stderr what was applied."""
+    from .. import profile
+
+    # a flag, an environment variable or the config file (DEFAULT_MAP) wins over the profile
+    explicit = {n for n in PROFILE_FLAGS if n in kwargs and ctx.get_parameter_source(n) != ParameterSource.DEFAULT}
+    try:
+        target = models.installed_target(kwargs.get("target"))
+        choice = target and profile.load_profile(target, kwargs.get("temperature", SAMPLING["temperature"]))
+    except USER_ERRORS as e:
+        click.echo(f"warning: {e}", err=True)
+        return
+    if choice:
+        updates, note = profile.merge_profile(choice, kwargs, explicit)
+        if "draft" in updates:  # a draft file as --draft gives it; no draft: --draft none
+            updates["draft"] = "none" if updates["draft"] is None else str(updates["draft"])
+        kwargs.update(updates)
+        if kwargs.get("show_stats"):
+            click.echo(note, err=True)

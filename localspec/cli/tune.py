@@ -1,0 +1,70 @@
+"""`localspec tune`: find the fastest configuration for a target and save it as its profile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .. import models
+from ..costmodel import FALLBACK_P_MIN
+from ..sampling import SamplingParams
+from ..session import LoadOptions
+from . import cli
+from .options import JsonErrors, shared, user_errors
+
+
+@cli.command(cls=JsonErrors)
+@shared("target")
+@click.option("-d", "--draft", "drafts", multiple=True, help="Also try this draft from outside the store (repeatable).")
+@click.option("--quants", default="Q4_0,Q3_K_S,Q2_K", show_default=True,
+              help="Types to derive from each draft and try (cached in the store); 'none' for none.")
+@shared("temperature", "top_k", "top_p", "min_p", "p_min", temperature={"help": "Tune for this temperature (0: greedy)."},
+        p_min={"help": "Draft confidence stop of the fixed-γ candidates, auto: what a fixed --gamma takes (hybrid "
+               "auto runs with p-min auto)."})
+@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path),
+              help='Calibration prompts: a JSONL file of {"prompt": ...} (default: 8 HumanEval prompts).')
+@click.option("--n-prompts", type=click.IntRange(1), default=8, show_default=True)
+@shared("max_tokens", max_tokens={"default": 64, "help": "Tokens generated per prompt."})
+@click.option("--gamma-max", type=int, default=8, show_default=True, help="The longest draft tried.")
+@click.option("--budget", type=float, default=600, show_default=True, help="Seconds the whole run may take.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG of speedup vs gamma per candidate.")
+@click.option("--chat/--raw", default=None, help="Calibrate through the chat template (default for instruct models).")
+@shared("ngl_target", "threads", "ctx", "seed", seed={"default": 1})
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
+@user_errors
+def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompts_file, n_prompts, max_tokens,
+         gamma_max, budget, plot, chat, ngl_target, threads, ctx, seed, as_json):
+    """Find the fastest exact configuration for a target on this machine; save it as its profile.
+
+    Tries every compatible draft in the store, types derived from them, n-gram lookup and plain
+    decoding; predicts tokens/s at each draft length from measured acceptance and costs, confirms
+    the best three by real runs, and saves the pick beside the target. Later generate, chat and
+    serve runs with that target use it for the flags they are not given. Example:
+
+        localspec tune --temperature 0 --plot tune.png
+    """
+    from .. import prompts as prompt_sets, tune as tuning
+
+    if plot:
+        tuning.check_plot()
+    options = tuning.TuneOptions(
+        sampling=SamplingParams(temperature, top_k, top_p, min_p).validate(), max_tokens=max_tokens,
+        p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: what a fixed γ drafts with (p_min_of)
+        gamma_max=gamma_max, budget_s=budget, seed=seed, chat=chat, load=LoadOptions(ctx, threads, ngl_target, 0),
+        quants=tuning.parse_quants(quants), drafts=tuple(models.resolve_model(d) for d in drafts)).validate()
+    prompts = prompt_sets.load_prompts(prompts_file, n_prompts)
+    target_path, _ = models.pair_files(target, "none")
+    result = tuning.run_tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)
+    saved = result.save()
+    if plot:
+        result.plot(plot)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(saved), indent=2))
+        return
+    for line in result.skipped:
+        click.echo(f"left out: {line}", err=True)
+    click.echo(result.table())
+    click.echo(result.summary())
+    click.echo(f"profile: {saved}" + (f"\nplot: {plot}" if plot else ""))

@@ -1,0 +1,288 @@
+"""Issue 16 on fakes: llama.cpp's flag habits, escapes, one-line errors, --json, chat /load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from localspec.cli import cli
+from localspec.cli.options import unescape
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(cli, list(args), input=input)
+
+
+def run_json(*args) -> dict:
+    result = invoke("generate", "def add(a, b):", "--raw", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_llama_cpp_short_flags_parse_like_the_long_names(fake_cli):
+    t, d = str(fake_cli.target), str(fake_cli.draft)
+    long = run_json("--target", t, "--draft", d, "--ctx", "200", "--threads", "2", "--ngl-target", "0",
+                    "--ngl-draft", "0", "--temperature", "0.5", "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1",
+                    "--gamma", "3", "-n", "8")
+    short = run_json("-m", t, "-md", d, "-c", "200", "-t", "2", "-ngl", "0", "-ngld", "0", "--temp", "0.5",
+                     "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1", "--draft-max", "3", "-n", "8")
+    also = run_json("--model", t, "--model-draft", d, "--ctx-size", "200", "--n-gpu-layers", "0",
+                    "--n-gpu-layers-draft", "0", "--temp", "0.5", "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1",
+                    "--draft-max", "3", "-n", "8")
+    assert long["settings"] == short["settings"] == also["settings"]
+    assert long["settings"]["gamma"] == 3 and long["settings"]["top_k"] == 7
+    assert long["target"] == short["target"] == t and long["draft"] == short["draft"] == d
+    a, b = fake_cli.loaded[0], fake_cli.loaded[1]
+    assert a.options == b.options and a.options.threads == 2 and a.options.n_ctx == 200
+
+
+def test_dash_t_is_threads_not_the_target(fake_cli):
+    # was: -t 4 meant --target 4 ("Unknown model '4'")
+    out = run_json("--target", str(fake_cli.target), "--draft", "none", "-t", "4", "-n", "4")
+    assert out["target"] == str(fake_cli.target) and fake_cli.loaded[0].options.threads == 4
+
+
+def test_escapes_as_llama_cli():
+    assert unescape(r"\n\n") == "\n\n" and unescape(r"a\tb") == "a\tb" and unescape(r"a\\nb") == "a\\nb"
+    assert unescape(r"C:\path") == r"C:\path"
+
+
+def test_the_readme_stop_example_matches(fake_cli):
+    # the README's --stop "\n\n": typed in a shell, the flag receives backslash-n backslash-n
+    out = run_json("--target", str(fake_cli.target), "--draft", "none", "--stop", r"\n\n", "-n", "4")
+    assert out["settings"]["stop"] == ["\n\n"]
+    readme = open("README.md", encoding="utf-8").read()
+    assert '--stop "\\n\\n"' in readme
+
+
+@pytest.mark.parametrize("flag,value,fragment", [("--gamma", "abc", "abc"), ("--drafter", "foo", "foo")])
+def test_bad_values_are_one_line_and_exit_1(fake_cli, flag, value, fragment):
+    result = invoke("generate", "hi", "--target", str(fake_cli.target), flag, value)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error:") and fragment in lines[0]
+
+
+def test_json_errors_are_json(fake_cli):
+    result = invoke("generate", "hi", "--target", str(fake_cli.target), "--gamma", "abc", "--json")
+    assert result.exit_code == 1 and "abc" in json.loads(result.stdout)["error"]["message"]
+    result = invoke("generate", "hi", "--target", "no-such-model", "--json")
+    error = json.loads(result.stdout)["error"]
+    assert result.exit_code == 1 and "no-such-model" in error["message"] and error["type"]
+
+
+def test_json_echoes_settings_and_explains_times(fake_cli):
+    out = run_json("--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "--drafter", "hybrid",
+                   "--seed", "5", "-n", "6")
+    s, stats = out["settings"], out["stats"]
+    assert s["drafter"] == "hybrid" and s["gamma"] == "auto" and s["seed"] == 5 and s["max_tokens"] == 6
+    assert {"temperature", "top_k", "top_p", "min_p", "p_min", "stop"} <= set(s)
+    assert stats["drafter"] == "hybrid" and set(stats["sources"]) == {"ngram", "model"}
+    t = stats["time_s"]
+    assert t["total"] == pytest.approx(t["prefill"] + t["decode"]) and t["total"] >= t["prefill"]
+
+
+def test_target_only_says_so(fake_cli):
+    result = invoke("generate", "hi", "--raw", "--target", str(fake_cli.target), "--target-only", "-n", "4", "--stats")
+    assert "drafter: none (target only)" in result.stderr and "none drafter" not in result.stderr
+    out = run_json("--target", str(fake_cli.target), "--target-only", "-n", "4")
+    assert out["settings"]["drafter"] == "none" and out["stats"]["drafter"] == "none" and out["stats"]["sources"] == []
+
+
+@pytest.mark.parametrize("command", ["chat", "serve"])
+def test_answer_length_help_has_no_false_default(command):
+    text = " ".join(invoke(command, "--help").output.split())
+    assert "[default: 256]" not in text and "until it ends" in text
+
+
+def test_every_generating_command_has_the_flags(fake_cli):
+    assert "--show-drafts" in invoke("generate", "--help").output
+    for command in ("generate", "chat", "serve"):
+        text = " ".join(invoke(command, "--help").output.split())
+        for flag in ("-m, --target", "-md", "-c, --ctx", "-t, --threads", "-ngl", "-ngld", "--temp", "--draft-max"):
+            assert flag in text, (command, flag)
+
+
+def test_chat_load_resumes_a_saved_conversation(fake_cli, tmp_path):
+    fake_cli.reply_len = 3
+    saved = tmp_path / "talk.json"
+    base = ["chat", "--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "-n", "4"]
+    first = invoke(*base, input=f"hello\n/save {saved}\n")
+    assert first.exit_code == 0, first.output
+    second = invoke(*base, input=f"/load {saved}\n/stats\nmore\n")
+    assert second.exit_code == 0 and "loaded 2 messages" in second.output
+    assert "conversation: 2 messages" in second.output
+    bad = invoke(*base, input=f"/load {tmp_path / 'nope.json'}\n")
+    assert bad.exit_code == 0 and "Error:" in bad.output
+
+
+def test_models_pull_says_already_installed(isolated_store, tmp_path, monkeypatch):
+    from test_discovery import gguf, write_catalog
+
+    write_catalog(tmp_path, monkeypatch, size=10)
+    path = gguf(isolated_store / "fake.gguf", size=10)
+    result = invoke("models", "pull", "fake")
+    assert result.exit_code == 0 and f"fake: already installed: {path}" in result.output
+
+
+def test_models_list_all_names_the_source(isolated_store, tmp_path, monkeypatch):
+    import os
+    from pathlib import Path
+
+    from test_discovery import gguf, ollama_model
+
+    gguf(isolated_store / "publisher" / "repo" / "mine.gguf")
+    ollama_model(Path(os.environ["HOME"]) / ".ollama/models", "llama3.2", "1b", b"x")
+    plain = invoke("models", "list").output
+    assert "publisher/repo/mine.gguf" in plain and "llama3.2:1b" not in plain
+    every = invoke("models", "list", "--all")
+    assert every.exit_code == 0 and "llama3.2:1b  [ollama]" in every.output
+
+
+def test_a_target_without_draft_names_the_chosen_draft(fake_cli):
+    result = invoke("generate", "hi", "--raw", "--target", str(fake_cli.target), "-n", "4", "--json")
+    out = json.loads(result.stdout)
+    assert result.exit_code == 0 and out["draft_reason"] and out["draft_reason"] in result.stderr
+    off = run_json("--target", str(fake_cli.target), "--draft", "none", "-n", "4")
+    assert off["draft"] is None and off["draft_reason"] == "--draft none"
+
+
+def show(*args, env=None) -> dict[str, tuple[str, str]]:
+    result = CliRunner().invoke(cli, ["config", "show", *args], env=env)
+    assert result.exit_code == 0, result.output
+    lines = [line.split(" = ", 1) for line in result.stdout.splitlines()[1:]]
+    return {name: (rest.rsplit("  (", 1)[0], rest.rsplit("  (", 1)[1].rstrip(")")) for name, rest in lines}
+
+
+def test_precedence_flag_env_config_default(tmp_path, monkeypatch):
+    config = tmp_path / "config.toml"
+    config.write_text('[defaults]\ntemperature = 0.3\nctx-size = 512\ntop-k = 5\n'
+                      '[generate]\nstop = ["\\n\\n"]\ntarget = "from-config"\n')
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    monkeypatch.delenv("LOCALSPEC_TARGET", raising=False)
+    s = show("generate", "--no-profile", "--top-k", "9")
+    assert s["temperature"] == ("0.3", "config") and s["ctx"] == ("512", "config")
+    assert s["top_k"] == ("9", "flag") and s["top_p"][1] == "default" and s["stop"] == ("('\\n\\n',)", "config")
+    s = show("generate", "--no-profile", env={"LOCALSPEC_TARGET": "from-env"})
+    assert s["target"] == ("'from-env'", "env")
+    s = show("generate", "--no-profile", "-m", "from-flag", env={"LOCALSPEC_TARGET": "from-env"})
+    assert s["target"] == ("'from-flag'", "flag")
+    assert show("chat", "--no-profile")["temperature"] == ("0.3", "config")
+
+
+def test_config_beats_the_profile(tmp_path, monkeypatch, fake_cli):
+    from localspec import profile
+
+    monkeypatch.setattr("localspec.models.installed_target", lambda target: fake_cli.target)
+    choice = type("Choice", (), {})()
+    monkeypatch.setattr(profile, "load_profile", lambda target, temperature: choice)
+
+    def merge(choice, given, explicit):
+        return {n: v for n, v in {"gamma": 2, "drafter": "model"}.items() if n not in explicit}, "profile applied"
+    monkeypatch.setattr(profile, "merge_profile", merge)
+    config = tmp_path / "config.toml"
+    config.write_text('[generate]\ngamma = 5\n')
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    s = show("generate")
+    assert s["gamma"] == ("5", "config") and s["drafter"] == ("'model'", "profile")
+    assert show("generate", "--gamma", "3")["gamma"] == ("3", "flag")
+
+
+def test_config_file_errors_are_one_line(tmp_path, monkeypatch):
+    config = tmp_path / "config.toml"
+    config.write_text('[generate]\nno-such-flag = 1\n')
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    result = invoke("generate", "hi")
+    assert result.exit_code == 1 and "no-such-flag" in result.output and len(result.output.splitlines()) == 1
+
+
+def test_environment_variables_are_in_help():
+    text = " ".join((invoke("generate", "--help").output + invoke("serve", "--help").output
+                     + invoke("--help").output).split())
+    for var in ("LOCALSPEC_TARGET", "LOCALSPEC_DRAFT", "LOCALSPEC_PROFILE", "LOCALSPEC_HOST", "LOCALSPEC_PORT",
+                "LOCALSPEC_API_KEY", "LOCALSPEC_VERBOSE", "LOCALSPEC_CONFIG"):
+        assert var in text, var
+
+
+def test_loading_line_names_models_sizes_and_places(tmp_path):
+    from localspec.cli.options import loading_line
+    from localspec.session import LoadOptions
+
+    (tmp_path / "t.gguf").write_bytes(b"x" * 2**21)
+    (tmp_path / "d.gguf").write_bytes(b"x" * 2**20)
+    line = loading_line(tmp_path / "t.gguf", tmp_path / "d.gguf", LoadOptions(ngl_target=999, ngl_draft=0))
+    assert line == "localspec: loading target t.gguf (2 MiB, GPU) + draft d.gguf (1 MiB, CPU)"
+
+
+def test_nothing_prints_after_ctrl_c(capsys):
+    # was: the piece in flight when Ctrl-C arrived still printed
+    import signal
+
+    from localspec.cli.chat import chat_answer
+    from localspec.session import Reply
+    from localspec.speculative import Piece
+    from localspec.stats import GenerationStats
+
+    class Session:
+        def stop(self):
+            self.stopped = True
+
+        def send(self, text):
+            yield Piece("one ", 1, False)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # Ctrl-C while "two" is in flight
+            yield Piece("two", 2, False)
+            yield Reply("one two", "cancelled", GenerationStats(), 0, None, False, 64)
+
+    session = Session()
+    chat_answer(session, "hi", colour=False, show_stats=False)
+    out = capsys.readouterr()
+    assert session.stopped and "one " in out.out and "two" not in out.out and "[stopped]" in out.err
+
+
+def test_chat_json_prints_one_object_per_answer(fake_cli):
+    fake_cli.reply_len = 3
+    result = invoke("chat", "--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "-n", "6", "--json",
+                    input="hello\nagain\n")
+    assert result.exit_code == 0, result.output
+    answers = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert len(answers) == 2 and all(a["text"] and a["settings"]["max_tokens"] == 6 for a in answers)
+    assert answers[0]["settings"]["drafter"] == "auto" and answers[0]["stats"]["drafter"] == "hybrid"
+
+
+def test_library_chat_alpha_is_none_on_every_turn_without_drafts(fake_cli, tmp_path):
+    from localspec.config import GenerationConfig
+    from localspec.session import Chat, LoadOptions
+
+    fake_cli.reply_len = 4
+    pair = fake_cli.load(fake_cli.target, fake_cli.draft, LoadOptions(n_ctx=256))
+    chat = Chat(pair, GenerationConfig(max_tokens=6, gamma=0))
+    alphas = [list(chat.send(q))[-1].stats.alpha for q in ("one", "two", "three")]
+    assert alphas == [None, None, None]
+    drafted = list(chat.send("four", GenerationConfig(max_tokens=6, gamma=2, drafter="model", p_min=0)))[-1]
+    assert isinstance(drafted.stats.alpha, float)
+    saved = chat.save(tmp_path / "c.json")
+    again = Chat(pair, GenerationConfig(max_tokens=6))
+    assert again.load(saved) == len(chat.messages) and again.messages == chat.messages
+
+
+@pytest.mark.parametrize("command", ["chat", "tune"])
+def test_every_json_command_reports_errors_as_json(command):
+    result = invoke(command, "--gamma" if command == "chat" else "--p-min", "abc", "--json")
+    assert result.exit_code == 1 and "abc" in json.loads(result.stdout)["error"]["message"]
+
+
+def test_serve_stats_prints_each_requests_stats(fake_cli, monkeypatch):
+    from localspec import server
+
+    seen = {}
+
+    def fake_serve(pair, defaults, host, port, api_key, max_queue, log, *listen):
+        seen["replies"] = list(pair.stream(pair.prompt_tokens("hi", False), defaults))
+
+    monkeypatch.setattr(server, "serve", fake_serve)
+    monkeypatch.setattr(server, "bind", lambda host, port: None)  # no socket: the fake serve listens nowhere
+    result = invoke("serve", "--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "-n", "4", "--stats")
+    assert result.exit_code == 0, result.output
+    assert seen["replies"] and "tokens: 4 generated" in result.stderr
+    assert "--stats" in invoke("serve", "--help").output
