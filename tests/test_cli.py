@@ -7,28 +7,14 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from localspec.cli import cli
+from clitools import assert_one_line_error, invoke
 
 
 @pytest.fixture
 def smol_args(smol_path, smol_q4_0):
     return ["--target", str(smol_path), "--draft", str(smol_q4_0), "--raw", "--ctx", "256", "--threads", "1"]
-
-
-def invoke(*args, input=None):
-    return CliRunner().invoke(cli, list(args), input=input)
-
-
-def assert_one_line_error(result, *fragments):
-    """A user mistake: non-zero exit, one 'Error:' line naming the problem, no traceback."""
-    assert result.exit_code != 0, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def test_missing_model_file(tmp_path):

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from localspec.cli import cli
+from clitools import assert_one_line_error, invoke
 
 REPEATS = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
 
@@ -18,24 +17,10 @@ def args(fake_cli):
     return ["--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "--raw", "--ctx", "256"]
 
 
-def invoke(*args, input=None):
-    return CliRunner().invoke(cli, list(args), input=input)
-
-
 def generate_json(*args) -> dict:
     result = invoke("generate", *args, "--json")
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
-
-
-def assert_one_line_error(result, *fragments):
-    """A user mistake: non-zero exit, one 'Error:' line naming the problem, no traceback."""
-    assert result.exit_code != 0, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def test_generate_json_reports_text_and_stats(args, fake_cli):

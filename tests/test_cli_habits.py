@@ -9,10 +9,7 @@ from click.testing import CliRunner
 
 from localspec.cli import cli
 from localspec.cli.options import unescape
-
-
-def invoke(*args, input=None):
-    return CliRunner().invoke(cli, list(args), input=input)
+from clitools import invoke
 
 
 def run_json(*args) -> dict:

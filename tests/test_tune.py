@@ -11,10 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from localspec import profile, prompts
-from localspec.cli import cli
 from localspec.llama import Model
 from localspec.sampling import Dist, SamplingParams
 from localspec.session import LoadOptions, Pair
@@ -23,22 +21,10 @@ from localspec.stats import GenerationStats
 from localspec.tune import candidates, measure, report, run_tune, tuner
 from localspec.tune.options import TuneError, TuneOptions, parse_quants
 from localspec.tune.replay import Costs, Run, model_guess, ngram_guess, overlap, replay
+from clitools import assert_one_line_error, invoke
 
 SMALL = dict(max_tokens=16, gamma_max=3, confirm=3, budget_s=None, load=LoadOptions(n_ctx=512, threads=2))
 PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n", "The capital of France is"]
-
-
-def invoke(*args, env=None):
-    return CliRunner().invoke(cli, [str(a) for a in args], env=env)
-
-
-def assert_one_line_error(result, *fragments):
-    """A user mistake: non-zero exit, one 'Error:' line naming the problem, no traceback."""
-    assert result.exit_code != 0, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture(scope="session")
@@ -343,14 +329,15 @@ def test_generate_applies_the_profile_unless_told_otherwise(store_pair):
     assert out["stats"]["gamma"] == 1 and out["stats"]["drafter"] == "model" and "your --gamma kept" in err
     out, _ = generate_json(target, "--drafter", "ngram")  # a different drafter: the profile stands aside
     assert out["draft"] is None and out["stats"]["drafter"] == "ngram" and out["stats"]["gamma"] == "auto"
-    out, _ = generate_json(target, "--no-profile")
-    assert out["draft"] is None and out["stats"]["gamma"] == "auto"
-    out, _ = generate_json(target, env={"LOCALSPEC_PROFILE": "0"})
-    assert out["draft"] is None
+    # Without the profile, the draft is the one chosen for any target given no --draft: the smallest
+    # installed model with its vocabulary (here the same file), with γ and drafter left at auto.
+    for flags, env in ((["--no-profile"], None), ([], {"LOCALSPEC_PROFILE": "0"}), (["--temperature", 0.5], None)):
+        out, err = generate_json(target, *flags, env=env)
+        assert out["draft"] == str(draft) and out["stats"]["gamma"] == "auto", (flags, env)
+        assert out["stats"]["drafter"] == "hybrid" and "profile:" not in err
+        assert "smallest installed model" in out["draft_reason"]
     out, _ = generate_json(target, env={"LOCALSPEC_DRAFT": "none"})  # set in the environment: the user's choice
     assert out["draft"] is None and out["stats"]["drafter"] == "ngram"
-    out, _ = generate_json(target, "--temperature", 0.5)  # no profile for sampled decoding
-    assert out["draft"] is None
 
 
 def test_a_hybrid_auto_profile_loads_its_draft(store_pair):

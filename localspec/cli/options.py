@@ -235,9 +235,12 @@ def load_pair(options: dict, with_draft: bool = True) -> Pair:
     localspec.cli package at call time, so tests can put fakes there."""
     from . import Pair as load  # noqa: F401
 
-    target_path, draft_path, reason = draft_for(options["target"], options["draft"])
+    if options.get("drafter") == "ngram" and options["draft"] is None:
+        with_draft = False  # nothing would use a chosen draft model
+    target_path, draft_path, reason = draft_for(options["target"], options["draft"] if with_draft else "none")
     if not with_draft:
-        draft_path, reason = None, "none (target only)"
+        draft_path, reason = None, "none (target only)" if options.get("drafter") != "ngram" else \
+            "none (the ngram drafter needs no draft model)"
     options["draft_reason"] = reason
     if sys.stderr.isatty():
         click.echo(loading_line(target_path, draft_path, load_options(options)), err=True)
