@@ -64,8 +64,9 @@ def parse_args(argv=None):
     ap.add_argument("--n-prompts", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--scenarios", default=None, help=f"comma list (default: {DEFAULT_SCENARIOS})")
-    ap.add_argument("--prompt-set", choices=["humaneval", "edit"], default="humaneval",
-                    help="edit: 'add type hints and a docstring' to HumanEval solutions (output repeats input)")
+    ap.add_argument("--prompt-set", choices=["humaneval", "edit", "copy"], default="humaneval",
+                    help="edit: 'add type hints and a docstring' to HumanEval solutions; "
+                         "copy: 'repeat the following code exactly' (both: the output repeats the input)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-k", type=int, default=40)
     ap.add_argument("--chat", action="store_true", help="apply the chat template to each prompt (edit: always)")
@@ -85,6 +86,7 @@ def parse_args(argv=None):
 
 
 EDIT_INSTRUCTION = "Add type hints and a docstring to this function. Return the whole function.\n\n"
+COPY_INSTRUCTION = "Repeat the following code exactly.\n\n"
 
 
 def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> list[str]:
@@ -97,6 +99,8 @@ def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> li
     if prompt_set == "edit":  # the canonical solution, stripped of its docstring-bearing prompt
         return [EDIT_INSTRUCTION + p["prompt"].split('"""')[0].rstrip() + "\n" + p["canonical_solution"]
                 for p in problems]
+    if prompt_set == "copy":  # the whole solution, to be repeated: long n-gram matches
+        return [COPY_INSTRUCTION + p["prompt"] + p["canonical_solution"] for p in problems]
     return [p["prompt"] for p in problems]
 
 
@@ -255,7 +259,7 @@ class Runs:
 
 def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path]) -> Runs:
     """Every prompt, every scenario in turn (alternating), after one untimed warm-up of each engine."""
-    chat = args.chat or args.prompt_set == "edit"
+    chat = args.chat or args.prompt_set in ("edit", "copy")
     prompts = [pair.prompt_tokens(t, chat) for t in texts]
     runs = Runs({sc.label: [] for sc in scenarios}, prompt_tokens=[len(p) for p in prompts])
     tool = llamacpp_tool(args.llamacpp_bin)
