@@ -77,6 +77,9 @@ def parse_args(argv=None):
                          "(default: each engine's own, localspec's GenerationConfig.p_min and llama.cpp's 0.0)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gpu", action="store_true", help="offload all layers of both models (ours and llama.cpp's)")
+    ap.add_argument("--rpc", default=None, help="HOST:PORT[,...] of RPC servers for the target (ours and llama.cpp's; "
+                    "the draft stays on this machine)")
+    ap.add_argument("--llamacpp-rpc", default=None, help="other RPC servers for llama.cpp's runs (default: --rpc)")
     ap.add_argument("--llamacpp-bin", type=Path, default=Path(os.environ.get("LOCALSPEC_LLAMACPP_BIN", LLAMACPP_BIN)),
                     help="folder of llama-speculative-simple (default: what scripts/build_llamacpp.sh builds)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the prompt set (this VM's timing noise is ~10%%)")
@@ -198,10 +201,12 @@ def llamacpp_command(tool: Path, sc: Scenario, prompt_file: Path, target: Path, 
     sp = sampling_params(args)
     threads = str(args.threads or default_threads())
     ngl = "999" if args.gpu else "0"
+    rpc = args.llamacpp_rpc or args.rpc
+    remote = ["--rpc", rpc] if rpc else []
     cmd = [str(tool), "-m", str(target), "-f", str(prompt_file), "--no-escape", "-n", str(max_tokens),
            "--temp", str(sp.temperature), "--top-k", str(sp.top_k), "--top-p", str(sp.top_p),
-           "--min-p", str(sp.min_p), "--seed", str(seed), "-t", threads, "-c", str(args.ctx), "-ngl", ngl,
-           "--spec-type", sc.drafter]
+           "--min-p", str(sp.min_p), "--seed", str(seed), "-t", threads, "-c", str(args.ctx),
+           "-ngl", "999" if rpc else ngl, *remote, "--spec-type", sc.drafter]
     if sc.drafter == "draft-simple":
         p_min = [] if args.p_min is None else ["--spec-draft-p-min", str(args.p_min)]
         return cmd + ["-md", str(draft), "--spec-draft-n-max", str(sc.gamma), "-td", threads, "-ngld", ngl, *p_min]
@@ -630,7 +635,7 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
     title = (f"{target.name} + {draft.name}, {args.prompt_set if args.prompts is None else args.prompts.name} "
              f"prompts, T={args.temperature}{f' top-k {args.top_k}' if args.temperature else ''}, "
              f"{len(runs.prompt_tokens)} prompts x {args.max_tokens} tokens x {args.rounds} rounds, "
-             f"{'GPU' if args.gpu else 'CPU'}, {args.threads or default_threads()} threads, {p_min_text(args)}")
+             f"{where_text(args)}, {args.threads or default_threads()} threads, {p_min_text(args)}")
     args.out.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
     notes = runs.notes + ([plots] if isinstance(plots, str) else [])
@@ -639,7 +644,8 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
         text += "\n\nllama.cpp, e.g.: `" + next(iter(runs.commands.values())) + "`"
     report = {
         "title": title, "target": str(target), "draft": str(draft), "temperature": args.temperature,
-        "top_k": args.top_k, "p_min": p_min_text(args), "gpu": args.gpu, "threads": args.threads or default_threads(),
+        "top_k": args.top_k, "p_min": p_min_text(args), "gpu": args.gpu, "rpc": args.rpc,
+        "threads": args.threads or default_threads(),
         "prompt_set": args.prompt_set, "prompts_file": str(args.prompts) if args.prompts else None,
         "scenarios": [sc.label for sc in scenarios], "rounds": args.rounds, "prompts": len(runs.prompt_tokens),
         "max_tokens": args.max_tokens, "wall_s": wall_s, "rows": rows, "notes": notes,
@@ -655,6 +661,13 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
     (args.out / "bench.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
     (args.out / "bench.md").write_text(text + "\n", encoding="utf-8")
     return text
+
+
+def where_text(args) -> str:
+    """Where the models ran."""
+    if args.rpc:
+        return f"target over RPC ({args.rpc}), draft on the {'GPU' if args.gpu else 'CPU'}"
+    return "GPU" if args.gpu else "CPU"
 
 
 def p_min_text(args) -> str:
@@ -674,7 +687,9 @@ def main(argv=None) -> int:
     try:
         paths = resolve_paths(args)
         ngl = 999 if args.gpu else 0
-        pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_target=ngl, ngl_draft=ngl))
+        rpc = tuple(args.rpc.split(",")) if args.rpc else None
+        pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_target=999 if rpc else ngl,
+                                        ngl_draft=ngl, rpc=rpc))
     except (models.ModelError, LlamaError, ValueError, OSError) as e:
         sys.exit(f"bench.py: {e}")
     texts = load_prompts(args.prompts, args.n_prompts, args.prompt_set)
