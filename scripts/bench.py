@@ -12,7 +12,8 @@ writes bench.md, bench.json and (with matplotlib) speedup.png and alpha.png.
 
 Scenarios: plain (target-only); DRAFTER:GAMMA with DRAFTER model|ngram|hybrid and GAMMA N or auto;
 llamacpp:N (llama-speculative-simple --spec-type draft-simple, n_max N, same pair) and
-llamacpp-ngram:N (--spec-type ngram-simple, drafts of up to N tokens). The llama.cpp ones need
+llamacpp-ngram:N (--spec-type ngram-simple, drafts of up to N tokens) and llamacpp-tree:N
+(examples/speculative's token trees: llama-speculative, n_max N, --tree-branches, --tree-p-split). The llama.cpp ones need
 scripts/build_llamacpp.sh; without its tools they are skipped with a note. llama.cpp gets the same
 prompt tokens (checked: both counts are in bench.json), max tokens, sampling, seed, threads and context;
 its speed is its own "decoded ... t/s" (the decode loop: model load and prompt excluded, as ours).
@@ -79,6 +80,8 @@ def parse_args(argv=None):
     ap.add_argument("--gpu", action="store_true", help="offload all layers of both models (ours and llama.cpp's)")
     ap.add_argument("--rpc", default=None, help="HOST:PORT[,...] of RPC servers for the target (ours and llama.cpp's; "
                     "the draft stays on this machine)")
+    ap.add_argument("--tree-branches", type=int, default=4, help="llamacpp-tree: llama-speculative's -np")
+    ap.add_argument("--tree-p-split", type=float, default=0.1, help="llamacpp-tree: its --draft-p-split")
     ap.add_argument("--llamacpp-rpc", default=None, help="other RPC servers for llama.cpp's runs (default: --rpc)")
     ap.add_argument("--llamacpp-bin", type=Path, default=Path(os.environ.get("LOCALSPEC_LLAMACPP_BIN", LLAMACPP_BIN)),
                     help="folder of llama-speculative-simple (default: what scripts/build_llamacpp.sh builds)")
@@ -115,7 +118,7 @@ class Scenario:
     label: str
     engine: str            # localspec | llamacpp
     gamma: int | None      # None: auto (localspec only)
-    drafter: str = "auto"  # localspec: model | ngram | hybrid | auto; llamacpp: draft-simple | ngram-simple
+    drafter: str = "auto"  # localspec: model | ngram | hybrid | auto; llamacpp: draft-simple | ngram-simple | tree
 
     @property
     def family(self) -> str:
@@ -134,7 +137,7 @@ def parse_scenarios(spec: str) -> list[Scenario]:
             out.append(_scenario(name, gamma))
         except ValueError:
             sys.exit(f"bench.py: bad scenario {item!r}; use plain, model|ngram|hybrid:N|auto, llamacpp:N "
-                     "or llamacpp-ngram:N (N >= 1)")
+                     "llamacpp-ngram:N or llamacpp-tree:N (N >= 1)")
     return out
 
 
@@ -146,8 +149,8 @@ def _scenario(name: str, gamma: str) -> Scenario:
         if g is not None and g < 1:
             raise ValueError(gamma)
         return Scenario(f"{name} gamma={gamma or 'auto'}", "localspec", g, name)
-    if name in ("llamacpp", "llamacpp-ngram") and int(gamma) >= 1:
-        kind = "draft-simple" if name == "llamacpp" else "ngram-simple"
+    if name in ("llamacpp", "llamacpp-ngram", "llamacpp-tree") and int(gamma) >= 1:
+        kind = {"llamacpp": "draft-simple", "llamacpp-ngram": "ngram-simple", "llamacpp-tree": "tree"}[name]
         return Scenario(f"llama.cpp {kind} n_max={int(gamma)}", "llamacpp", int(gamma), kind)
     raise ValueError(name)
 
@@ -197,7 +200,9 @@ def llamacpp_tool(bin_dir: Path) -> Path | None:
 
 def llamacpp_command(tool: Path, sc: Scenario, prompt_file: Path, target: Path, draft: Path, args,
                      seed: int, max_tokens: int) -> list[str]:
-    """The llama-speculative-simple command line for one scenario and prompt."""
+    """The llama-speculative-simple command line for one scenario and prompt (llama-speculative for trees)."""
+    if sc.drafter == "tree":
+        tool = tool.with_name("llama-speculative")
     sp = sampling_params(args)
     threads = str(args.threads or default_threads())
     ngl = "999" if args.gpu else "0"
@@ -206,7 +211,11 @@ def llamacpp_command(tool: Path, sc: Scenario, prompt_file: Path, target: Path, 
     cmd = [str(tool), "-m", str(target), "-f", str(prompt_file), "--no-escape", "-n", str(max_tokens),
            "--temp", str(sp.temperature), "--top-k", str(sp.top_k), "--top-p", str(sp.top_p),
            "--min-p", str(sp.min_p), "--seed", str(seed), "-t", threads, "-c", str(args.ctx),
-           "-ngl", "999" if rpc else ngl, *remote, "--spec-type", sc.drafter]
+           "-ngl", "999" if rpc else ngl, *remote]
+    if sc.drafter == "tree":  # examples/speculative: up to --tree-branches sequences, split where p < p_split
+        return cmd + ["-md", str(draft), "--spec-draft-n-max", str(sc.gamma), "-td", threads, "-ngld", ngl,
+                      "-np", str(args.tree_branches), "--spec-draft-p-split", str(args.tree_p_split)]
+    cmd += ["--spec-type", sc.drafter]
     if sc.drafter == "draft-simple":
         p_min = [] if args.p_min is None else ["--spec-draft-p-min", str(args.p_min)]
         return cmd + ["-md", str(draft), "--spec-draft-n-max", str(sc.gamma), "-td", threads, "-ngld", ngl, *p_min]
@@ -687,9 +696,8 @@ def main(argv=None) -> int:
     try:
         paths = resolve_paths(args)
         ngl = 999 if args.gpu else 0
-        rpc = tuple(args.rpc.split(",")) if args.rpc else None
-        pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_target=999 if rpc else ngl,
-                                        ngl_draft=ngl, rpc=rpc))
+        remote = {"rpc": tuple(args.rpc.split(",")), "ngl_target": 999} if args.rpc else {"ngl_target": ngl}
+        pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_draft=ngl, **remote))
     except (models.ModelError, LlamaError, ValueError, OSError) as e:
         sys.exit(f"bench.py: {e}")
     texts = load_prompts(args.prompts, args.n_prompts, args.prompt_set)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own `llama-speculative-simple`, `llama-speculative` (token trees), `llama-bench` and
-# `rpc-server` (with the RPC backend) from the llama.cpp vendored in the
+# `ggml-rpc-server` (with the RPC backend) from the llama.cpp vendored in the
 # llama-cpp-python 0.3.36 sdist -- the same code the bindings run -- into build/llama.cpp (git-ignored).
 # scripts/bench.py runs them side by side with localspec. Binaries are never committed.
 #
@@ -20,9 +20,9 @@ STAMP=$DEST/cmake-args
 # segfaults here); the same kernels on both sides of the comparison. A CMAKE_ARGS of your own wins.
 # The RPC backend is always built: the latency benchmark runs llama.cpp's tools with --rpc.
 CMAKE_ARGS="${CMAKE_ARGS-$(./scripts/llama_cmake_args.sh)} -DGGML_RPC=ON"
-TARGETS="llama-bench llama-speculative-simple llama-speculative rpc-server"
+TARGETS="llama-bench llama-speculative-simple llama-speculative ggml-rpc-server"
 
-if [ -x "$BIN/llama-speculative-simple" ] && [ -x "$BIN/llama-speculative" ] && [ -x "$BIN/rpc-server" ] \
+if [ -x "$BIN/llama-speculative-simple" ] && [ -x "$BIN/llama-speculative" ] && [ -x "$BIN/ggml-rpc-server" ] \
     && [ -x "$BIN/llama-bench" ] && [ -f "$STAMP" ] \
     && [ "$(cat "$STAMP")" = "$CMAKE_ARGS" ]; then
     echo "llama.cpp tools already built in $BIN"
