@@ -87,9 +87,9 @@ def test_auto_drafts_a_long_copy_whole_from_ngram_but_caps_model_drafts():
     from localspec.planner import Planner
     from localspec.config import GenerationConfig
 
-    config = GenerationConfig(max_tokens=200)  # gamma_max 8, ngram_gamma_max 16
+    config = GenerationConfig(max_tokens=200)  # gamma_max 8, ngram_gamma_max 48
     tokens = list(range(100, 140)) * 2 + list(range(100, 110))  # a copy: the lookup offers 40 tokens
-    for drafter, cap in ((NGramDrafter(), 16), (FakeModelDrafter(), 8)):
+    for drafter, cap in ((NGramDrafter(), 40), (FakeModelDrafter(), 8)):
         planner = Planner([(drafter, measured_cheap_wide_verify())], config)
         assert drafter.offer(tokens, 100) == 40
         assert planner.plan(tokens, 100)[:2] == (0, cap)
@@ -106,5 +106,5 @@ def test_trackers_kept_across_generations_follow_each_config_s_caps():
     assert Planner(sources, small).plan(tokens, 100)[:2] == (0, 12)
     assert Planner(sources[1:], small).plan(tokens, 100)[:2] == (0, 5)
     default = GenerationConfig(max_tokens=200)
-    assert Planner(sources, default).plan(tokens, 100)[:2] == (0, 16)
+    assert Planner(sources, default).plan(tokens, 100)[:2] == (0, 40)   # all the lookup offers
     assert Planner(sources[1:], default).plan(tokens, 100)[:2] == (0, 8)

@@ -30,10 +30,10 @@ def test_a_tracker_round_trips_with_its_counts_capped():
     for k in range(1, 10):
         assert back.verify_seconds(k) == pytest.approx(t.verify_seconds(k))
     assert back.draft_s.value == pytest.approx(t.draft_s.value) and back.rate() == pytest.approx(t.rate())
-    assert back.acceptance() == pytest.approx(t.acceptance(), abs=0.02)  # the rates survive the scaling
+    assert back.acceptance() == pytest.approx(t.acceptance(), abs=0.03)  # the rates survive the scaling
     assert max(back.positions.drafted) == 64 < max(t.positions.drafted)  # ... the weight does not
     (g1, tps1), (g2, tps2) = back.plan(8), t.plan(8)
-    assert g1 == g2 and tps1 == pytest.approx(tps2, rel=0.02)  # the prior weighs a little more
+    assert g1 == g2 and tps1 == pytest.approx(tps2, rel=0.03)  # the prior weighs a little more
     assert sum(back.conf_judged) <= 64 * 10
 
 
