@@ -5,7 +5,7 @@ It reads live measurements (CostTracker, tracker.py: verify cost per batch size,
 acceptance per position, per n-gram match length and per draft confidence) and the pure formulas of
 costmodel.py. The controller asks it once per step and reports back what the step measured. What it
 does not know yet it explores, within a stated budget (ExploreBudget): at most EXPLORE_FRACTION of a
-generation's time, counting a generation as at least GRACE_STEPS plain steps long.
+generation's time per drafter, counting a generation as at least GRACE_STEPS plain steps long.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .drafters import Drafter, Proposal, StopRule
 from .tracker import WARM_MAX_COUNT, CostTracker, Estimate  # noqa: F401  (CostTracker: imported from here)
 
 EXPLORE_FRACTION = 0.01  # ε: exploration may cost at most this fraction of a generation's time ...
-GRACE_STEPS = 192         # ... counting a generation as at least this many plain steps long
+GRACE_STEPS = 128         # ... counting a generation as at least this many plain steps long
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -70,28 +70,35 @@ class ExploreBudget:
     beyond what the best known choice would have needed for the same tokens (negative when the step
     did better: a probe that pays funds the next one). An exploratory step is taken only when
 
-        spent + its predicted loss ≤ ε × max(elapsed, W × plain step seconds),
+        spent[source] + its predicted loss ≤ ε × max(elapsed, W × plain step seconds),
 
     its loss predicted cautiously (acceptance one standard error below the point estimate, see
-    CostTracker.cautious_acceptance), and afterwards its measured loss is added to `spent`. So the
-    exploration of a generation costs at most ε of its time (ε of W plain steps' time, for a shorter
-    one) plus what its last exploratory step lost beyond the cautious prediction. Every term is in
-    seconds of the machine at hand, so the rule compares ratios only."""
+    CostTracker.cautious_acceptance), and afterwards its measured loss is added to spent[source].
+    So each source's exploration in a generation costs at most ε of its time (ε of W plain steps'
+    time, for a shorter one) plus what its last exploratory step lost beyond the cautious
+    prediction: ε for a single drafter, 2ε for the hybrid. The budget is per source so that one
+    drafter's learning never starves the other's: the hybrid learns each part as the part alone
+    would. Every term is in seconds of the machine at hand, so the rule compares ratios only."""
 
     def __init__(self, fraction: float = EXPLORE_FRACTION, grace_steps: int = GRACE_STEPS):
         self.fraction, self.grace_steps = fraction, grace_steps
-        self.spent = 0.0    # net measured loss of the exploratory steps so far
-        self.elapsed = 0.0  # seconds of every step so far
+        self.spent: dict[int, float] = {}  # net measured loss of each source's exploratory steps so far
+        self.elapsed = 0.0                 # seconds of every step so far
 
-    def allows(self, loss: float, plain_s: float) -> bool:
-        """Whether an exploratory step predicted to lose `loss` seconds fits the budget."""
-        return self.spent + max(loss, 0.0) <= self.fraction * max(self.elapsed, self.grace_steps * plain_s)
+    def allowance(self, plain_s: float) -> float:
+        """What each source may have spent by now: ε × max(elapsed, W plain steps)."""
+        return self.fraction * max(self.elapsed, self.grace_steps * plain_s)
 
-    def charge(self, seconds: float, tokens: int, r_best: float | None) -> None:
-        """Account one step; r_best is given for an exploratory step (None otherwise)."""
+    def allows(self, source: int, loss: float, plain_s: float) -> bool:
+        """Whether an exploratory step of source predicted to lose `loss` seconds fits its budget."""
+        return self.spent.get(source, 0.0) + max(loss, 0.0) <= self.allowance(plain_s)
+
+    def charge(self, seconds: float, tokens: int, explored: tuple[int, float] | None = None) -> None:
+        """Account one step; explored is (source, r_best) for an exploratory step."""
         self.elapsed += seconds
-        if r_best is not None:
-            self.spent += seconds - tokens / r_best
+        if explored is not None:
+            source, r_best = explored
+            self.spent[source] = self.spent.get(source, 0.0) + seconds - tokens / r_best
 
 
 class Planner:
@@ -115,7 +122,7 @@ class Planner:
         self.p_min = p_min_of(config)
         self.budget = budget if budget is not None else ExploreBudget()
         self.explored = 0                 # exploratory steps taken (stats and tests read it)
-        self._r_best: float | None = None  # the best known rate when the last step explored
+        self._explored: tuple[int, float] | None = None  # (source, best known rate) if the last step explored
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -126,7 +133,7 @@ class Planner:
     def plan(self, tokens: Sequence[int], room: int) -> Plan:
         """The next step after tokens, drafting at most `room` tokens (what the context and the tokens
         still wanted allow). Fixed γ: the first source with a guess to offer. Auto: see the class."""
-        self._r_best = None
+        self._explored = None
         offers = self._offers(tokens, room)
         if self.config.gamma is not None:
             return self._plan(offers[0]) if offers else Plan(None, 0)
@@ -162,7 +169,7 @@ class Planner:
                 best = Choice(i, gamma, bucket, rate)
         probe = max((self._probe(c, best.rate, plain_s) for c in offers), key=lambda c: c.rate)
         if probe[:2] != best[:2] and probe.rate > best.rate * (1 + self.sources[probe.source][1].min_gain):
-            self._r_best = best.rate
+            self._explored = (probe.source, best.rate)
             self.explored += 1
             return probe
         return best
@@ -179,10 +186,10 @@ class Planner:
         loss = lambda gamma: _seconds(point, gamma) - point_tokens[gamma] / r_best  # noqa: E731
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
             rate = max(hope_tokens[g] / max(_seconds(hope, g), 1e-300) for g in range(1, offer.gamma + 1))
-            return best._replace(gamma=1, rate=rate) if self.budget.allows(loss(1), plain_s) else best
+            return best._replace(gamma=1, rate=rate) if self.budget.allows(offer.source, loss(1), plain_s) else best
         for gamma in range(1, offer.gamma + 1):
             rate = hope_tokens[gamma] / max(_seconds(hope, gamma), 1e-300)
-            if rate > best.rate and self.budget.allows(loss(gamma), plain_s):
+            if rate > best.rate and self.budget.allows(offer.source, loss(gamma), plain_s):
                 best = Choice(offer.source, gamma, offer.bucket, rate)
         return best
 
@@ -200,7 +207,7 @@ class Planner:
         (a plain step also the overhead), the drafting source its costs and acceptance; and charge
         an exploratory step's loss to the budget."""
         n = len(proposal.ids)
-        self.budget.charge(draft_s + verify_s + overhead_s, n_accepted + 1, self._r_best)
+        self.budget.charge(draft_s + verify_s + overhead_s, n_accepted + 1, self._explored)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
                 # A catch-up over tokens generated while not drafting is a one-off, not the draft's

@@ -52,6 +52,7 @@ class CostTracker:
     prior_accept: float = 0.0   # point estimate's prior (see the module docstring), worth `prior_weight` observations
     prior_weight: float = 2.0
     min_gain: float = 0.03      # predicted edge over plain decoding needed to speculate
+    ucb_scale: float = 0.1      # the optimistic estimate's bonus: sqrt(ucb_scale × ln(total) / count)
     draft_s: Ema = field(default_factory=Ema)
     overhead_s: Ema = field(default_factory=Ema)
     verify: VerifyCurve = field(default_factory=VerifyCurve)
@@ -130,12 +131,16 @@ class CostTracker:
                 for i, r in enumerate(rates)]
 
     def optimistic_acceptance(self, bucket: int | None = None) -> list[float]:
-        """Per-position conditional acceptance smoothed towards 1 (each position towards its bucket's
-        rate over all positions, smoothed towards 1): what the counts still allow."""
+        """Per-position conditional acceptance as high as the counts still allow: each position's
+        rate (smoothed towards its bucket's, that towards 1) plus a UCB1-style bonus, which shrinks
+        with the position's own count and grows slowly with the tracker's total. So a bucket that a
+        few unlucky rejections made look bad is tried again, ever more rarely (Auer et al. 2002)."""
         counts = self.positions if bucket is None else self.buckets.get(bucket)
         if counts is None:
             return [1.0]
-        return counts.rates(_overall(counts, 1.0, self.prior_weight), self.prior_weight) or [1.0]
+        w, total = self.prior_weight, math.log(sum(self.positions.judged) + 2)
+        rates = counts.rates(_overall(counts, 1.0, w), w)
+        return [min(1.0, r + math.sqrt(self.ucb_scale * total / (j + w))) for r, j in zip(rates, counts.judged)] or [1.0]
 
     def verify_seconds(self, k: int) -> float:
         """Measured verify time for a batch of k, interpolated or extrapolated otherwise."""

@@ -128,8 +128,8 @@ class Result(NamedTuple):
     plain_seconds: float
     gammas: list[int]
     explored: int
-    spent: float        # the budget's net measured loss of exploratory steps
-    worst_over: float   # the most that spent ever exceeded ε × max(elapsed, W × plain step)
+    spent: float        # the budget's net measured loss of exploratory steps, all sources
+    worst_over: float   # the most that a source's spent ever exceeded ε × max(elapsed, W × plain step)
 
     @property
     def ratio(self) -> float:
@@ -156,11 +156,11 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         verify_s = verify(len(proposal.ids) + 1)
         planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0)
         b = planner.budget
-        worst = max(worst, b.spent - b.fraction * max(b.elapsed, b.grace_steps * verify(1)))
+        worst = max([worst] + [spent - b.allowance(verify(1)) for spent in b.spent.values()])
         seconds += draft_s + verify_s
         gammas.append(len(proposal.ids))
         world.pos += n_accepted + 1
-    return Result(world.pos, seconds, world.pos * verify(1), gammas, planner.explored, planner.budget.spent, worst)
+    return Result(world.pos, seconds, world.pos * verify(1), gammas, planner.explored, sum(planner.budget.spent.values()), worst)
 
 
 def _accepted(n: int, drafter: SimDrafter | None, world: World, luck: np.ndarray) -> int:
