@@ -84,3 +84,23 @@ def test_warm_start_can_be_turned_off(monkeypatch):
     assert pair.plan_key is None and not fresh_pair().warm
     monkeypatch.delenv("LOCALSPEC_WARM_START")
     assert not fresh_pair(warm_start=False).warm and fresh_pair(warm_start=False).plan_key is None
+
+
+def test_files_from_before_match_length_buckets_load_and_broken_buckets_are_ignored(monkeypatch):
+    t = measured()
+    t.record(6, 6, 0.0, 0.2, 0.001, bucket=5)
+    data = t.to_dict()
+    assert CostTracker.from_dict(data).buckets[5].accepted == [1] * 6     # round trip
+    old = {k: v for k, v in data.items() if k != "buckets"}               # a file saved before buckets
+    back = CostTracker.from_dict(old)
+    assert back.buckets == {} and back.plan(8) == CostTracker.from_dict(data).plan(8)
+    key = fresh_pair(threads=2).plan_key
+    warmstart.save(key, {("ngram", True): t})
+    path = warmstart.plan_path(key)
+    saved = json.loads(path.read_text())
+    saved["trackers"]["ngram/greedy"]["buckets"] = {"5": [[1, 2], [1]]}   # rows of unequal length
+    path.write_text(json.dumps(saved))
+    assert warmstart.load(key) == {}
+    saved["trackers"]["ngram/greedy"]["buckets"] = "nonsense"
+    path.write_text(json.dumps(saved))
+    assert warmstart.load(key) == {}
