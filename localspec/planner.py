@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from .config import GenerationConfig
-from .costmodel import FALLBACK_P_MIN, FixedStop, expected_tokens_upto, match_bucket, step_seconds
+from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
 from .drafters import Drafter, Proposal, StopRule
 from .tracker import WARM_MAX_COUNT, CostTracker, Estimate  # noqa: F401  (CostTracker: imported from here)
 
@@ -192,6 +192,14 @@ class Planner:
             if rate > best.rate and self.budget.allows(offer.source, loss(gamma), plain_s):
                 best = Choice(offer.source, gamma, offer.bucket, rate)
         return best
+
+    def predict(self, source: int, n_drafted: int, tokens: float, bucket: int = 0) -> Prediction:
+        """A candidate step from source that drafts n_drafted tokens, verified in one batch of
+        n_drafted + 1, and is expected to emit `tokens`: its seconds by the measured costs. The seam
+        for plans other than a chain: a token tree's expected tokens come from its branches'
+        acceptance (CostTracker.acceptance, accept_at), its seconds from its width, as a chain's."""
+        est = self.sources[source][1].estimate(bucket)
+        return Prediction(tokens, step_seconds(n_drafted, est.draft_s, est.verify_s, est.overhead_s))
 
     def _stop(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> StopRule | None:
         """The draft model's stop rule: p-min auto from the tracker, a fixed p-min, or none."""

@@ -145,3 +145,13 @@ def test_optimistic_verify_is_flat_beyond_the_widest_measured_only():
 
 def test_match_buckets():
     assert [match_bucket(n) for n in (0, 1, 2, 3, 4, 7, 8, 16, 31, 32, 64)] == [1, 1, 2, 2, 3, 3, 4, 5, 5, 6, 6]
+
+
+def test_any_candidate_step_is_priced_by_its_width():
+    # The seam a tree drafter uses: 7 nodes verified in one batch of 8, expected to emit 4 tokens.
+    t = CostTracker()
+    t.record(0, 0, 0.0, 0.010, 0.0)
+    t.record(7, 3, 0.007, 0.020, 0.0)
+    planner = Planner([(NGramDrafter(), t)], GenerationConfig())
+    p = planner.predict(0, 7, 4.0)
+    assert p.seconds == pytest.approx(0.007 + 0.020) and p.rate == pytest.approx(4.0 / 0.027)
