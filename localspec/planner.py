@@ -15,7 +15,7 @@ from typing import NamedTuple, Sequence
 from .config import GenerationConfig
 from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
 from .drafters import Drafter, Proposal, StopRule
-from .tracker import WARM_MAX_COUNT, CostTracker, Estimate  # noqa: F401  (CostTracker: imported from here)
+from .tracker import CostTracker, Estimate  # noqa: F401  (CostTracker: others import it from here)
 
 EXPLORE_FRACTION = 0.01  # ε: exploration may cost at most this fraction of a generation's time ...
 GRACE_STEPS = 128         # ... counting a generation as at least this many plain steps long

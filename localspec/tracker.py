@@ -8,10 +8,13 @@ confidence (the draft model's stop rule reads that).
 
 The point estimate is what the planner expects of a known choice: a bucket's counts smoothed towards
 all buckets' counts, those towards `prior_accept` (0: a choice is known by its counts, and few
-counts are held down); unmeasured batch sizes interpolated or extrapolated along the curve. The optimistic estimate is the best the measurements still allow: counts smoothed towards
-acceptance 1, a batch wider than every measured one no dearer than the widest measured. Until the
-draft's cost is measured both take it as free, and only the optimistic one is used: a drafter is no
-known choice before one of its steps has run (the planner's first step from it drafts one token).
+counts are held down); unmeasured batch sizes interpolated or extrapolated along the curve. The
+cautious estimate is the point estimate less one standard error: what prices an exploratory step.
+The optimistic estimate is the best the measurements still allow: counts smoothed towards
+acceptance 1 plus a bonus that shrinks with the count, a batch wider than every measured one no
+dearer than the widest measured. Until the draft's cost is measured all take it as free, and only
+the optimistic one is used: a drafter is no known choice before one of its steps has run (the
+planner's first step from it drafts one token).
 Both depend on measured seconds only through their ratios: scaling every cost scales every
 prediction of tokens/s by the same factor and changes no choice.
 """
@@ -49,8 +52,8 @@ class Estimate(NamedTuple):
 class CostTracker:
     """Live measurements of one drafter on one pair and machine (see the module docstring)."""
 
-    prior_accept: float = 0.0   # point estimate's prior (see the module docstring), worth `prior_weight` observations
-    prior_weight: float = 2.0
+    prior_accept: float = 0.0   # the point estimate's prior (see the module docstring) ...
+    prior_weight: float = 2.0   # ... worth this many observations
     min_gain: float = 0.03      # predicted edge over plain decoding needed to speculate
     ucb_scale: float = 0.1      # the optimistic estimate's bonus: sqrt(ucb_scale × ln(total) / count)
     draft_s: Ema = field(default_factory=Ema)
@@ -140,7 +143,8 @@ class CostTracker:
             return [1.0]
         w, total = self.prior_weight, math.log(sum(self.positions.judged) + 2)
         rates = counts.rates(_overall(counts, 1.0, w), w)
-        return [min(1.0, r + math.sqrt(self.ucb_scale * total / (j + w))) for r, j in zip(rates, counts.judged)] or [1.0]
+        bonus = [math.sqrt(self.ucb_scale * total / (j + w)) for j in counts.judged]
+        return [min(1.0, r + b) for r, b in zip(rates, bonus)] or [1.0]
 
     def verify_seconds(self, k: int) -> float:
         """Measured verify time for a batch of k, interpolated or extrapolated otherwise."""

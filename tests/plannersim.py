@@ -160,7 +160,8 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         seconds += draft_s + verify_s
         gammas.append(len(proposal.ids))
         world.pos += n_accepted + 1
-    return Result(world.pos, seconds, world.pos * verify(1), gammas, planner.explored, sum(planner.budget.spent.values()), worst)
+    spent = sum(planner.budget.spent.values())
+    return Result(world.pos, seconds, world.pos * verify(1), gammas, planner.explored, spent, worst)
 
 
 def _accepted(n: int, drafter: SimDrafter | None, world: World, luck: np.ndarray) -> int:
