@@ -32,7 +32,7 @@ def expected_tokens(accept: Sequence[float], gamma: int) -> float:
 
 
 class Prediction(NamedTuple):
-    """What one step is expected to bring: tokens emitted and seconds taken."""
+    """What one step is expected to bring: tokens emitted and seconds taken (Planner.predict)."""
 
     tokens: float
     seconds: float
@@ -40,13 +40,6 @@ class Prediction(NamedTuple):
     @property
     def rate(self) -> float:
         return self.tokens / max(self.seconds, 1e-300)
-
-
-def predict(accept: Sequence[float], gamma: int, draft_s: float, verify_s: Callable[[int], float],
-            overhead_s: float) -> Prediction:
-    """Expected tokens and seconds of a step drafting gamma tokens: the seam a planner asks about any
-    candidate step (a chain here; a tree's tokens would come from its branches' acceptance)."""
-    return Prediction(expected_tokens(accept, gamma), step_seconds(gamma, draft_s, verify_s, overhead_s))
 
 
 def match_bucket(length: int) -> int:

@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
-from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, Ema, FixedStop, PositionAcceptance, Prediction,
-                        VerifyCurve, best_gamma, predict)
+from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, Ema, FixedStop, PositionAcceptance,
+                        VerifyCurve, best_gamma)
 
 WARM_MAX_COUNT = 64  # saved acceptance counts weigh at most this many observations in a new process
 
@@ -38,10 +38,6 @@ class Estimate(NamedTuple):
     draft_s: float
     verify_s: Callable[[int], float]
     overhead_s: float
-
-    def step(self, gamma: int) -> Prediction:
-        """Expected tokens and seconds of a step drafting gamma tokens (0: plain decoding)."""
-        return predict(self.accept, gamma, self.draft_s, self.verify_s, self.overhead_s)
 
     def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
         """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
