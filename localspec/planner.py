@@ -123,17 +123,27 @@ class Planner:
         self.budget = budget if budget is not None else ExploreBudget()
         self.explored = 0                 # exploratory steps taken (stats and tests read it)
         self._explored: tuple[int, float] | None = None  # (source, best known rate) if the last step explored
+        self._seen: dict[int, int] = {}    # source -> context length it last drafted after (or was prefilled to)
+        self._prefilled: set[int] = set()
+        self._length = 0                   # the context length at the last plan
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
         (as llama.cpp does, the draft is prefilled with the prompt otherwise)."""
         drafter, tracker = self.sources[i]
-        return self.config.gamma != 0 and bool(self.config.gamma or tracker.could_pay(cap_of(drafter.name, self.config)))
+        cap = cap_of(drafter.name, self.config)
+        wanted = self.config.gamma != 0 and bool(self.config.gamma or tracker.could_pay(cap))
+        if wanted:
+            self._prefilled.add(i)
+        return wanted
 
     def plan(self, tokens: Sequence[int], room: int) -> Plan:
         """The next step after tokens, drafting at most `room` tokens (what the context and the tokens
         still wanted allow). Fixed γ: the first source with a guess to offer. Auto: see the class."""
         self._explored = None
+        self._length = len(tokens)
+        for i in range(len(self.sources)):
+            self._seen.setdefault(i, len(tokens) if i in self._prefilled else 0)
         offers = self._offers(tokens, room)
         if self.config.gamma is not None:
             return self._plan(offers[0]) if offers else Plan(None, 0)
@@ -183,7 +193,8 @@ class Planner:
         best = Choice(offer.source, 0, offer.bucket, 0.0)
         hope_tokens = expected_tokens_upto(hope.accept, offer.gamma)
         point_tokens = expected_tokens_upto(tracker.cautious_acceptance(offer.bucket), offer.gamma)
-        loss = lambda gamma: _seconds(point, gamma) - point_tokens[gamma] / r_best  # noqa: E731
+        catch_up = self._catch_up_s(offer.source, point)
+        loss = lambda gamma: catch_up + _seconds(point, gamma) - point_tokens[gamma] / r_best  # noqa: E731
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
             rate = max(hope_tokens[g] / max(_seconds(hope, g), 1e-300) for g in range(1, offer.gamma + 1))
             return best._replace(gamma=1, rate=rate) if self.budget.allows(offer.source, loss(1), plain_s) else best
@@ -201,6 +212,13 @@ class Planner:
         est = self.sources[source][1].estimate(bucket)
         return Prediction(tokens, step_seconds(n_drafted, est.draft_s, est.verify_s, est.overhead_s))
 
+    def _catch_up_s(self, source: int, point: Estimate) -> float:
+        """What bringing source up to the context would cost before its first guess: the tokens
+        generated since it last drafted at its per-token draft cost (a catch-up decodes them in one
+        batch, so this overstates it: a probe's predicted loss errs on the safe side)."""
+        behind = self._length - self._seen.get(source, 0)
+        return behind * point.draft_s if behind > 2 else 0.0
+
     def _stop(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> StopRule | None:
         """The draft model's stop rule: p-min auto from the tracker, a fixed p-min, or none."""
         if drafter.name != "model":
@@ -215,6 +233,8 @@ class Planner:
         (a plain step also the overhead), the drafting source its costs and acceptance; and charge
         an exploratory step's loss to the budget."""
         n = len(proposal.ids)
+        if n:
+            self._seen[plan.source] = self._length + n_accepted
         self.budget.charge(draft_s + verify_s + overhead_s, n_accepted + 1, self._explored)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:

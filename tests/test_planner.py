@@ -11,9 +11,11 @@ from localspec.config import GenerationConfig
 from localspec.costmodel import VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal
 from localspec.planner import EXPLORE_FRACTION, CostTracker, ExploreBudget, Plan, Planner
+from localspec.sampling import SamplingParams
 from plannersim import COPY, CPU_LIGHT, GPU_FLAT, PROSE, Region, curve, generate, run_set, set_ratio
 
 SEEDS = [100 * s for s in range(6)]
+GREEDY = SamplingParams(temperature=0)
 MACHINES = {"cpu": (CPU_LIGHT, 0.5), "gpu": (GPU_FLAT, 0.08)}  # verify curve, draft token / plain step
 KINDS = (["ngram"], ["model"], ["ngram", "model"])
 
@@ -155,3 +157,28 @@ def test_any_candidate_step_is_priced_by_its_width():
     planner = Planner([(NGramDrafter(), t)], GenerationConfig())
     p = planner.predict(0, 7, 4.0)
     assert p.seconds == pytest.approx(0.007 + 0.020) and p.rate == pytest.approx(4.0 / 0.027)
+
+
+def test_a_probe_counts_the_catch_up_of_a_drafter_left_behind():
+    # A draft model measured once (a token costs 0.8 of a plain step) that has not drafted for 200
+    # tokens: a probe would first decode them all, far beyond any budget. Freshly prefilled, one fits.
+    def planner(prefilled: bool) -> Planner:
+        t = CostTracker()
+        t.record(0, 0, 0.0, 0.010, 0.0)
+        t.record(1, 1, 0.008, 0.0101, 0.0)
+        p = Planner([(FakeModelDrafter(), t)], GenerationConfig(sampling=GREEDY))
+        if prefilled:
+            assert p.wants_prefill(0)
+        return p
+    tokens = list(range(300))
+    assert planner(prefilled=True).plan(tokens, 100).source == 0
+    assert planner(prefilled=False).plan(tokens, 100).source is None
+
+
+class FakeModelDrafter(NGramDrafter):
+    """Offers whatever it is asked for, under the draft model's name (no model behind it)."""
+
+    name = "model"
+
+    def offer(self, context, k: int) -> int:
+        return k
