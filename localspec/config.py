@@ -43,8 +43,9 @@ class GenerationConfig:
     trace: bool = False  # record each verify batch in the stats (tests replay them)
     gamma_max: int = 8   # the most that auto may draft from a draft model
     # ... and from n-gram lookup: its drafts cost nothing to make, only verify width, so a long copied
-    # span is worth proposing whole where the target verifies wide batches cheaply.
-    ngram_gamma_max: int = 16
+    # span is worth proposing whole where the target verifies wide batches cheaply (the cap is that
+    # of llama.cpp's ngram-simple drafter; the planner measures each width before relying on it).
+    ngram_gamma_max: int = 48
     drafter: str = "auto"  # one of DRAFTERS
     p_min: float | None = None  # the draft model stops below this confidence; None: where it stops paying
     logprobs: int | None = None  # give each Piece its log-probability under the target and this many alternatives

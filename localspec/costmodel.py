@@ -18,7 +18,8 @@ That is the stopping rule that maximises a renewal process's long-run rate E[tok
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import bisect
+from typing import Callable, NamedTuple, Sequence
 
 
 def expected_tokens(accept: Sequence[float], gamma: int) -> float:
@@ -28,6 +29,32 @@ def expected_tokens(accept: Sequence[float], gamma: int) -> float:
         reach *= accept[i] if i < len(accept) else accept[-1]
         total += reach
     return total
+
+
+class Prediction(NamedTuple):
+    """What one step is expected to bring: tokens emitted and seconds taken (Planner.predict)."""
+
+    tokens: float
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / max(self.seconds, 1e-300)
+
+
+def match_bucket(length: int) -> int:
+    """The acceptance bucket of an n-gram match of this many tokens: 1, 2-3, 4-7, 8-15, 16-31, 32+
+    (buckets 1..6; bucket 0 is a drafter without match lengths)."""
+    return min(max(length, 1).bit_length(), 6)
+
+
+def expected_tokens_upto(accept: Sequence[float], gamma_max: int) -> list[float]:
+    """expected_tokens(accept, γ) for every γ in 0..gamma_max, in one pass."""
+    totals, reach = [1.0], 1.0
+    for i in range(gamma_max):
+        reach *= accept[i] if i < len(accept) else accept[-1]
+        totals.append(totals[-1] + reach)
+    return totals
 
 
 def step_seconds(gamma: int, draft_s: float, verify_s: Callable[[int], float], overhead_s: float) -> float:
@@ -127,11 +154,17 @@ class VerifyCurve:
     """Seconds to verify a batch of k tokens: measured per k (a moving average), linear between
     measured sizes; beyond the largest along the slope from the smallest to the largest, never
     negative (noise in the last segment cannot bend it down); below the smallest along the first
-    segment. With one point only, cost is assumed to grow in proportion to k (pessimistic)."""
+    segment. With one point only, cost is assumed to grow in proportion to k (pessimistic).
+
+    optimistic(k) is what a batch wider than every measured one may cost at best: no more than the
+    widest measured (the estimate where that is lower). Within the measured range it is the estimate:
+    a size chosen there is measured when it runs, and the widest measured size moves out only by
+    trying a wider one."""
 
     def __init__(self, means: dict[int, float] | None = None):
         self.points: dict[int, Ema] = {}
-        self._memo: dict[int, float] = {}
+        self._memo: dict[tuple[int, bool], float] = {}
+        self._known: list[tuple[int, float]] = []
         for k, seconds in (means or {}).items():
             self.add(k, seconds)
 
@@ -149,9 +182,21 @@ class VerifyCurve:
 
     def seconds(self, k: int) -> float:
         """Measured, interpolated or extrapolated seconds for a batch of k (0.0 before any measurement)."""
-        t = self._memo.get(k)
+        return self._lookup(k, False)
+
+    def optimistic(self, k: int) -> float:
+        """The least a batch of k may cost given the measurements (see the class docstring)."""
+        return self._lookup(k, True)
+
+    def _lookup(self, k: int, optimistic: bool) -> float:
+        t = self._memo.get((k, optimistic))
         if t is None:
-            t = self._memo[k] = self._estimate(k, self.known())
+            if not self._memo:
+                self._known = self.known()
+            t = self._estimate(k, self._known)
+            if optimistic and self._known and k > self._known[-1][0]:
+                t = min(t, self._known[-1][1])
+            self._memo[(k, optimistic)] = t
         return t
 
     def _estimate(self, k: int, known: list[tuple[int, float]]) -> float:
@@ -165,12 +210,9 @@ class VerifyCurve:
         (k0, t0), (kn, tn) = known[0], known[-1]
         if k > kn:
             return tn + max(0.0, (tn - t0) / (kn - k0)) * (k - kn)
-        if k < k0:
-            lo, hi = known[0], known[1]
-        else:
-            lo, hi = max(p for p in known if p[0] < k), min(p for p in known if p[0] > k)
-        slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
-        return max(lo[1] + slope * (k - lo[0]), t0 * 0.5)
+        i = min(max(bisect.bisect_left(known, (k,)), 1), len(known) - 1)  # known[i-1] < k < known[i]
+        (ka, ta), (kb, tb) = known[i - 1], known[i]
+        return max(ta + (tb - ta) / (kb - ka) * (k - ka), t0 * 0.5)
 
 
 class PositionAcceptance:
@@ -205,10 +247,26 @@ class PositionAcceptance:
                     mine[i] += n
         return total
 
-    def rates(self, prior: float = 0.0, weight: float = 0.0) -> list[float]:
-        """Conditional acceptance per position, smoothed towards prior with weight pseudo-observations."""
-        return [(a + weight * prior) / (j + weight) if j + weight else 0.0
-                for j, a in zip(self.judged, self.accepted)]
+    def rates(self, prior: float | Sequence[float] = 0.0, weight: float = 0.0) -> list[float]:
+        """Conditional acceptance per position, smoothed towards prior with weight pseudo-observations
+        (prior: one rate for every position, or one per position, the last repeated beyond its end)."""
+        priors = [prior] if isinstance(prior, (int, float)) else list(prior) or [0.0]
+        at = lambda i: priors[min(i, len(priors) - 1)]  # noqa: E731
+        return [(a + weight * at(i)) / (j + weight) if j + weight else 0.0
+                for i, (j, a) in enumerate(zip(self.judged, self.accepted))]
+
+    def to_rows(self) -> list[list[int]]:
+        """[drafted, judged, accepted], for saving."""
+        return [list(self.drafted), list(self.judged), list(self.accepted)]
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[int]]) -> PositionAcceptance:
+        """The counter saved by to_rows (ValueError for rows of unequal length)."""
+        c = cls()
+        c.drafted, c.judged, c.accepted = ([int(n) for n in r] for r in rows)
+        if not len(c.drafted) == len(c.judged) == len(c.accepted):
+            raise ValueError("acceptance rows of unequal length")
+        return c
 
     def alpha_at(self) -> list[float]:
         """Accepted / proposed per position (unconditional on the earlier drafts)."""

@@ -133,33 +133,46 @@ class NGramDrafter:
     An index from each n-gram to the position it last ended at makes a lookup O(n_max) dict probes,
     whatever the context length; the index grows by O(n_max) per new token. Proposals are
     deterministic, so q is one-hot and the p/q rule stays exact. Costs nothing to run.
+
+    Each lookup also measures how far the match really reaches back (last_match: the tokens before
+    the n-gram that agree too, up to match_cap): a copy being repeated matches far back, a phrase that
+    merely recurs does not, and the planner keeps acceptance per match length to tell them apart.
     """
 
     name = "ngram"
 
-    def __init__(self, n_min: int = 2, n_max: int = 4):
-        assert 1 <= n_min <= n_max
-        self.n_min, self.n_max = n_min, n_max
+    def __init__(self, n_min: int = 2, n_max: int = 8, match_cap: int = 64):
+        assert 1 <= n_min <= n_max <= match_cap
+        self.n_min, self.n_max, self.match_cap = n_min, n_max, match_cap
         self.tokens: list[int] = []
         self.index: dict[tuple[int, ...], int] = {}  # n-gram -> position of its last token, latest
         self.probes = 0                               # dict lookups made by propose (tests count them)
-        self.last_n = self.last_len = 0               # match length and size of the last proposal
+        self.last_n = self.last_len = 0               # n-gram size and length of the last proposal
+        self.last_match = 0                           # tokens the last match agrees on, ≤ match_cap
         self.proposed_at: dict[int, int] = {}         # match length -> tokens proposed
         self.accepted_at: dict[int, int] = {}         # match length -> tokens accepted
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator | None = None,
                 stop: StopRule | None = None) -> Proposal:
         self._sync(context)
-        self.last_n = 0
+        self.last_n = self.last_match = 0
         end = len(self.tokens)
         for n in range(min(self.n_max, end), self.n_min - 1, -1):
             self.probes += 1
             pos = self.index.get(tuple(self.tokens[end - n:]))
             if pos is not None:
                 ids = self.tokens[pos + 1: pos + 1 + k]  # may run into the end of the context
-                self.last_n, self.last_len = n, len(ids)
+                self.last_n, self.last_len, self.last_match = n, len(ids), self._reach(pos, n)
                 return Proposal(ids, [one_hot(t) for t in ids])
         return NO_PROPOSAL
+
+    def _reach(self, pos: int, n: int) -> int:
+        """How many tokens the earlier occurrence ending at pos shares with the context's end (≥ n,
+        at most match_cap): O(match_cap) comparisons."""
+        tokens, last = self.tokens, len(self.tokens) - 1
+        while n < self.match_cap and pos - n >= 0 and tokens[pos - n] == tokens[last - n]:
+            n += 1
+        return n
 
     def _sync(self, context: Sequence[int], full_check: bool = False) -> None:
         """Extend the index with new context tokens; rebuild when the context is not an extension.

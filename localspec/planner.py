@@ -1,23 +1,24 @@
 """The planner: the ONLY place that decides, before each step, who drafts, how many tokens (γ), and
 where a model draft may stop within them (the stop rule: a fixed p-min, or p-min auto from costs).
 
-It reads live measurements (CostTracker: verify cost per batch size, draft cost, acceptance per
-position and per draft confidence) and the pure formulas of costmodel.py. The controller asks it
-once per step and reports back what the step measured.
+It reads live measurements (CostTracker, tracker.py: verify cost per batch size, draft cost,
+acceptance per position, per n-gram match length and per draft confidence) and the pure formulas of
+costmodel.py. The controller asks it once per step and reports back what the step measured. What it
+does not know yet it explores, within a stated budget (ExploreBudget): at most EXPLORE_FRACTION of a
+generation's time per drafter, counting a generation as at least GRACE_STEPS plain steps long.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
 from .config import GenerationConfig
-from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, Ema, FixedStop, PositionAcceptance,
-                        VerifyCurve, best_gamma)
+from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
 from .drafters import Drafter, Proposal, StopRule
+from .tracker import CostTracker, Estimate  # noqa: F401  (CostTracker: others import it from here)
 
-WARM_MAX_COUNT = 64  # saved acceptance counts weigh at most this many observations in a new process
+EXPLORE_FRACTION = 0.01  # ε: exploration may cost at most this fraction of a generation's time ...
+GRACE_STEPS = 128         # ... counting a generation as at least this many plain steps long
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -41,199 +42,182 @@ def p_min_of(config: GenerationConfig) -> float | None:
     return config.p_min
 
 
-@dataclass
-class CostTracker:
-    """Live measurements of one pair on one machine; chooses γ before each step.
-
-    Policy: until a draft has been measured, probe at `probe_gamma`; afterwards take the γ with the
-    best predicted tokens/s. While that is 0, and only if the measured costs would let speculation
-    win at near-perfect acceptance (`optimistic_accept`), re-probe after `probe_every` plain steps so
-    the choice can recover when acceptance changes; each probe that changes nothing doubles the wait
-    (up to `probe_every_max`), because a probe costs the draft a catch-up over every token generated
-    since it last ran. Where costs alone rule speculation out, it never probes again.
-    """
-
-    probe_gamma: int = 3
-    probe_every: int = 16
-    probe_every_max: int = 1024
-    prior_accept: float = 0.6   # Beta-style prior, worth `prior_weight` observations per position
-    prior_weight: float = 2.0
-    optimistic_accept: float = 0.95
-    min_gain: float = 0.03         # predicted edge over plain decoding needed to speculate
-    min_gain_probe: float = 0.05   # ... and, at optimistic acceptance, to keep probing
-    draft_s: Ema = field(default_factory=Ema)
-    overhead_s: Ema = field(default_factory=Ema)
-    verify: VerifyCurve = field(default_factory=VerifyCurve)
-    positions: PositionAcceptance = field(default_factory=PositionAcceptance)
-    steps_since_probe: int = 0
-    wait: int = 0  # plain steps before the next probe; 0 until the first choice of plain decoding
-    conf_judged: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
-    conf_accepted: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
-    step_tokens: Ema = field(default_factory=Ema)  # tokens and seconds of drafting steps: the rate achieved
-    step_s: Ema = field(default_factory=Ema)
-
-    def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float,
-               confidences: Sequence[float] = ()) -> None:
-        """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them)."""
-        self.verify.add(n_drafted + 1, verify_s)
-        self.overhead_s.add(overhead_s)
-        if n_drafted:
-            self.draft_s.add(draft_s / n_drafted)
-            self.steps_since_probe = 0
-            self.step_tokens.add(n_accepted + 1)
-            self.step_s.add(draft_s + verify_s + overhead_s)
-        else:
-            self.steps_since_probe += 1
-        self.positions.record(n_drafted, n_accepted)
-        for i, c in enumerate(confidences[: n_accepted + 1]):  # the drafts the target judged
-            b = self._bin(c)
-            self.conf_judged[b] += 1
-            self.conf_accepted[b] += i < n_accepted
-
-    @staticmethod
-    def _bin(confidence: float) -> int:
-        return min(max(int(confidence * CONFIDENCE_BINS), 0), CONFIDENCE_BINS - 1)
-
-    def accept_at(self, confidence: float) -> float:
-        """Measured acceptance of drafts of this confidence, smoothed towards an optimistic prior,
-        (1 + confidence) / 2: a confidence whose drafts are never judged is never measured, and drafts
-        are often accepted more than their confidence says."""
-        b, w = self._bin(confidence), self.prior_weight
-        return (self.conf_accepted[b] + w * (1 + confidence) / 2) / (self.conf_judged[b] + w)
-
-    def rate(self) -> float:
-        """Tokens/s the loop achieves: drafting steps as measured, and never below plain decoding."""
-        plain = 1.0 / max(self.verify_seconds(1) + (self.overhead_s.value or 0.0), 1e-9)
-        if self.step_s.value is None:
-            return plain
-        return max(self.step_tokens.value / max(self.step_s.value, 1e-9), plain)
-
-    def draft_stop(self, gamma: int | None = None) -> DraftStop | FixedStop:
-        """The stopping rule for a draft of up to gamma (p-min auto); a fixed p-min until costs are measured."""
-        if self.draft_s.value is None or 1 not in self.verify:
-            return FixedStop(FALLBACK_P_MIN, first=True)  # a probe must measure the draft
-        return DraftStop(self.accept_at, self.rate(), self.draft_s.value, self.verify_seconds, gamma)
-
-    def acceptance(self) -> list[float]:
-        """Per-position conditional acceptance, smoothed towards the prior."""
-        return self.positions.rates(self.prior_accept, self.prior_weight) or [self.prior_accept]
-
-    def verify_seconds(self, k: int) -> float:
-        """Measured verify time for a batch of k, interpolated or extrapolated otherwise."""
-        return self.verify.seconds(k)
-
-    def could_pay(self, cap: int) -> bool:
-        """Whether some γ ≤ cap would beat plain decoding at near-perfect acceptance, given the costs."""
-        if self.draft_s.value is None or 1 not in self.verify:
-            return True  # not measured yet
-        gamma, _ = best_gamma([self.optimistic_accept] * cap, self.draft_s.value, self.verify_seconds,
-                              self.overhead_s.value or 0.0, cap, self.min_gain_probe)
-        return gamma > 0
-
-    def to_dict(self) -> dict:
-        """The measurements (not the probing state) as JSON-ready data, for a warm start."""
-        ema = lambda e: [e.value, e.n]  # noqa: E731
-        return {"draft_s": ema(self.draft_s), "overhead_s": ema(self.overhead_s),
-                "step_tokens": ema(self.step_tokens), "step_s": ema(self.step_s),
-                "verify": {str(k): ema(e) for k, e in self.verify.points.items()},
-                "positions": [self.positions.drafted, self.positions.judged, self.positions.accepted],
-                "confidence": [self.conf_judged, self.conf_accepted]}
-
-    @classmethod
-    def from_dict(cls, data: dict, max_count: int = WARM_MAX_COUNT) -> CostTracker:
-        """A tracker that starts from saved measurements. Counts are scaled down to at most max_count
-        per position and per confidence bin, so that this run's own steps soon outweigh them."""
-        t = cls()
-        for name in ("draft_s", "overhead_s", "step_tokens", "step_s"):
-            _load_ema(getattr(t, name), data[name])
-        for k, e in data["verify"].items():
-            _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
-        t.positions.drafted, t.positions.judged, t.positions.accepted = _scaled(data["positions"], max_count)
-        t.conf_judged, t.conf_accepted = _scaled(data["confidence"], max_count)
-        if len(t.conf_judged) != CONFIDENCE_BINS:
-            raise ValueError(f"expected {CONFIDENCE_BINS} confidence bins")
-        return t
-
-    def choose(self, gamma_cap: int) -> int:
-        """The draft length for the next step, at most gamma_cap."""
-        return self.plan(gamma_cap)[0]
-
-    def plan(self, gamma_max: int) -> tuple[int, float]:
-        """(draft length ≤ gamma_max, predicted tokens/s) for the next step; a probe predicts +inf (it must run)."""
-        if gamma_max <= 0:
-            return 0, 0.0
-        if self.draft_s.value is None:
-            return min(self.probe_gamma, gamma_max), math.inf
-        if 1 not in self.verify:
-            return 0, 0.0
-        gamma, tps = best_gamma(self.acceptance(), self.draft_s.value, self.verify_seconds,
-                                self.overhead_s.value or 0.0, gamma_max, self.min_gain)
-        if gamma > 0:
-            self.wait = 0
-            return gamma, tps
-        if not self.could_pay(gamma_max):
-            return 0, tps
-        if not self.wait:
-            self.wait = self.probe_every
-        if self.steps_since_probe >= self.wait:
-            self.wait = min(2 * self.wait, self.probe_every_max)
-            return min(self.probe_gamma, gamma_max), math.inf
-        return 0, tps
-
-
-def _load_ema(ema: Ema, saved: Sequence) -> None:
-    value, n = saved
-    ema.value, ema.n = (None if value is None else float(value)), int(n)
-
-
-def _scaled(rows: Sequence[Sequence[int]], max_count: int) -> list[list[int]]:
-    """Count rows (the first the denominators) scaled down together so no denominator exceeds max_count."""
-    top = max((max(r, default=0) for r in rows), default=0)
-    f = min(1.0, max_count / top) if top else 1.0
-    return [[round(int(n) * f) for n in r] for r in rows]
-
-
 class Plan(NamedTuple):
-    """One step's decision: which source drafts (None: a plain step), γ, and the stop rule the drafter
-    follows within γ (None: draft all γ)."""
+    """One step's decision: which source drafts (None: a plain step), γ, the stop rule the drafter
+    follows within γ (None: draft all γ), and the acceptance bucket its proposal is counted in."""
 
     source: int | None
     gamma: int
     stop: StopRule | None = None
+    bucket: int = 0
+
+
+class Choice(NamedTuple):
+    """A candidate step: source (None: plain), γ, bucket, and its predicted tokens/s."""
+
+    source: int | None
+    gamma: int
+    bucket: int
+    rate: float
+
+
+class ExploreBudget:
+    """The ledger of the exploration rule over one generation (an explicit budget).
+
+    A step is exploratory when the planner takes it for what it may teach rather than for its point
+    estimate. Its loss is counted against the best known choice at that step, whose predicted rate is
+    r_best (never below plain decoding): loss = seconds − tokens / r_best, the time the step took
+    beyond what the best known choice would have needed for the same tokens (negative when the step
+    did better: a probe that pays funds the next one). An exploratory step is taken only when
+
+        spent[source] + its predicted loss ≤ ε × max(elapsed, W × plain step seconds),
+
+    its loss predicted cautiously (acceptance one standard error below the point estimate, see
+    CostTracker.cautious_acceptance), and afterwards its measured loss is added to spent[source].
+    So each source's exploration in a generation costs at most ε of its time (ε of W plain steps'
+    time, for a shorter one) plus what its last exploratory step lost beyond the cautious
+    prediction: ε for a single drafter, 2ε for the hybrid. The budget is per source so that one
+    drafter's learning never starves the other's: the hybrid learns each part as the part alone
+    would. Every term is in seconds of the machine at hand, so the rule compares ratios only."""
+
+    def __init__(self, fraction: float = EXPLORE_FRACTION, grace_steps: int = GRACE_STEPS):
+        self.fraction, self.grace_steps = fraction, grace_steps
+        self.spent: dict[int, float] = {}  # net measured loss of each source's exploratory steps so far
+        self.elapsed = 0.0                 # seconds of every step so far
+
+    def allowance(self, plain_s: float) -> float:
+        """What each source may have spent by now: ε × max(elapsed, W plain steps)."""
+        return self.fraction * max(self.elapsed, self.grace_steps * plain_s)
+
+    def allows(self, source: int, loss: float, plain_s: float) -> bool:
+        """Whether an exploratory step of source predicted to lose `loss` seconds fits its budget."""
+        return self.spent.get(source, 0.0) + max(loss, 0.0) <= self.allowance(plain_s)
+
+    def charge(self, seconds: float, tokens: int, explored: tuple[int, float] | None = None) -> None:
+        """Account one step; explored is (source, r_best) for an exploratory step."""
+        self.elapsed += seconds
+        if explored is not None:
+            source, r_best = explored
+            self.spent[source] = self.spent.get(source, 0.0) + seconds - tokens / r_best
 
 
 class Planner:
-    """Decides every step of one generation over its sources (drafter, tracker), tried in order."""
+    """Decides every step of one generation over its sources (drafter, tracker), tried in order.
 
-    def __init__(self, sources: Sequence[tuple[Drafter, CostTracker]], config: GenerationConfig):
+    Auto γ, per step: each source offers what it could draft now (an n-gram drafter: its match, whose
+    length picks the acceptance bucket). The best known choice is the (source, γ), plain decoding
+    included, with the most tokens/s by the trackers' point estimates. The exploratory choice is the
+    one with the most tokens/s by their optimistic estimates among those the budget allows (see
+    ExploreBudget; ε = EXPLORE_FRACTION, W = GRACE_STEPS); it is taken when it beats the best known
+    choice by the trackers' min_gain. Each step measures what it ran: the verify seconds of its width
+    (taught to every source: the target is the same), and the drafting source's cost and acceptance.
+    So a width is only chosen once measured or while its measurement is worth its bounded cost, and
+    as measurements come in the optimistic estimate falls to the point estimate and exploring stops.
+    """
+
+    def __init__(self, sources: Sequence[tuple[Drafter, CostTracker]], config: GenerationConfig,
+                 budget: ExploreBudget | None = None):
         self.sources = list(sources)
         self.config = config
         self.p_min = p_min_of(config)
+        self.budget = budget if budget is not None else ExploreBudget()
+        self.explored = 0                 # exploratory steps taken (stats and tests read it)
+        self._explored: tuple[int, float] | None = None  # (source, best known rate) if the last step explored
+        self._seen: dict[int, int] = {}    # source -> context length it last drafted after (or was prefilled to)
+        self._prefilled: set[int] = set()
+        self._length = 0                   # the context length at the last plan
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
         (as llama.cpp does, the draft is prefilled with the prompt otherwise)."""
         drafter, tracker = self.sources[i]
-        return self.config.gamma != 0 and bool(self.config.gamma or tracker.could_pay(cap_of(drafter.name, self.config)))
+        cap = cap_of(drafter.name, self.config)
+        wanted = self.config.gamma != 0 and bool(self.config.gamma or tracker.could_pay(cap))
+        if wanted:
+            self._prefilled.add(i)
+        return wanted
 
     def plan(self, tokens: Sequence[int], room: int) -> Plan:
         """The next step after tokens, drafting at most `room` tokens (what the context and the tokens
-        still wanted allow). Fixed γ: the first source with a guess to offer. Auto: each source's
-        tracker, and the one predicting the most tokens/s (plain decoding included)."""
-        best: tuple[int | None, int, float] = (None, 0, 0.0)
-        for i, (drafter, tracker) in enumerate(self.sources if room > 0 else []):
+        still wanted allow). Fixed γ: the first source with a guess to offer. Auto: see the class."""
+        self._explored = None
+        self._length = len(tokens)
+        for i in range(len(self.sources)):
+            self._seen.setdefault(i, len(tokens) if i in self._prefilled else 0)
+        offers = self._offers(tokens, room)
+        if self.config.gamma is not None:
+            return self._plan(offers[0]) if offers else Plan(None, 0)
+        return self._plan(self._choose(offers))
+
+    def _offers(self, tokens: Sequence[int], room: int) -> list[Choice]:
+        """What each source could draft now: (source, most γ, bucket), none where it has nothing."""
+        offers = []
+        for i, (drafter, _) in enumerate(self.sources if room > 0 else []):
             fixed = self.config.gamma
             limit = min(room, cap_of(drafter.name, self.config) if fixed is None else fixed,
                         drafter.offer(tokens, room))
-            if limit <= 0:
-                continue
-            if fixed is not None:
-                return Plan(i, limit, self._stop(drafter, tracker, limit))
-            gamma, tps = tracker.plan(limit)
-            if gamma and tps > best[2]:
-                best = (i, gamma, tps)
-        i, gamma, _ = best
-        return Plan(i, gamma, None if i is None else self._stop(*self.sources[i], gamma))
+            if limit > 0:
+                bucket = match_bucket(drafter.last_match) if drafter.name == "ngram" else 0
+                offers.append(Choice(i, limit, bucket, 0.0))
+        return offers
+
+    def _plan(self, choice: Choice) -> Plan:
+        if choice.source is None:
+            return Plan(None, 0)
+        drafter, tracker = self.sources[choice.source]
+        return Plan(choice.source, choice.gamma, self._stop(drafter, tracker, choice.gamma), choice.bucket)
+
+    def _choose(self, offers: Sequence[Choice]) -> Choice:
+        """The best known choice, or the exploratory one where it beats it and the budget allows."""
+        if not offers or 1 not in self.sources[0][1].verify:
+            return Choice(None, 0, 0, 0.0)  # plain decoding measures a one-token verify first
+        plain_s = self.sources[0][1].plain_seconds()
+        best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
+        for i, limit, bucket, _ in offers:
+            gamma, rate = self.sources[i][1].plan(limit, bucket)
+            if gamma and rate > best.rate:
+                best = Choice(i, gamma, bucket, rate)
+        probe = max((self._probe(c, best.rate, plain_s) for c in offers), key=lambda c: c.rate)
+        if probe[:2] != best[:2] and probe.rate > best.rate * (1 + self.sources[probe.source][1].min_gain):
+            self._explored = (probe.source, best.rate)
+            self.explored += 1
+            return probe
+        return best
+
+    def _probe(self, offer: Choice, r_best: float, plain_s: float) -> Choice:
+        """The γ ≤ offer's limit with the most optimistic tokens/s whose predicted loss fits the budget
+        (rate 0 where none does); one token while the drafter's cost is unmeasured, so that a draft
+        dearer than predicted can cost at most one token's drafting more than the budget allowed."""
+        tracker = self.sources[offer.source][1]
+        hope, point = tracker.estimate(offer.bucket, optimistic=True), tracker.estimate(offer.bucket)
+        best = Choice(offer.source, 0, offer.bucket, 0.0)
+        hope_tokens = expected_tokens_upto(hope.accept, offer.gamma)
+        point_tokens = expected_tokens_upto(tracker.cautious_acceptance(offer.bucket), offer.gamma)
+        catch_up = self._catch_up_s(offer.source, point)
+        loss = lambda gamma: catch_up + _seconds(point, gamma) - point_tokens[gamma] / r_best  # noqa: E731
+        if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
+            rate = max(hope_tokens[g] / max(_seconds(hope, g), 1e-300) for g in range(1, offer.gamma + 1))
+            return best._replace(gamma=1, rate=rate) if self.budget.allows(offer.source, loss(1), plain_s) else best
+        for gamma in range(1, offer.gamma + 1):
+            rate = hope_tokens[gamma] / max(_seconds(hope, gamma), 1e-300)
+            if rate > best.rate and self.budget.allows(offer.source, loss(gamma), plain_s):
+                best = Choice(offer.source, gamma, offer.bucket, rate)
+        return best
+
+    def predict(self, source: int, n_drafted: int, tokens: float, bucket: int = 0) -> Prediction:
+        """A candidate step from source that drafts n_drafted tokens, verified in one batch of
+        n_drafted + 1, and is expected to emit `tokens`: its seconds by the measured costs. The seam
+        for plans other than a chain: a token tree's expected tokens come from its branches'
+        acceptance (CostTracker.acceptance, accept_at), its seconds from its width, as a chain's."""
+        est = self.sources[source][1].estimate(bucket)
+        return Prediction(tokens, step_seconds(n_drafted, est.draft_s, est.verify_s, est.overhead_s))
+
+    def _catch_up_s(self, source: int, point: Estimate) -> float:
+        """What bringing source up to the context would cost before its first guess: the tokens
+        generated since it last drafted at its per-token draft cost (a catch-up decodes them in one
+        batch, so this overstates it: a probe's predicted loss errs on the safe side)."""
+        behind = self._length - self._seen.get(source, 0)
+        return behind * point.draft_s if behind > 2 else 0.0
 
     def _stop(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> StopRule | None:
         """The draft model's stop rule: p-min auto from the tracker, a fixed p-min, or none."""
@@ -245,12 +229,22 @@ class Planner:
 
     def record(self, plan: Plan, proposal: Proposal, n_accepted: int, draft_s: float, verify_s: float,
                overhead_s: float) -> None:
-        """Teach the trackers what the step measured: the drafting source its costs and acceptance; a
-        plain step teaches every source the cost of a one-token verify."""
+        """Teach the trackers what the step measured: every source the verify seconds of its width
+        (a plain step also the overhead), the drafting source its costs and acceptance; and charge
+        an exploratory step's loss to the budget."""
         n = len(proposal.ids)
+        if n:
+            self._seen[plan.source] = self._length + n_accepted
+        self.budget.charge(draft_s + verify_s + overhead_s, n_accepted + 1, self._explored)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
                 # A catch-up over tokens generated while not drafting is a one-off, not the draft's
                 # per-token cost.
                 tracker.record(n, n_accepted, draft_s - proposal.catchup_s, verify_s, overhead_s,
-                               proposal.confidences)
+                               proposal.confidences, plan.bucket)
+            else:
+                tracker.verify.add(n + 1, verify_s)
+
+
+def _seconds(estimate: Estimate, gamma: int) -> float:
+    return step_seconds(gamma, estimate.draft_s, estimate.verify_s, estimate.overhead_s)

@@ -87,9 +87,9 @@ def test_auto_drafts_a_long_copy_whole_from_ngram_but_caps_model_drafts():
     from localspec.planner import Planner
     from localspec.config import GenerationConfig
 
-    config = GenerationConfig(max_tokens=200)  # gamma_max 8, ngram_gamma_max 16
+    config = GenerationConfig(max_tokens=200)  # gamma_max 8, ngram_gamma_max 48
     tokens = list(range(100, 140)) * 2 + list(range(100, 110))  # a copy: the lookup offers 40 tokens
-    for drafter, cap in ((NGramDrafter(), 16), (FakeModelDrafter(), 8)):
+    for drafter, cap in ((NGramDrafter(), 40), (FakeModelDrafter(), 8)):
         planner = Planner([(drafter, measured_cheap_wide_verify())], config)
         assert drafter.offer(tokens, 100) == 40
         assert planner.plan(tokens, 100)[:2] == (0, cap)
@@ -106,5 +106,24 @@ def test_trackers_kept_across_generations_follow_each_config_s_caps():
     assert Planner(sources, small).plan(tokens, 100)[:2] == (0, 12)
     assert Planner(sources[1:], small).plan(tokens, 100)[:2] == (0, 5)
     default = GenerationConfig(max_tokens=200)
-    assert Planner(sources, default).plan(tokens, 100)[:2] == (0, 16)
+    assert Planner(sources, default).plan(tokens, 100)[:2] == (0, 40)   # all the lookup offers
     assert Planner(sources[1:], default).plan(tokens, 100)[:2] == (0, 8)
+
+
+def test_a_match_measures_how_far_back_it_reaches():
+    d = NGramDrafter(n_min=2, n_max=3, match_cap=10)
+    line = [5, 6, 7, 8, 9, 10, 11]
+    # a copy of the whole line so far: the match reaches back over all 5 tokens repeated
+    assert d.propose([1] + line + [2] + line[:5], 4).ids == [10, 11, 2, 5] and d.last_match == 5
+    # only "8 9" recurs (after different tokens): a short match, as a phrase that merely recurs
+    assert d.propose([1] + line + [3, 8, 9], 2).ids == [10, 11] and d.last_n == 2 and d.last_match == 2
+    # a long repeat is measured up to the cap only: O(match_cap) comparisons per lookup
+    assert d.propose(list(range(30)) + list(range(20)), 1).ids == [20] and d.last_match == 10
+
+
+def test_the_default_lookup_finds_the_longer_match_of_a_copy():
+    # "a b c d" recurs twice; only the 6-gram locates the copy being repeated.
+    base = [1, 2, 3, 4]
+    context = [9, 8] + base + [50] + [7, 6] + base + [60] + [9, 8] + base
+    assert NGramDrafter().propose(context, 1).ids == [50]            # n_max 8 finds "9 8 1 2 3 4"
+    assert NGramDrafter(n_max=4).propose(context, 1).ids == [60]     # 4-grams take the latest "1 2 3 4"

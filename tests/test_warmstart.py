@@ -30,10 +30,10 @@ def test_a_tracker_round_trips_with_its_counts_capped():
     for k in range(1, 10):
         assert back.verify_seconds(k) == pytest.approx(t.verify_seconds(k))
     assert back.draft_s.value == pytest.approx(t.draft_s.value) and back.rate() == pytest.approx(t.rate())
-    assert back.acceptance() == pytest.approx(t.acceptance(), abs=0.02)  # the rates survive the scaling
+    assert back.acceptance() == pytest.approx(t.acceptance(), abs=0.03)  # the rates survive the scaling
     assert max(back.positions.drafted) == 64 < max(t.positions.drafted)  # ... the weight does not
     (g1, tps1), (g2, tps2) = back.plan(8), t.plan(8)
-    assert g1 == g2 and tps1 == pytest.approx(tps2, rel=0.02)  # the prior weighs a little more
+    assert g1 == g2 and tps1 == pytest.approx(tps2, rel=0.03)  # the prior weighs a little more
     assert sum(back.conf_judged) <= 64 * 10
 
 
@@ -84,3 +84,23 @@ def test_warm_start_can_be_turned_off(monkeypatch):
     assert pair.plan_key is None and not fresh_pair().warm
     monkeypatch.delenv("LOCALSPEC_WARM_START")
     assert not fresh_pair(warm_start=False).warm and fresh_pair(warm_start=False).plan_key is None
+
+
+def test_files_from_before_match_length_buckets_load_and_broken_buckets_are_ignored(monkeypatch):
+    t = measured()
+    t.record(6, 6, 0.0, 0.2, 0.001, bucket=5)
+    data = t.to_dict()
+    assert CostTracker.from_dict(data).buckets[5].accepted == [1] * 6     # round trip
+    old = {k: v for k, v in data.items() if k != "buckets"}               # a file saved before buckets
+    back = CostTracker.from_dict(old)
+    assert back.buckets == {} and back.plan(8) == CostTracker.from_dict(data).plan(8)
+    key = fresh_pair(threads=2).plan_key
+    warmstart.save(key, {("ngram", True): t})
+    path = warmstart.plan_path(key)
+    saved = json.loads(path.read_text())
+    saved["trackers"]["ngram/greedy"]["buckets"] = {"5": [[1, 2], [1]]}   # rows of unequal length
+    path.write_text(json.dumps(saved))
+    assert warmstart.load(key) == {}
+    saved["trackers"]["ngram/greedy"]["buckets"] = "nonsense"
+    path.write_text(json.dumps(saved))
+    assert warmstart.load(key) == {}

@@ -1,0 +1,216 @@
+"""CostTracker: the live measurements of one drafter on one pair and machine, and the two estimates
+the planner reads from them.
+
+Measured: the target's verify seconds per batch size (VerifyCurve), the draft's seconds per token,
+the controller's overhead, and acceptance per draft position, kept separately per acceptance bucket
+(an n-gram drafter's match length, see costmodel.match_bucket; 0 for a draft model) and per draft
+confidence (the draft model's stop rule reads that).
+
+The point estimate is what the planner expects of a known choice: a bucket's counts smoothed towards
+all buckets' counts, those towards `prior_accept` (0: a choice is known by its counts, and few
+counts are held down); unmeasured batch sizes interpolated or extrapolated along the curve. The
+cautious estimate is the point estimate less one standard error: what prices an exploratory step.
+The optimistic estimate is the best the measurements still allow: counts smoothed towards
+acceptance 1 plus a bonus that shrinks with the count, a batch wider than every measured one no
+dearer than the widest measured. Until the draft's cost is measured all take it as free, and only
+the optimistic one is used: a drafter is no known choice before one of its steps has run (the
+planner's first step from it drafts one token).
+Both depend on measured seconds only through their ratios: scaling every cost scales every
+prediction of tokens/s by the same factor and changes no choice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Sequence
+
+from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, Ema, FixedStop, PositionAcceptance,
+                        VerifyCurve, best_gamma)
+
+WARM_MAX_COUNT = 64  # saved acceptance counts weigh at most this many observations in a new process
+
+
+class Estimate(NamedTuple):
+    """A drafter's costs and per-position acceptance, point or optimistic: what predictions read."""
+
+    accept: list[float]
+    draft_s: float
+    verify_s: Callable[[int], float]
+    overhead_s: float
+
+    def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
+        """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
+        return best_gamma(self.accept, self.draft_s, self.verify_s, self.overhead_s, gamma_max, min_gain)
+
+
+@dataclass
+class CostTracker:
+    """Live measurements of one drafter on one pair and machine (see the module docstring)."""
+
+    prior_accept: float = 0.0   # the point estimate's prior (see the module docstring) ...
+    prior_weight: float = 2.0   # ... worth this many observations
+    min_gain: float = 0.03      # predicted edge over plain decoding needed to speculate
+    ucb_scale: float = 0.1      # the optimistic estimate's bonus: sqrt(ucb_scale × ln(total) / count)
+    draft_s: Ema = field(default_factory=Ema)
+    overhead_s: Ema = field(default_factory=Ema)
+    verify: VerifyCurve = field(default_factory=VerifyCurve)
+    positions: PositionAcceptance = field(default_factory=PositionAcceptance)  # all buckets together
+    buckets: dict[int, PositionAcceptance] = field(default_factory=dict)
+    conf_judged: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
+    conf_accepted: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
+    step_tokens: Ema = field(default_factory=Ema)  # tokens and seconds of drafting steps: the rate achieved
+    step_s: Ema = field(default_factory=Ema)
+
+    def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float,
+               confidences: Sequence[float] = (), bucket: int = 0) -> None:
+        """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them;
+        bucket: the proposal's acceptance bucket)."""
+        self.verify.add(n_drafted + 1, verify_s)
+        self.overhead_s.add(overhead_s)
+        if n_drafted:
+            self.draft_s.add(draft_s / n_drafted)
+            self.step_tokens.add(n_accepted + 1)
+            self.step_s.add(draft_s + verify_s + overhead_s)
+            self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
+        self.positions.record(n_drafted, n_accepted)
+        for i, c in enumerate(confidences[: n_accepted + 1]):  # the drafts the target judged
+            b = self._bin(c)
+            self.conf_judged[b] += 1
+            self.conf_accepted[b] += i < n_accepted
+
+    @staticmethod
+    def _bin(confidence: float) -> int:
+        return min(max(int(confidence * CONFIDENCE_BINS), 0), CONFIDENCE_BINS - 1)
+
+    def accept_at(self, confidence: float) -> float:
+        """Measured acceptance of drafts of this confidence, smoothed towards an optimistic prior,
+        (1 + confidence) / 2: a confidence whose drafts are never judged is never measured, and drafts
+        are often accepted more than their confidence says."""
+        b, w = self._bin(confidence), self.prior_weight
+        return (self.conf_accepted[b] + w * (1 + confidence) / 2) / (self.conf_judged[b] + w)
+
+    def plain_seconds(self) -> float:
+        """Seconds of a plain step (0.0 until one is measured)."""
+        return self.verify_seconds(1) + (self.overhead_s.value or 0.0)
+
+    def rate(self) -> float:
+        """Tokens/s the loop achieves: drafting steps as measured, and never below plain decoding."""
+        plain = 1.0 / max(self.plain_seconds(), 1e-300)
+        if self.step_s.value is None:
+            return plain
+        return max(self.step_tokens.value / max(self.step_s.value, 1e-300), plain)
+
+    def draft_stop(self, gamma: int | None = None) -> DraftStop | FixedStop:
+        """The stopping rule for a draft of up to gamma (p-min auto); a fixed p-min until costs are measured."""
+        if self.draft_s.value is None or 1 not in self.verify:
+            return FixedStop(FALLBACK_P_MIN, first=True)  # a probe must measure the draft
+        return DraftStop(self.accept_at, self.rate(), self.draft_s.value, self.verify_seconds, gamma)
+
+    def acceptance(self, bucket: int | None = None) -> list[float]:
+        """Per-position conditional acceptance (point estimate). All buckets' counts per position are
+        smoothed towards the prior; a bucket's per position towards the bucket's rate over all its
+        positions, and that towards all buckets' rate: a position a bucket has rarely reached takes
+        the bucket's rate, not one chance rejection's."""
+        w = self.prior_weight
+        pooled = self.positions.rates(self.prior_accept, w) or [self.prior_accept]
+        counts = self.buckets.get(bucket) if bucket is not None else None
+        if counts is None:
+            return pooled
+        overall = _overall(self.positions, self.prior_accept, w)
+        return counts.rates(_overall(counts, overall, w), w) or pooled
+
+    def cautious_acceptance(self, bucket: int | None = None) -> list[float]:
+        """The point estimate less one standard error per position (the position's judged count plus
+        the prior's weight): what the counts make likely at worst, for pricing an exploratory step."""
+        rates, w = self.acceptance(bucket), self.prior_weight
+        counts = self.buckets.get(bucket) if bucket is not None else None
+        judged = (counts or self.positions).judged
+        return [max(r - math.sqrt(r * (1 - r) / ((judged[i] if i < len(judged) else 0) + w)), 0.0)
+                for i, r in enumerate(rates)]
+
+    def optimistic_acceptance(self, bucket: int | None = None) -> list[float]:
+        """Per-position conditional acceptance as high as the counts still allow: each position's
+        rate (smoothed towards its bucket's, that towards 1) plus a UCB1-style bonus, which shrinks
+        with the position's own count and grows slowly with the tracker's total. So a bucket that a
+        few unlucky rejections made look bad is tried again, ever more rarely (Auer et al. 2002)."""
+        counts = self.positions if bucket is None else self.buckets.get(bucket)
+        if counts is None:
+            return [1.0]
+        w, total = self.prior_weight, math.log(sum(self.positions.judged) + 2)
+        rates = counts.rates(_overall(counts, 1.0, w), w)
+        bonus = [math.sqrt(self.ucb_scale * total / (j + w)) for j in counts.judged]
+        return [min(1.0, r + b) for r, b in zip(rates, bonus)] or [1.0]
+
+    def verify_seconds(self, k: int) -> float:
+        """Measured verify time for a batch of k, interpolated or extrapolated otherwise."""
+        return self.verify.seconds(k)
+
+    def estimate(self, bucket: int | None = None, optimistic: bool = False) -> Estimate:
+        """The point or the optimistic estimate for a proposal in this bucket (needs verify(1) measured)."""
+        overhead, draft = self.overhead_s.value or 0.0, self.draft_s.value or 0.0
+        if optimistic:
+            return Estimate(self.optimistic_acceptance(bucket), draft, self.verify.optimistic, overhead)
+        return Estimate(self.acceptance(bucket), draft, self.verify_seconds, overhead)
+
+    def could_pay(self, cap: int) -> bool:
+        """Whether some γ ≤ cap could beat plain decoding by min_gain, as far as the measurements tell."""
+        if 1 not in self.verify or self.draft_s.value is None:
+            return True  # not measured yet
+        return self.estimate(optimistic=True).best(cap, self.min_gain)[0] > 0
+
+    def plan(self, gamma_max: int, bucket: int | None = None) -> tuple[int, float]:
+        """(draft length ≤ gamma_max, predicted tokens/s) by the point estimate; (0, 0.0) before a
+        plain step and a draft are measured (exploring beyond the point estimate is the Planner's call)."""
+        if gamma_max <= 0 or 1 not in self.verify or self.draft_s.value is None:
+            return 0, 0.0
+        return self.estimate(bucket).best(gamma_max, self.min_gain)
+
+    def choose(self, gamma_cap: int) -> int:
+        """The draft length for the next step by the point estimate, at most gamma_cap."""
+        return self.plan(gamma_cap)[0]
+
+    def to_dict(self) -> dict:
+        """The measurements as JSON-ready data, for a warm start."""
+        ema = lambda e: [e.value, e.n]  # noqa: E731
+        return {"draft_s": ema(self.draft_s), "overhead_s": ema(self.overhead_s),
+                "step_tokens": ema(self.step_tokens), "step_s": ema(self.step_s),
+                "verify": {str(k): ema(e) for k, e in self.verify.points.items()},
+                "positions": self.positions.to_rows(),
+                "buckets": {str(b): c.to_rows() for b, c in self.buckets.items()},
+                "confidence": [self.conf_judged, self.conf_accepted]}
+
+    @classmethod
+    def from_dict(cls, data: dict, max_count: int = WARM_MAX_COUNT) -> CostTracker:
+        """A tracker that starts from saved measurements (files without buckets, from before they
+        were kept, load with none). Counts are scaled down to at most max_count per position and per
+        confidence bin, so that this run's own steps soon outweigh them."""
+        t = cls()
+        for name in ("draft_s", "overhead_s", "step_tokens", "step_s"):
+            _load_ema(getattr(t, name), data[name])
+        for k, e in data["verify"].items():
+            _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
+        t.positions = PositionAcceptance.from_rows(_scaled(data["positions"], max_count))
+        t.buckets = {int(b): PositionAcceptance.from_rows(_scaled(rows, max_count))
+                     for b, rows in data.get("buckets", {}).items()}
+        t.conf_judged, t.conf_accepted = _scaled(data["confidence"], max_count)
+        if len(t.conf_judged) != CONFIDENCE_BINS:
+            raise ValueError(f"expected {CONFIDENCE_BINS} confidence bins")
+        return t
+
+
+def _overall(counts: PositionAcceptance, prior: float, weight: float) -> float:
+    """The acceptance of counts over all positions, smoothed towards prior."""
+    return (sum(counts.accepted) + weight * prior) / (sum(counts.judged) + weight)
+
+
+def _load_ema(ema: Ema, saved: Sequence) -> None:
+    value, n = saved
+    ema.value, ema.n = (None if value is None else float(value)), int(n)
+
+
+def _scaled(rows: Sequence[Sequence[int]], max_count: int) -> list[list[int]]:
+    """Count rows (the first the denominators) scaled down together so no denominator exceeds max_count."""
+    top = max((max(r, default=0) for r in rows), default=0)
+    f = min(1.0, max_count / top) if top else 1.0
+    return [[round(int(n) * f) for n in r] for r in rows]

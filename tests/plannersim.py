@@ -1,0 +1,187 @@
+"""A simulator of the decode loop for the real Planner: no models, no clocks.
+
+A scenario is a list of regions of a reply (a copy of earlier text, prose): in each, what the n-gram
+lookup offers (how many tokens and how far its match reaches back) and how likely each drafter's
+guesses are to be accepted. A step's seconds come from a synthetic verify curve and a draft cost per
+token; acceptance is drawn from a seeded generator, one draw per position of the reply (common random
+numbers: planners that decide differently face the same reply), a step's guesses accepted up to the
+first rejection. Plain decoding of the same tokens costs verify(1) per token: the simulated ratio is
+(plain seconds) / (simulated seconds) for the same number of tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from localspec.config import GenerationConfig
+from localspec.drafters import NO_PROPOSAL, Proposal, one_hot
+from localspec.planner import CostTracker, ExploreBudget, Planner
+from localspec.sampling import SamplingParams
+
+GREEDY = GenerationConfig(max_tokens=10_000, sampling=SamplingParams(temperature=0))
+
+
+def curve(points: dict[int, float], scale: float = 1.0) -> Callable[[int], float]:
+    """Seconds to verify k tokens: piecewise linear through points (k -> seconds), beyond the last
+    along the last segment; every value times scale."""
+    ks = sorted(points)
+
+    def seconds(k: int) -> float:
+        hi = next((i for i, n in enumerate(ks) if n >= k), len(ks) - 1)
+        lo = max(hi - 1, 0)
+        (k0, k1) = ks[lo], ks[hi]
+        t0, t1 = points[k0], points[k1]
+        return scale * (t1 if k0 == k1 else t0 + (t1 - t0) * (k - k0) / (k1 - k0))
+    return seconds
+
+
+# The light pair on the 2-core CPU, from llama-bench: pp4 50 tok/s, pp8 45, pp16 81 and 28 tok/s plain;
+# 2 and 32 in between. Not monotone: 16 tokens verify in about the time of 8.
+CPU_LIGHT = {1: 1 / 28, 2: 0.050, 4: 4 / 50, 8: 8 / 45, 16: 16 / 81, 32: 0.36, 64: 0.70}
+GPU_FLAT = {1: 0.010, 8: 0.0105, 16: 0.011, 64: 0.016}
+
+
+class Region(NamedTuple):
+    """A stretch of the reply. ngram_every: the lookup has a match at one position in this many (0:
+    never); match: how far the match reaches back at the region's start (a copy: it grows by one per
+    token); ngram_accept and model_accept: each guess's chance of acceptance."""
+
+    length: int
+    ngram_every: int
+    match: int
+    copy: bool
+    ngram_accept: float
+    model_accept: float
+
+
+COPY = [Region(12, 0, 0, False, 0.0, 0.6), Region(148, 1, 2, True, 0.98, 0.85)]
+PROSE = [Region(128, 4, 2, False, 0.3, 0.6)]
+
+
+@dataclass
+class World:
+    """Where the simulated reply is; what the drafters can offer there."""
+
+    regions: Sequence[Region]
+    pos: int = 0
+
+    def region(self) -> tuple[Region, int]:
+        """The current region and the position within it."""
+        start = 0
+        for r in self.regions:
+            if self.pos < start + r.length:
+                return r, self.pos - start
+            start += r.length
+        return self.regions[-1], self.pos - start
+
+    def ngram_offer(self) -> tuple[int, int]:
+        """(tokens the lookup offers, how far its match reaches back)."""
+        r, at = self.region()
+        if not r.ngram_every or (not r.copy and self.pos % r.ngram_every):
+            return 0, 0
+        if r.copy:
+            return r.length - at, min(r.match + at, 64)
+        return 6, r.match
+
+
+@dataclass
+class SimDrafter:
+    """A drafter whose offers and acceptance come from the World; its guesses are dummies."""
+
+    name: str
+    world: World
+    draft_s: float  # seconds per drafted token
+    last_match: int = 0
+    accept: list[bool] = field(default_factory=list)
+
+    def offer(self, context, k: int) -> int:
+        if self.name == "model":
+            return k
+        n, self.last_match = self.world.ngram_offer()
+        return min(n, k)
+
+    def propose(self, context, k, rng: np.random.Generator, stop=None) -> Proposal:
+        r, _ = self.world.region()
+        a = r.model_accept if self.name == "model" else r.ngram_accept
+        ids, conf = [], []
+        for i in range(min(k, self.offer(context, k))):
+            if stop is not None:
+                if not stop.keep(i, a):
+                    break
+                conf.append(a)
+            ids.append(0)
+        return Proposal(ids, [one_hot(0)] * len(ids), tuple(conf)) if ids else NO_PROPOSAL
+
+    def observe(self, n_accepted: int) -> None:
+        pass
+
+    def prefill(self, prompt) -> None:
+        pass
+
+
+class Result(NamedTuple):
+    tokens: int
+    seconds: float
+    plain_seconds: float
+    gammas: list[int]
+    explored: int
+    spent: float        # the budget's net measured loss of exploratory steps, all sources
+    worst_over: float   # the most that a source's spent ever exceeded ε × max(elapsed, W × plain step)
+
+    @property
+    def ratio(self) -> float:
+        return self.plain_seconds / self.seconds
+
+
+def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, verify: Callable[[int], float],
+             draft_ratio: float, seed: int, config: GenerationConfig = GREEDY) -> Result:
+    """One simulated generation of the whole scenario by the real Planner over drafters `kinds`
+    (trackers: kept across generations, by kind, as a Pair keeps them)."""
+    world, rng = World(regions), np.random.default_rng(seed)
+    n_tokens = sum(r.length for r in regions)
+    luck = rng.random(n_tokens + 64)  # drafts may reach past the reply's end
+    sources = [(SimDrafter(k, world, draft_ratio * verify(1) if k == "model" else 0.0),
+                trackers.setdefault(k, CostTracker())) for k in kinds]
+    planner = Planner(sources, config, ExploreBudget())
+    seconds, gammas, worst = 0.0, [], -np.inf
+    while world.pos < n_tokens:
+        plan = planner.plan([], n_tokens - world.pos - 1)
+        drafter = sources[plan.source][0] if plan.source is not None else None
+        proposal = drafter.propose([], plan.gamma, rng, plan.stop) if drafter else NO_PROPOSAL
+        n_accepted = _accepted(len(proposal.ids), drafter, world, luck)
+        draft_s = len(proposal.ids) * drafter.draft_s if drafter else 0.0
+        verify_s = verify(len(proposal.ids) + 1)
+        planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0)
+        b = planner.budget
+        worst = max([worst] + [spent - b.allowance(verify(1)) for spent in b.spent.values()])
+        seconds += draft_s + verify_s
+        gammas.append(len(proposal.ids))
+        world.pos += n_accepted + 1
+    spent = sum(planner.budget.spent.values())
+    return Result(world.pos, seconds, world.pos * verify(1), gammas, planner.explored, spent, worst)
+
+
+def _accepted(n: int, drafter: SimDrafter | None, world: World, luck: np.ndarray) -> int:
+    """Drafts accepted up to the first rejection. The draws belong to the reply's positions, not to
+    the steps (common random numbers): planners that decide differently still face the same reply."""
+    if not n:
+        return 0
+    r, _ = world.region()
+    a = r.model_accept if drafter.name == "model" else r.ngram_accept
+    draws = luck[world.pos: world.pos + n] < a
+    return int(np.argmin(draws)) if not draws.all() else n
+
+
+def run_set(regions: Sequence[Region], kinds: Sequence[str], verify: Callable[[int], float],
+            draft_ratio: float = 0.5, n: int = 4, seed: int = 0) -> list[Result]:
+    """n generations in a row with the same trackers (a prompt set in one process)."""
+    trackers: dict = {}
+    return [generate(regions, kinds, trackers, verify, draft_ratio, seed + i) for i in range(n)]
+
+
+def set_ratio(results: Sequence[Result]) -> float:
+    """Plain seconds over simulated seconds for the whole set."""
+    return sum(r.plain_seconds for r in results) / sum(r.seconds for r in results)

@@ -1,0 +1,184 @@
+"""The planner's decisions on synthetic measurements and in simulated runs (tests/plannersim.py):
+long n-gram copies where they pay, never much below plain decoding where nothing does, the hybrid as
+good as its best part, a bounded cost of learning, and choices that depend on cost ratios only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from localspec.config import GenerationConfig
+from localspec.costmodel import VerifyCurve, match_bucket
+from localspec.drafters import NGramDrafter, Proposal
+from localspec.planner import EXPLORE_FRACTION, CostTracker, ExploreBudget, Plan, Planner
+from localspec.sampling import SamplingParams
+from plannersim import COPY, CPU_LIGHT, GPU_FLAT, PROSE, Region, curve, generate, run_set, set_ratio
+
+SEEDS = [100 * s for s in range(6)]
+GREEDY = SamplingParams(temperature=0)
+MACHINES = {"cpu": (CPU_LIGHT, 0.5), "gpu": (GPU_FLAT, 0.08)}  # verify curve, draft token / plain step
+KINDS = (["ngram"], ["model"], ["ngram", "model"])
+
+
+def sets(regions, kinds, machine, scale: float = 1.0, seeds=SEEDS):
+    points, draft_ratio = MACHINES[machine]
+    return [run_set(regions, kinds, curve(points, scale), draft_ratio, seed=s) for s in seeds]
+
+
+def mean_ratio(runs) -> float:
+    return float(np.mean([set_ratio(r) for r in runs]))
+
+
+def test_a_copy_is_drafted_long_and_runs_twice_as_fast_as_plain():
+    # The light pair on the 2-core CPU: 16 tokens verify in about the time of 8, and a copy's long
+    # matches are accepted 98% of the time. Four 160-token copies in one process.
+    runs = sets(COPY, ["ngram"], "cpu")
+    assert mean_ratio(runs) >= 1.9
+    for r in runs:
+        drafted = [g for gen in r for g in gen.gammas if g]
+        assert max(drafted) >= 24 and np.median(drafted) >= 12  # wide widths probed, long drafts kept
+    assert mean_ratio(sets(COPY, ["ngram"], "gpu")) >= 6.0     # flat verify: drafts of up to 48
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_prose_never_costs_more_than_the_exploration_budget(machine):
+    # Prose: n-gram guesses accepted 30% of the time, the draft model's 60%. Cold trackers each set.
+    for kinds in KINDS:
+        runs = sets(PROSE, kinds, machine)
+        floor = 1 - len(kinds) * EXPLORE_FRACTION - 0.005  # ε per drafter, and a little misprediction
+        assert min(gen.ratio for r in runs for gen in r) >= floor, kinds
+        assert mean_ratio(runs) >= 0.98, kinds
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+@pytest.mark.parametrize("regions", [COPY, PROSE], ids=["copy", "prose"])
+def test_the_hybrid_is_as_good_as_its_best_part(machine, regions):
+    best = max(mean_ratio(sets(regions, ["ngram"], machine)), mean_ratio(sets(regions, ["model"], machine)))
+    assert mean_ratio(sets(regions, ["ngram", "model"], machine)) >= 0.99 * best
+
+
+def test_exploring_costs_at_most_its_budget_where_nothing_pays():
+    # Short drafts are accepted, which makes wider ones look promising, but wide batches are dear
+    # and long matches are no better: exploring them can only lose.
+    trap = [Region(400, 1, 2, False, 0.45, 0.45)]
+    cliff = {1: 0.01, 2: 0.0105, 4: 0.0115, 8: 0.08, 64: 0.64}
+    for kinds in KINDS:
+        for seed in SEEDS:
+            gen = generate(trap, kinds, {}, curve(cliff), 0.05, seed)
+            # the ledger: at most one step over the allowance, and that step's excess is bounded
+            assert gen.worst_over <= curve(cliff)(max(gen.gammas) + 1) + 0.05 * 0.01 * max(gen.gammas)
+            assert gen.ratio >= 1 - len(kinds) * EXPLORE_FRACTION - 0.005
+
+
+@pytest.mark.parametrize("scale", [0.01, 100.0])
+def test_choices_depend_on_cost_ratios_only(scale):
+    # A GPU or an RPC link changes every cost by orders of magnitude: same ratios, same choices.
+    for machine in MACHINES:
+        for regions in (COPY, PROSE):
+            base = sets(regions, ["ngram", "model"], machine, seeds=SEEDS[:2])
+            scaled = sets(regions, ["ngram", "model"], machine, scale, seeds=SEEDS[:2])
+            assert [g.gammas for r in scaled for g in r] == [g.gammas for r in base for g in r]
+            assert mean_ratio(scaled) == pytest.approx(mean_ratio(base))
+
+
+def test_budget_ledger():
+    b = ExploreBudget(fraction=0.1, grace_steps=10)
+    assert b.allowance(plain_s=1.0) == pytest.approx(1.0)          # 10 plain steps' grace × ε
+    assert b.allows(0, 1.0, 1.0) and not b.allows(0, 1.01, 1.0)
+    b.charge(3.0, tokens=1, explored=(0, 1.0))                       # 3 s for one token at 1 tok/s: lost 2 s
+    assert b.spent[0] == pytest.approx(2.0) and not b.allows(0, 0.0, 1.0)
+    assert b.allows(1, 0.5, 1.0)                                     # ... the other source's budget is its own
+    b.charge(30.0, tokens=30)                                        # a known choice: time passes, nothing spent
+    assert b.allowance(1.0) == pytest.approx(3.3) and b.allows(0, 1.3, 1.0)
+    b.charge(1.0, tokens=4, explored=(0, 2.0))                       # a probe that paid: 4 tokens in 1 s vs 2 tok/s
+    assert b.spent[0] == pytest.approx(1.0)
+
+
+def cheap_wide_tracker(accept_short: float) -> CostTracker:
+    """A tracker that knows verify(1), verify(2) and verify(4) on a GPU-like flat curve, and a free
+    draft accepted at accept_short in the bucket of short matches."""
+    t = CostTracker()
+    t.record(0, 0, 0.0, 0.010, 0.0)
+    for _ in range(40):
+        t.record(3, int(accept_short * 3), 0.0, 0.0102, 0.0, bucket=match_bucket(2))
+        t.record(1, 1, 0.0, 0.0101, 0.0, bucket=match_bucket(2))
+    return t
+
+
+def test_an_unmeasured_wide_verify_is_probed_where_a_long_match_may_pay():
+    tokens = list(range(100, 160)) * 2 + list(range(100, 110))  # a long copy: the lookup offers 50
+    config = GenerationConfig(max_tokens=500)
+    tracker = cheap_wide_tracker(1.0)
+    planner = Planner([(NGramDrafter(), tracker)], config)
+    plan = planner.plan(tokens, 400)
+    assert plan.bucket == match_bucket(64) and plan.gamma == config.ngram_gamma_max  # the whole cap
+    assert planner.explored == 1 and 49 not in tracker.verify
+    planner.record(plan, Proposal([0] * plan.gamma, []), plan.gamma, 0.0, 0.0125, 0.0)
+    assert 49 in tracker.verify and planner.budget.spent[0] < 0  # it paid: credit for the next probe
+
+
+def test_the_verify_of_any_width_teaches_every_source():
+    ngram, model = CostTracker(), CostTracker()
+    planner = Planner([(NGramDrafter(), ngram), (NGramDrafter(), model)], GenerationConfig())
+    planner.record(Plan(0, 5, None, 3), Proposal([1] * 5, []), 2, 0.0, 0.02, 0.001)
+    assert model.verify.seconds(6) == ngram.verify.seconds(6) == 0.02
+    assert model.draft_s.value is None and ngram.buckets[3].judged[:3] == [1, 1, 1]
+
+
+def test_acceptance_is_kept_per_match_length():
+    t = CostTracker()
+    for _ in range(30):
+        t.record(4, 4, 0.0, 0.01, 0.0, bucket=match_bucket(40))  # long matches: always right
+        t.record(4, 0, 0.0, 0.01, 0.0, bucket=match_bucket(2))   # short ones: always wrong
+    long, short = t.acceptance(match_bucket(40)), t.acceptance(match_bucket(2))
+    assert min(long) > 0.9 and short[0] < 0.1
+    # a position rarely reached takes its bucket's rate, not the luck of its own few counts
+    t.record(8, 5, 0.0, 0.01, 0.0, bucket=match_bucket(40))
+    assert t.acceptance(match_bucket(40))[5] > 0.6
+    assert t.optimistic_acceptance(match_bucket(16)) == [1.0]   # never seen: anything is possible
+
+
+def test_optimistic_verify_is_flat_beyond_the_widest_measured_only():
+    curve_ = VerifyCurve({1: 0.010, 4: 0.016, 8: 0.040})
+    assert curve_.optimistic(16) == pytest.approx(0.040) and curve_.seconds(16) > 0.040
+    assert curve_.optimistic(6) == curve_.seconds(6)           # within the measured range: the estimate
+    assert curve_.optimistic(4) == 0.016
+
+
+def test_match_buckets():
+    assert [match_bucket(n) for n in (0, 1, 2, 3, 4, 7, 8, 16, 31, 32, 64)] == [1, 1, 2, 2, 3, 3, 4, 5, 5, 6, 6]
+
+
+def test_any_candidate_step_is_priced_by_its_width():
+    # The seam a tree drafter uses: 7 nodes verified in one batch of 8, expected to emit 4 tokens.
+    t = CostTracker()
+    t.record(0, 0, 0.0, 0.010, 0.0)
+    t.record(7, 3, 0.007, 0.020, 0.0)
+    planner = Planner([(NGramDrafter(), t)], GenerationConfig())
+    p = planner.predict(0, 7, 4.0)
+    assert p.seconds == pytest.approx(0.007 + 0.020) and p.rate == pytest.approx(4.0 / 0.027)
+
+
+def test_a_probe_counts_the_catch_up_of_a_drafter_left_behind():
+    # A draft model measured once (a token costs 0.8 of a plain step) that has not drafted for 200
+    # tokens: a probe would first decode them all, far beyond any budget. Freshly prefilled, one fits.
+    def planner(prefilled: bool) -> Planner:
+        t = CostTracker()
+        t.record(0, 0, 0.0, 0.010, 0.0)
+        t.record(1, 1, 0.008, 0.0101, 0.0)
+        p = Planner([(FakeModelDrafter(), t)], GenerationConfig(sampling=GREEDY))
+        if prefilled:
+            assert p.wants_prefill(0)
+        return p
+    tokens = list(range(300))
+    assert planner(prefilled=True).plan(tokens, 100).source == 0
+    assert planner(prefilled=False).plan(tokens, 100).source is None
+
+
+class FakeModelDrafter(NGramDrafter):
+    """Offers whatever it is asked for, under the draft model's name (no model behind it)."""
+
+    name = "model"
+
+    def offer(self, context, k: int) -> int:
+        return k
