@@ -64,9 +64,14 @@ def report(pair: Pair, reply: Reply, as_json: dict | None, show_stats: bool) -> 
     if as_json is not None:
         info = {"target": str(pair.target_model.path),
                 "draft": str(pair.draft_model.path) if pair.draft_model else None,
-                "draft_reason": as_json.pop("draft_reason")}
+                "draft_reason": as_json.pop("draft_reason"), "placement": pair.placement}
         click.echo(json.dumps({"text": reply.text, **info, "settings": as_json,
                                 "stats": reply.stats.to_dict()}))
     if show_stats:
         draft = pair.draft_model.path.name if pair.draft_model else "none"
-        click.echo(f"{reply.stats.summary()}\ndraft: {draft} ({pair.draft_reason})", err=True)
+        click.echo(f"{reply.stats.summary()}\ndraft: {draft} ({pair.draft_reason})\n{where(pair)}", err=True)
+
+
+def where(pair: Pair) -> str:
+    """'runs on: target RPC0[10.0.0.2:50052], draft CPU' for --stats."""
+    return "runs on: " + ", ".join(f"{role} {place}" for role, place in pair.placement.items())

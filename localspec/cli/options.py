@@ -14,9 +14,10 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from .. import models
+from .. import devices, models
 from ..config import DRAFTERS, GenerationConfig, GenerationError
 from ..llama import LlamaError
+from ..placement import split_names
 from ..sampling import SamplingParams
 from ..session import LoadOptions, Pair
 
@@ -160,6 +161,12 @@ FLAGS = {
                        help="Target layers on the GPU."),
     "ngl_draft": flag("-ngld", "--ngl-draft", "--n-gpu-layers-draft", type=int, default=LOAD["ngl_draft"],
                       help="Draft layers on the GPU."),
+    "device_target": flag("-dev", "--device-target", "--device", envvar="LOCALSPEC_DEVICE_TARGET",
+                          help="Devices for the target's layers, comma-separated (`localspec devices`; CPU: none)."),
+    "device_draft": flag("-devd", "--device-draft", envvar="LOCALSPEC_DEVICE_DRAFT",
+                         help="Devices for the draft's layers, comma-separated (with --rpc: this machine's)."),
+    "rpc": flag("--rpc", envvar="LOCALSPEC_RPC", help="`localspec rpc-server`s as HOST:PORT[,HOST:PORT...]: the "
+                "target's layers go there (split across them); the draft stays here."),
     "threads": flag("-t", "--threads", type=int, default=LOAD["threads"],
                     help="CPU threads (default: all cores, at most 8)."),
     "ctx": flag("-c", "--ctx", "--ctx-size", type=int, default=LOAD["n_ctx"], help="Context size in tokens."),
@@ -179,7 +186,8 @@ FLAGS = {
                   help="The draft model stops guessing where its confidence falls below this (0: never); "
                   "auto: where one more guess stops paying, from measured acceptance and costs."),
 }
-MODEL_FLAGS = ("target", "draft", "ngl_target", "ngl_draft", "threads", "ctx")
+MODEL_FLAGS = ("target", "draft", "ngl_target", "ngl_draft", "device_target", "device_draft", "rpc", "threads", "ctx")
+PLACEMENT_FLAGS = ("device_target", "device_draft", "rpc")
 GENERATION_FLAGS = ("gamma", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "stop", "drafter", "p_min")
 
 
@@ -225,6 +233,7 @@ def generation_config(options: dict, **fields) -> GenerationConfig:
 def load_options(options: dict, **fields) -> LoadOptions:
     """The LoadOptions the shared model flags in `options` describe (those a command has)."""
     given = {name: options[name] for name in ("threads", "ngl_target", "ngl_draft") if name in options}
+    given.update({name: split_names(options[name]) for name in PLACEMENT_FLAGS if name in options})
     return LoadOptions(**{"n_ctx": options["ctx"], **given, **fields})
 
 
@@ -244,12 +253,18 @@ def load_pair(options: dict, with_draft: bool = True) -> Pair:
     options["draft_reason"] = reason
     if sys.stderr.isatty():
         click.echo(loading_line(target_path, draft_path, load_options(options)), err=True)
+    if options.get("rpc"):
+        devices.on_rpc_abort(on_server_lost)
     pair = load(target_path, draft_path, load_options(options))
     pair.draft_reason = reason
     if options["draft"] is None and with_draft:
         draft_name = draft_path.name if draft_path else "none"
         click.echo(f"localspec: draft {draft_name}: {reason}", err=True)
     return pair
+
+
+# What a command does when an RPC server dies mid-generation: serve replaces it (it stays up).
+on_server_lost = devices.exit_with_error
 
 
 def loading_line(target: Path, draft: Path | None, load: LoadOptions) -> str:
