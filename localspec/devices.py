@@ -98,10 +98,21 @@ class Device:
 
 
 def _device(ptr: int) -> Device:
+    name, description = dev_name(ptr).decode(), (dev_description(ptr) or b"").decode(errors="replace")
     free, total = SZ(0), SZ(0)
-    dev_memory(ptr, ctypes.byref(free), ctypes.byref(total))
-    return Device(ptr, dev_name(ptr).decode(), TYPES.get(dev_type(ptr), "?"),
-                  (dev_description(ptr) or b"").decode(errors="replace"), free.value, total.value)
+    if not name.startswith("RPC") or listening(description):  # asking a dead server aborts the process
+        dev_memory(ptr, ctypes.byref(free), ctypes.byref(total))
+    return Device(ptr, name, TYPES.get(dev_type(ptr), "?"), description, free.value, total.value)
+
+
+def listening(endpoint: str, timeout_s: float = 1.0) -> bool:
+    """True when something accepts TCP connections at endpoint (a server busy with another client
+    does too: the kernel queues the connection)."""
+    try:
+        with socket.create_connection(parse_endpoint(endpoint), timeout=timeout_s):
+            return True
+    except (OSError, LlamaError):
+        return False
 
 
 def list_devices() -> list[Device]:
@@ -192,7 +203,10 @@ def add_rpc_servers(endpoints: Sequence[str]) -> list[Device]:
         parse_endpoint(endpoint)
     found = []
     for endpoint in endpoints:
-        if endpoint not in _added:
+        if endpoint in _added:  # this process may hold its one client connection: HELLO would wait
+            if not listening(endpoint):
+                raise LlamaError(f"RPC server {endpoint} is unreachable; restart `localspec rpc-server` there")
+        else:
             probe_server(endpoint)
             before = {d.ptr for d in list_devices()}
             reg = add(endpoint.encode())
@@ -200,7 +214,6 @@ def add_rpc_servers(endpoints: Sequence[str]) -> list[Device]:
                 raise LlamaError(f"RPC server {endpoint} offers no devices; check its `localspec rpc-server` log")
             register(reg)
             _added[endpoint] = [d for d in list_devices() if d.ptr not in before]
-            keep_alive(endpoint)
         found += _added[endpoint]
     return found
 

@@ -51,6 +51,16 @@ def place_pair(target: Path, draft: Path | None, ngl_target: int, ngl_draft: int
     return t, d
 
 
+def check_names(device_target=None, device_draft=None, rpc=None) -> None:
+    """Raise LlamaError for a malformed or unreachable server or an unknown device, before any load."""
+    servers = split_names(rpc)
+    if servers:
+        dv.add_rpc_servers(servers)
+    for names in (split_names(device_target), split_names(device_draft)):
+        if names:
+            dv.find_devices(names)
+
+
 def placement(path: Path, devices: list[dv.Device] | None, ngl: int, ngl_flag: str) -> Placement:
     """A model's placement, checked against the free memory of its devices."""
     shown = dv.local_devices() if devices is None else devices

@@ -17,7 +17,7 @@ from click.core import ParameterSource
 from .. import devices, models
 from ..config import DRAFTERS, GenerationConfig, GenerationError
 from ..llama import LlamaError
-from ..placement import split_names
+from ..placement import check_names, split_names
 from ..sampling import SamplingParams
 from ..session import LoadOptions, Pair
 
@@ -253,9 +253,11 @@ def load_pair(options: dict, with_draft: bool = True) -> Pair:
     options["draft_reason"] = reason
     if sys.stderr.isatty():
         click.echo(loading_line(target_path, draft_path, load_options(options)), err=True)
-    if options.get("rpc"):
+    load_with = load_options(options)
+    check_names(load_with.device_target, load_with.device_draft, load_with.rpc)  # before minutes of loading
+    if load_with.rpc:
         devices.on_rpc_abort(on_server_lost)
-    pair = load(target_path, draft_path, load_options(options))
+    pair = load(target_path, draft_path, load_with)
     pair.draft_reason = reason
     if options["draft"] is None and with_draft:
         draft_name = draft_path.name if draft_path else "none"
