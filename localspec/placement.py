@@ -43,12 +43,17 @@ def place_pair(target: Path, draft: Path | None, ngl_target: int, ngl_draft: int
     """The target's and the draft's placement; adds the --rpc servers first (probing each)."""
     servers = split_names(rpc)
     remote = dv.add_rpc_servers(servers) if servers else []
-    names_t, names_d = split_names(device_target), split_names(device_draft)
+    names_t = split_names(device_target)
     devs_t = dv.find_devices(names_t) if names_t else remote or None
-    devs_d = dv.find_devices(names_d) if names_d else (dv.local_devices() if remote else None)
     t = placement(target, devs_t, ngl_target, "--ngl-target")
-    d = placement(draft, devs_d, ngl_draft, "--ngl-draft") if draft else None
-    return t, d
+    return t, draft_placement(draft, ngl_draft, device_draft, bool(remote)) if draft else None
+
+
+def draft_placement(draft: Path, ngl_draft: int, device_draft=None, rpc=False) -> Placement:
+    """The draft's placement: the devices named, else (with RPC servers) this machine's own."""
+    names = split_names(device_draft)
+    devs = dv.find_devices(names) if names else (dv.local_devices() if rpc else None)
+    return placement(draft, devs, ngl_draft, "--ngl-draft")
 
 
 def check_names(device_target=None, device_draft=None, rpc=None) -> None:

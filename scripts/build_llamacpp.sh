@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own `llama-speculative-simple` and `llama-bench` from the llama.cpp vendored in the
+# Build llama.cpp's own `llama-speculative-simple`, `llama-speculative`, `llama-bench` and its RPC server
+# `ggml-rpc-server` (always with -DGGML_RPC=ON, so every tool takes --rpc) from the llama.cpp vendored in the
 # llama-cpp-python 0.3.36 sdist -- the same code the bindings run -- into build/llama.cpp (git-ignored).
 # scripts/bench.py runs them side by side with localspec. Binaries are never committed.
 #
@@ -17,9 +18,11 @@ BIN=$SRC/build/bin
 STAMP=$DEST/cmake-args
 # On an AMX CPU, without AMX, as the bindings are built (scripts/llama_cmake_args.sh: ggml's AMX matmul
 # segfaults here); the same kernels on both sides of the comparison. A CMAKE_ARGS of your own wins.
-CMAKE_ARGS=${CMAKE_ARGS-$(./scripts/llama_cmake_args.sh)}
+CMAKE_ARGS="${CMAKE_ARGS-$(./scripts/llama_cmake_args.sh)} -DGGML_RPC=ON"
+TARGETS="llama-bench llama-speculative-simple llama-speculative ggml-rpc-server"
 
-if [ -x "$BIN/llama-speculative-simple" ] && [ -x "$BIN/llama-bench" ] && [ -f "$STAMP" ] \
+built() { for t in $TARGETS; do [ -x "$BIN/$t" ] || return 1; done; }
+if built && [ -f "$STAMP" ] \
     && [ "$(cat "$STAMP")" = "$CMAKE_ARGS" ]; then
     echo "llama.cpp tools already built in $BIN"
     exit 0
@@ -47,6 +50,6 @@ fi
 # CMAKE_ARGS adds CPU flags or a backend (CUDA, Metal, Vulkan).
 # shellcheck disable=SC2086
 (cd "$SRC" && cmake -B build -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF $CMAKE_ARGS \
-    && cmake --build build -j"${JOBS:-2}" --target llama-bench llama-speculative-simple)
+    && cmake --build build -j"${JOBS:-2}" --target $TARGETS)
 printf '%s' "$CMAKE_ARGS" > "$STAMP"
-echo "built: $BIN/llama-speculative-simple $BIN/llama-bench"
+echo "built in $BIN: $TARGETS"
