@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import localspec  # noqa: F401  (llama.cpp before numpy)
-from localspec import models
+from localspec import devices, models
 from localspec.costmodel import PositionAcceptance, VerifyCurve, expected_tokens
 from localspec.llama import LlamaError, default_threads
 from localspec.prompts import load_prompts as load_prompt_file
@@ -76,6 +76,8 @@ def parse_args(argv=None):
                          "(default: each engine's own, localspec's GenerationConfig.p_min and llama.cpp's 0.0)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gpu", action="store_true", help="offload all layers of both models (ours and llama.cpp's)")
+    ap.add_argument("--rpc", help="HOST:PORT[,...] of `localspec rpc-server`s: the target's layers go there "
+                    "(ours and llama.cpp's, whose tools need scripts/build_llamacpp.sh); the draft stays local")
     ap.add_argument("--llamacpp-bin", type=Path, default=Path(os.environ.get("LOCALSPEC_LLAMACPP_BIN", LLAMACPP_BIN)),
                     help="folder of llama-speculative-simple (default: what scripts/build_llamacpp.sh builds)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the prompt set (this VM's timing noise is ~10%%)")
@@ -198,8 +200,13 @@ def llamacpp_command(tool: Path, sc: Scenario, prompt_file: Path, target: Path, 
            "--temp", str(sp.temperature), "--top-k", str(sp.top_k), "--top-p", str(sp.top_p),
            "--min-p", str(sp.min_p), "--seed", str(seed), "-t", threads, "-c", str(args.ctx), "-ngl", ngl,
            "--spec-type", sc.drafter]
+    if args.rpc:  # the target's layers on the servers; the draft (-devd none) on this CPU
+        cmd[cmd.index("-ngl") + 1] = "999"
+        cmd += ["--rpc", args.rpc, "-dev", ",".join(f"RPC{i}" for i in range(len(args.rpc.split(","))))]
     if sc.drafter == "draft-simple":
         p_min = [] if args.p_min is None else ["--spec-draft-p-min", str(args.p_min)]
+        if args.rpc:
+            p_min += ["-devd", "none"]
         return cmd + ["-md", str(draft), "--spec-draft-n-max", str(sc.gamma), "-td", threads, "-ngld", ngl, *p_min]
     # ngram-simple drafts the size-m tokens that followed the last size-n tokens' latest match
     return cmd + ["--spec-ngram-simple-size-m", str(sc.gamma)]
@@ -670,7 +677,11 @@ def main(argv=None) -> int:
     try:
         paths = resolve_paths(args)
         ngl = 999 if args.gpu else 0
-        pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_target=ngl, ngl_draft=ngl))
+        rpc = tuple(args.rpc.split(",")) if args.rpc else None
+        if rpc:
+            devices.on_rpc_abort(devices.exit_with_error)
+        pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_target=999 if rpc else ngl,
+                                        ngl_draft=ngl, rpc=rpc))
     except (models.ModelError, LlamaError, ValueError, OSError) as e:
         sys.exit(f"bench.py: {e}")
     texts = load_prompts(args.prompts, args.n_prompts, args.prompt_set)
