@@ -237,10 +237,11 @@ def load_options(options: dict, **fields) -> LoadOptions:
     return LoadOptions(**{"n_ctx": options["ctx"], **given, **fields})
 
 
-def load_pair(options: dict, with_draft: bool = True) -> Pair:
+def load_pair(options: dict, with_draft: bool = True, on_server_lost=devices.exit_with_error) -> Pair:
     """Load the pair that the model flags name (the target alone unless with_draft). With no --draft
     (flag, environment or profile), the draft is pairing.choose_draft's, named once on stderr; its
-    reason is left in options["draft_reason"] for --stats/--json. Pair is looked up on the
+    reason is left in options["draft_reason"] for --stats/--json. With --rpc, on_server_lost(line) is
+    called where ggml-rpc would abort the process (devices.on_rpc_abort). Pair is looked up on the
     localspec.cli package at call time, so tests can put fakes there."""
     from . import Pair as load  # noqa: F401
 
@@ -263,10 +264,6 @@ def load_pair(options: dict, with_draft: bool = True) -> Pair:
         draft_name = draft_path.name if draft_path else "none"
         click.echo(f"localspec: draft {draft_name}: {reason}", err=True)
     return pair
-
-
-# What a command does when an RPC server dies mid-generation: serve replaces it (it stays up).
-on_server_lost = devices.exit_with_error
 
 
 def loading_line(target: Path, draft: Path | None, load: LoadOptions) -> str:
