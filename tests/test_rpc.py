@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,6 +22,7 @@ from scipy.stats import chisquare
 from localspec import devices
 from localspec.config import GenerationConfig
 from localspec.llama import Context, LlamaError, Model
+from localspec.placement import placement
 from localspec.sampling import SamplingParams, distribution
 from localspec.session import LoadOptions, Pair
 
@@ -104,6 +106,17 @@ def test_unreachable_server_is_one_line_within_seconds(fake_cli):
     result = invoke("generate", "hi", "-m", fake_cli.target, "--rpc", f"127.0.0.1:{port}")
     assert_one_line_error(result, f"RPC server 127.0.0.1:{port} is unreachable", "localspec rpc-server")
     assert time.monotonic() - start < 10
+
+
+def test_a_model_larger_than_its_devices_free_memory_is_refused(tmp_path):
+    gguf = tmp_path / "big.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(3 << 20))
+    small = devices.Device(1, "CUDA0", "GPU", "test", free=2 << 20, total=8 << 20)
+    with pytest.raises(LlamaError, match=r"big.gguf \(3 MiB\) does not fit in the free memory of CUDA0 \(2 MiB\); "
+                       "lower --ngl-target"):
+        placement(gguf, [small], 999, "--ngl-target")
+    assert placement(gguf, [small], 10, "--ngl-target").where == "CUDA0 (10 layers, the rest on the CPU)"
+    assert placement(gguf, [], 999, "--ngl-target").where == "CPU"
 
 
 def test_rpc_server_refuses_a_public_address_without_the_flag():
@@ -202,3 +215,63 @@ def test_server_killed_mid_generation_is_one_line_within_seconds(smol_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert client.returncode == 1 and len(lines) == 1, err
     assert lines[0].startswith("Error: the RPC server") and endpoint in lines[0] and "rpc-server" in lines[0]
+
+
+def get(url: str, body: dict | None = None, timeout: float = 30) -> tuple[int, str]:
+    """(status, body) of a GET, or of a POST of body as JSON."""
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def wait_until(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return True
+        except OSError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+@needs_rpc
+def test_serve_answers_503_while_its_rpc_server_is_lost_and_comes_back(smol_path):
+    rpc_port, http_port = free_port(), free_port()
+    rpc = start_server(rpc_port)
+    url = f"http://127.0.0.1:{http_port}"
+    serve = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "-m", str(smol_path), "-d", "none", "-t", "1",
+                              "-c", "2048", "--port", str(http_port), "--rpc", rpc.endpoint],
+                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: get(f"{url}/health")[0] == 200, 60)
+        long = {"prompt": "Once upon a time", "max_tokens": 1900, "temperature": 0}
+        answer = {}
+        request = threading.Thread(target=lambda: answer.update(r=get(f"{url}/v1/completions", long, 60)))
+        request.start()
+        time.sleep(1.5)  # generating
+        stop(rpc)
+        request.join(15)
+        assert not request.is_alive() and answer["r"][0] == 503 and "rpc_server_lost" in answer["r"][1]
+        status, body = get(f"{url}/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+        assert status == 503 and rpc.endpoint in body
+        rpc = start_server(rpc_port)  # back: serve reloads the models on it
+        assert wait_until(lambda: get(f"{url}/health")[0] == 200, 60)
+        status, body = get(f"{url}/v1/completions", {"prompt": "The capital of France is", "max_tokens": 3,
+                                                     "temperature": 0})
+        assert status == 200 and json.loads(body)["choices"][0]["text"]
+    finally:
+        serve.terminate()
+        try:
+            serve.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+        stop(rpc)
