@@ -252,12 +252,12 @@ def load_pair(options: dict, with_draft: bool = True, on_server_lost=devices.exi
         draft_path, reason = None, "none (target only)" if options.get("drafter") != "ngram" else \
             "none (the ngram drafter needs no draft model)"
     options["draft_reason"] = reason
-    if sys.stderr.isatty():
-        click.echo(loading_line(target_path, draft_path, load_options(options)), err=True)
     load_with = load_options(options)
     check_names(load_with.device_target, load_with.device_draft, load_with.rpc)  # before minutes of loading
     if load_with.rpc:
         devices.on_rpc_abort(on_server_lost)
+    if sys.stderr.isatty():
+        click.echo(loading_line(target_path, draft_path, load_with), err=True)
     pair = load(target_path, draft_path, load_with)
     pair.draft_reason = reason
     if options["draft"] is None and with_draft:
@@ -270,6 +270,8 @@ def loading_line(target: Path, draft: Path | None, load: LoadOptions) -> str:
     """'loading target a.gguf (940 MiB, GPU) + draft b.gguf (380 MiB, GPU)': what loads, where."""
     def one(role: str, path: Path, ngl: int) -> str:
         where = "CPU" if ngl == 0 else "GPU" if ngl >= 999 else f"{ngl} layers on the GPU"
+        if role == "target" and load.rpc and ngl:
+            where = f"RPC {','.join(load.rpc)}"
         return f"{role} {path.name} ({path.stat().st_size / 2**20:,.0f} MiB, {where})"
     draft_part = f" + {one('draft', draft, load.ngl_draft)}" if draft else ""
     return f"localspec: loading {one('target', target, load.ngl_target)}{draft_part}"
