@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 
 import llama_cpp as lc  # before numpy: see localspec/__init__.py
 
+from . import llama
 from .llama import LlamaError, init_backend
 
 TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "ACCEL", 4: "META"}
@@ -214,6 +215,7 @@ def add_rpc_servers(endpoints: Sequence[str]) -> list[Device]:
                 raise LlamaError(f"RPC server {endpoint} offers no devices; check its `localspec rpc-server` log")
             register(reg)
             _added[endpoint] = [d for d in list_devices() if d.ptr not in before]
+            llama.default_devices = lambda: [d.ptr for d in local_devices()]  # unplaced models stay here
         found += _added[endpoint]
     return found
 

@@ -13,7 +13,7 @@ import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import llama_cpp as lc  # before numpy: see localspec/__init__.py
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -23,6 +23,9 @@ import numpy as np
 GGUF_MAGIC = b"GGUF"
 _SILENT_LOG = lc.llama_log_callback(lambda level, text, user_data: None)
 _backend_ready = False
+# Set by devices.add_rpc_servers: the devices a Model offloads to when none are named, so that RPC
+# servers hold only what was placed there (llama.cpp's own default takes every registered device).
+default_devices: Callable[[], list[int]] | None = None
 
 
 class LlamaError(Exception):
@@ -78,6 +81,10 @@ class Model:
         params.vocab_only = vocab_only
         if amx_guard():
             params.use_extra_bufts = False
+        if vocab_only:
+            devices = []  # no weights: no device is asked anything (a dead RPC server would abort)
+        elif devices is None and default_devices is not None:
+            devices = default_devices()
         self._placement = place(params, devices, tensor_split)  # arrays llama.cpp reads while loading
         self.ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.ptr:
