@@ -275,3 +275,28 @@ def test_serve_answers_503_while_its_rpc_server_is_lost_and_comes_back(smol_path
         except subprocess.TimeoutExpired:
             serve.kill()
         stop(rpc)
+
+
+@needs_rpc
+def test_a_dead_registered_server_does_not_abort_later_loads(smol_path):
+    """llama.cpp's default placement takes every registered device and asks each for its memory; asking
+    a dead RPC server aborts the process. Loads that name no device must stay local instead."""
+    rpc = start_server(free_port())
+    script = f"""
+import subprocess
+from localspec import devices
+from localspec.llama import model_info
+from localspec.session import LoadOptions, Pair
+pair = Pair({str(smol_path)!r}, None, LoadOptions(n_ctx=256, threads=1, rpc=({rpc.endpoint!r},), warm_start=False))
+print(pair.placement["target"]); pair.close()
+subprocess.run(["kill", "-9", "{rpc.pid}"]); subprocess.run(["sleep", "0.5"])
+model_info({str(smol_path)!r})
+again = Pair({str(smol_path)!r}, {str(smol_path)!r}, LoadOptions(n_ctx=256, threads=1, warm_start=False))
+print(again.placement, [d.name for d in devices.list_devices()])
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=120)
+    finally:
+        stop(rpc)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"RPC0[{rpc.endpoint}]", "{'target': 'CPU', 'draft': 'CPU'} ['CPU', 'RPC0']"]
