@@ -102,8 +102,8 @@ class Pair:
         gpu = gpu_offload_supported() and bool(local_devices() or o.rpc)  # an RPC build alone offloads nothing
         placement = {"ngl_target": o.ngl_target if gpu else 0, "ngl_draft": o.ngl_draft if gpu else 0,
                      "threads": o.threads or default_threads()}
-        if o.rpc or o.device_target or o.device_draft:  # other devices, other costs
-            placement["where"] = self.placement
+        if o.rpc or o.device_target or o.device_draft or o.tensor_split:  # other devices, other costs
+            placement.update(where=self.placement, tensor_split=list(o.tensor_split or ()))
         return warmstart.plan_key(self.target_model.path, self.draft_model.path if self.draft_model else None,
                                   placement)
 

@@ -66,6 +66,14 @@ def server():
     stop(proc)
 
 
+@pytest.fixture(scope="module")
+def server2():
+    """A second loopback rpc-server, for a target split across two."""
+    proc = start_server(free_port())
+    yield proc.endpoint
+    stop(proc)
+
+
 def run_cli(*args, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "localspec", *map(str, args)], env=ENV, capture_output=True,
                           text=True, timeout=timeout)
@@ -133,15 +141,16 @@ def test_rpc_server_says_when_the_port_is_taken():
 
 # --- slow: the tiny model over a loopback server --------------------------------------------------------
 @needs_rpc
-def test_greedy_over_rpc_is_token_identical_to_local(server, smol_path):
+def test_greedy_over_rpc_is_token_identical_to_local(server, server2, smol_path):
     args = ["generate", "The capital of France is", "--raw", "-m", smol_path, "-d", smol_path, "-n", 24,
             "--temperature", 0, "-t", 1, "--json"]
-    local, remote = run_cli(*args), run_cli(*args, "--rpc", server)
-    assert local.returncode == remote.returncode == 0, remote.stderr
-    local, remote = json.loads(local.stdout), json.loads(remote.stdout)
-    assert remote["text"] == local["text"] and remote["stats"]["generated_tokens"] == 24
-    assert remote["placement"] == {"target": f"RPC0[{server}]", "draft": "CPU"}  # the draft stays here
+    runs = [run_cli(*args), run_cli(*args, "--rpc", server), run_cli(*args, "--rpc", f"{server},{server2}", "-ts", "3,1")]
+    assert [r.returncode for r in runs] == [0, 0, 0], runs[-1].stderr
+    local, remote, split = (json.loads(r.stdout) for r in runs)
+    assert remote["text"] == split["text"] == local["text"] and remote["stats"]["generated_tokens"] == 24
     assert local["placement"] == {"target": "CPU", "draft": "CPU"}
+    assert remote["placement"] == {"target": f"RPC0[{server}]", "draft": "CPU"}  # the draft stays here
+    assert split["placement"] == {"target": f"RPC0[{server}],RPC1[{server2}]", "draft": "CPU"}
 
 
 N_SAMPLES = 300

@@ -121,6 +121,22 @@ class OneLine(click.ParamType):
         return self.inner.get_metavar(param, *args, **kwargs)
 
 
+class TensorSplit(click.ParamType):
+    """'3,1' -> (3.0, 1.0): non-negative shares, not all zero."""
+    name = "shares"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            shares = tuple(float(part) for part in str(value).split(","))
+        except ValueError:
+            self.fail(f"{value!r} is not a comma list of numbers, e.g. 3,1", param, ctx)
+        if any(s < 0 for s in shares) or not any(shares):
+            self.fail(f"{value!r}: the shares must be >= 0 and not all 0", param, ctx)
+        return shares
+
+
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
 
@@ -167,6 +183,9 @@ FLAGS = {
                          help="Devices for the draft's layers, comma-separated (with --rpc: this machine's)."),
     "rpc": flag("--rpc", envvar="LOCALSPEC_RPC", help="`localspec rpc-server`s as HOST:PORT[,HOST:PORT...]: the "
                 "target's layers go there (split across them); the draft stays here."),
+    "tensor_split": flag("-ts", "--tensor-split", type=TensorSplit(),
+                         help="The target's share of layers per device, in --device-target order, e.g. 3,1 "
+                         "(default: by free memory)."),
     "threads": flag("-t", "--threads", type=int, default=LOAD["threads"],
                     help="CPU threads (default: all cores, at most 8)."),
     "ctx": flag("-c", "--ctx", "--ctx-size", type=int, default=LOAD["n_ctx"], help="Context size in tokens."),
@@ -186,7 +205,8 @@ FLAGS = {
                   help="The draft model stops guessing where its confidence falls below this (0: never); "
                   "auto: where one more guess stops paying, from measured acceptance and costs."),
 }
-MODEL_FLAGS = ("target", "draft", "ngl_target", "ngl_draft", "device_target", "device_draft", "rpc", "threads", "ctx")
+MODEL_FLAGS = ("target", "draft", "ngl_target", "ngl_draft", "device_target", "device_draft", "rpc", "tensor_split",
+               "threads", "ctx")
 PLACEMENT_FLAGS = ("device_target", "device_draft", "rpc")
 GENERATION_FLAGS = ("gamma", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "stop", "drafter", "p_min")
 
@@ -234,6 +254,8 @@ def load_options(options: dict, **fields) -> LoadOptions:
     """The LoadOptions the shared model flags in `options` describe (those a command has)."""
     given = {name: options[name] for name in ("threads", "ngl_target", "ngl_draft") if name in options}
     given.update({name: split_names(options[name]) for name in PLACEMENT_FLAGS if name in options})
+    if options.get("tensor_split"):
+        given["tensor_split"] = options["tensor_split"]
     return LoadOptions(**{"n_ctx": options["ctx"], **given, **fields})
 
 
