@@ -100,6 +100,13 @@ def test_placement_flags_reach_the_load_options(fake_cli):
     assert options.device_target == ("CPU",) and options.device_draft == ("none",) and options.rpc is None
 
 
+def test_stats_and_json_name_where_each_model_runs(fake_cli):
+    result = invoke("generate", "hi", "-m", fake_cli.target, "-d", fake_cli.draft, "-n", "3", "--json", "--stats")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["placement"] == {"target": "CPU", "draft": "CPU"}
+    assert "runs on: target CPU, draft CPU" in result.stderr
+
+
 @needs_rpc
 @pytest.mark.parametrize("value, fragment", [("localhost", "malformed RPC server 'localhost'"),
                                              ("127.0.0.1:http", "give HOST:PORT")])

@@ -10,7 +10,7 @@ import click
 from ..session import Pair, Reply
 from . import cli
 from .options import (GREEN, PLAIN, SHOW_DRAFTS, Escaped, JsonErrors, generation_config, load_pair, model_options,
-                      sampling_options, settings, unescape, use_colour, user_errors)
+                      sampling_options, settings, unescape, use_colour, user_errors, where)
 
 
 @cli.command(cls=JsonErrors)
@@ -70,8 +70,3 @@ def report(pair: Pair, reply: Reply, as_json: dict | None, show_stats: bool) -> 
     if show_stats:
         draft = pair.draft_model.path.name if pair.draft_model else "none"
         click.echo(f"{reply.stats.summary()}\ndraft: {draft} ({pair.draft_reason})\n{where(pair)}", err=True)
-
-
-def where(pair: Pair) -> str:
-    """'runs on: target RPC0[10.0.0.2:50052], draft CPU' for --stats."""
-    return "runs on: " + ", ".join(f"{role} {place}" for role, place in pair.placement.items())

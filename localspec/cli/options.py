@@ -288,6 +288,11 @@ def load_pair(options: dict, with_draft: bool = True, on_server_lost=devices.exi
     return pair
 
 
+def where(pair: Pair) -> str:
+    """'runs on: target RPC0[10.0.0.2:50052], draft CPU', for --stats."""
+    return "runs on: " + ", ".join(f"{role} {place}" for role, place in pair.placement.items())
+
+
 def loading_line(target: Path, draft: Path | None, load: LoadOptions) -> str:
     """'loading target a.gguf (940 MiB, GPU) + draft b.gguf (380 MiB, GPU)': what loads, where."""
     def one(role: str, path: Path, ngl: int) -> str:
