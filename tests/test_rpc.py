@@ -134,6 +134,13 @@ def test_a_model_larger_than_its_devices_free_memory_is_refused(tmp_path):
     assert placement(gguf, [], 999, "--ngl-target").where == "CPU"
 
 
+def test_a_build_without_rpc_names_the_cmake_flag(fake_cli, monkeypatch):
+    monkeypatch.setattr(devices, "supports_rpc", lambda: False)
+    result = invoke("generate", "hi", "-m", fake_cli.target, "--rpc", "127.0.0.1:50052")
+    assert_one_line_error(result, "without the RPC backend", 'CMAKE_ARGS="-DGGML_RPC=ON"', "scripts/setup.sh")
+    assert_one_line_error(invoke("rpc-server"), 'CMAKE_ARGS="-DGGML_RPC=ON"')
+
+
 def test_rpc_server_refuses_a_public_address_without_the_flag():
     result = invoke("rpc-server", "--host", "0.0.0.0")
     assert_one_line_error(result, "--allow-remote", "no authentication")

@@ -57,6 +57,8 @@ def rpc_server(host, port, threads, cache_dir, device_names, allow_remote):
     """
     from ..llama import default_threads
 
+    if not dv.supports_rpc():
+        raise dv.LlamaError(dv.RPC_BUILD_FIX)
     check_host(host, allow_remote)
     served = dv.server_devices(split_names(device_names))
     check_port_free(host, port)
