@@ -8,6 +8,7 @@ import json
 import signal
 import socket
 import threading
+from pathlib import Path
 
 import click
 
@@ -61,6 +62,8 @@ def rpc_server(host, port, threads, cache_dir, device_names, allow_remote):
         raise dv.LlamaError(dv.RPC_BUILD_FIX)
     check_host(host, allow_remote)
     served = dv.server_devices(split_names(device_names))
+    if cache_dir:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)  # ggml writes its files there, it makes no folder
     check_port_free(host, port)
     serve_forever(host, port, threads or default_threads(), cache_dir, served)
 
