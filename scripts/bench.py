@@ -12,7 +12,8 @@ writes bench.md, bench.json and (with matplotlib) speedup.png and alpha.png.
 
 Scenarios: plain (target-only); DRAFTER:GAMMA with DRAFTER model|ngram|hybrid and GAMMA N or auto;
 llamacpp:N (llama-speculative-simple --spec-type draft-simple, n_max N, same pair) and
-llamacpp-ngram:N (--spec-type ngram-simple, drafts of up to N tokens). The llama.cpp ones need
+llamacpp-ngram:N (--spec-type ngram-simple, drafts of up to N tokens) and llamacpp-tree:N
+(examples/speculative's token trees: llama-speculative, n_max N, --tree-branches, --tree-p-split). The llama.cpp ones need
 scripts/build_llamacpp.sh; without its tools they are skipped with a note. llama.cpp gets the same
 prompt tokens (checked: both counts are in bench.json), max tokens, sampling, seed, threads and context;
 its speed is its own "decoded ... t/s" (the decode loop: model load and prompt excluded, as ours).
@@ -64,8 +65,9 @@ def parse_args(argv=None):
     ap.add_argument("--n-prompts", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--scenarios", default=None, help=f"comma list (default: {DEFAULT_SCENARIOS})")
-    ap.add_argument("--prompt-set", choices=["humaneval", "edit"], default="humaneval",
-                    help="edit: 'add type hints and a docstring' to HumanEval solutions (output repeats input)")
+    ap.add_argument("--prompt-set", choices=["humaneval", "edit", "copy"], default="humaneval",
+                    help="edit: 'add type hints and a docstring' to HumanEval solutions; "
+                         "copy: 'repeat the following code exactly' (both: the output repeats the input)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-k", type=int, default=40)
     ap.add_argument("--chat", action="store_true", help="apply the chat template to each prompt (edit: always)")
@@ -76,8 +78,11 @@ def parse_args(argv=None):
                          "(default: each engine's own, localspec's GenerationConfig.p_min and llama.cpp's 0.0)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gpu", action="store_true", help="offload all layers of both models (ours and llama.cpp's)")
-    ap.add_argument("--rpc", help="HOST:PORT[,...] of `localspec rpc-server`s: the target's layers go there "
-                    "(ours and llama.cpp's, whose tools need scripts/build_llamacpp.sh); the draft stays local")
+    ap.add_argument("--rpc", default=None, help="HOST:PORT[,...] of RPC servers for the target (ours and llama.cpp's; "
+                    "the draft stays on this machine)")
+    ap.add_argument("--tree-branches", type=int, default=4, help="llamacpp-tree: llama-speculative's -np")
+    ap.add_argument("--tree-p-split", type=float, default=0.1, help="llamacpp-tree: its --draft-p-split")
+    ap.add_argument("--llamacpp-rpc", default=None, help="other RPC servers for llama.cpp's runs (default: --rpc)")
     ap.add_argument("--llamacpp-bin", type=Path, default=Path(os.environ.get("LOCALSPEC_LLAMACPP_BIN", LLAMACPP_BIN)),
                     help="folder of llama-speculative-simple (default: what scripts/build_llamacpp.sh builds)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the prompt set (this VM's timing noise is ~10%%)")
@@ -87,6 +92,7 @@ def parse_args(argv=None):
 
 
 EDIT_INSTRUCTION = "Add type hints and a docstring to this function. Return the whole function.\n\n"
+COPY_INSTRUCTION = "Repeat the following code exactly.\n\n"
 
 
 def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> list[str]:
@@ -99,6 +105,8 @@ def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> li
     if prompt_set == "edit":  # the canonical solution, stripped of its docstring-bearing prompt
         return [EDIT_INSTRUCTION + p["prompt"].split('"""')[0].rstrip() + "\n" + p["canonical_solution"]
                 for p in problems]
+    if prompt_set == "copy":  # the whole solution, to be repeated: long n-gram matches
+        return [COPY_INSTRUCTION + p["prompt"] + p["canonical_solution"] for p in problems]
     return [p["prompt"] for p in problems]
 
 
@@ -110,7 +118,7 @@ class Scenario:
     label: str
     engine: str            # localspec | llamacpp
     gamma: int | None      # None: auto (localspec only)
-    drafter: str = "auto"  # localspec: model | ngram | hybrid | auto; llamacpp: draft-simple | ngram-simple
+    drafter: str = "auto"  # localspec: model | ngram | hybrid | auto; llamacpp: draft-simple | ngram-simple | tree
 
     @property
     def family(self) -> str:
@@ -129,7 +137,7 @@ def parse_scenarios(spec: str) -> list[Scenario]:
             out.append(_scenario(name, gamma))
         except ValueError:
             sys.exit(f"bench.py: bad scenario {item!r}; use plain, model|ngram|hybrid:N|auto, llamacpp:N "
-                     "or llamacpp-ngram:N (N >= 1)")
+                     "llamacpp-ngram:N or llamacpp-tree:N (N >= 1)")
     return out
 
 
@@ -141,8 +149,8 @@ def _scenario(name: str, gamma: str) -> Scenario:
         if g is not None and g < 1:
             raise ValueError(gamma)
         return Scenario(f"{name} gamma={gamma or 'auto'}", "localspec", g, name)
-    if name in ("llamacpp", "llamacpp-ngram") and int(gamma) >= 1:
-        kind = "draft-simple" if name == "llamacpp" else "ngram-simple"
+    if name in ("llamacpp", "llamacpp-ngram", "llamacpp-tree") and int(gamma) >= 1:
+        kind = {"llamacpp": "draft-simple", "llamacpp-ngram": "ngram-simple", "llamacpp-tree": "tree"}[name]
         return Scenario(f"llama.cpp {kind} n_max={int(gamma)}", "llamacpp", int(gamma), kind)
     raise ValueError(name)
 
@@ -192,21 +200,24 @@ def llamacpp_tool(bin_dir: Path) -> Path | None:
 
 def llamacpp_command(tool: Path, sc: Scenario, prompt_file: Path, target: Path, draft: Path, args,
                      seed: int, max_tokens: int) -> list[str]:
-    """The llama-speculative-simple command line for one scenario and prompt."""
+    """The llama-speculative-simple command line for one scenario and prompt (llama-speculative for trees)."""
+    if sc.drafter == "tree":
+        tool = tool.with_name("llama-speculative")
     sp = sampling_params(args)
     threads = str(args.threads or default_threads())
     ngl = "999" if args.gpu else "0"
+    rpc = args.llamacpp_rpc or args.rpc
+    remote = ["--rpc", rpc] if rpc else []
     cmd = [str(tool), "-m", str(target), "-f", str(prompt_file), "--no-escape", "-n", str(max_tokens),
            "--temp", str(sp.temperature), "--top-k", str(sp.top_k), "--top-p", str(sp.top_p),
-           "--min-p", str(sp.min_p), "--seed", str(seed), "-t", threads, "-c", str(args.ctx), "-ngl", ngl,
-           "--spec-type", sc.drafter]
-    if args.rpc:  # the target's layers on the servers; the draft (-devd none) on this CPU
-        cmd[cmd.index("-ngl") + 1] = "999"
-        cmd += ["--rpc", args.rpc, "-dev", ",".join(f"RPC{i}" for i in range(len(args.rpc.split(","))))]
+           "--min-p", str(sp.min_p), "--seed", str(seed), "-t", threads, "-c", str(args.ctx),
+           "-ngl", "999" if rpc else ngl, *remote]
+    if sc.drafter == "tree":  # examples/speculative: up to --tree-branches sequences, split where p < p_split
+        return cmd + ["-md", str(draft), "--spec-draft-n-max", str(sc.gamma), "-td", threads, "-ngld", ngl,
+                      "-np", str(args.tree_branches), "--spec-draft-p-split", str(args.tree_p_split)]
+    cmd += ["--spec-type", sc.drafter]
     if sc.drafter == "draft-simple":
         p_min = [] if args.p_min is None else ["--spec-draft-p-min", str(args.p_min)]
-        if args.rpc:
-            p_min += ["-devd", "none"]
         return cmd + ["-md", str(draft), "--spec-draft-n-max", str(sc.gamma), "-td", threads, "-ngld", ngl, *p_min]
     # ngram-simple drafts the size-m tokens that followed the last size-n tokens' latest match
     return cmd + ["--spec-ngram-simple-size-m", str(sc.gamma)]
@@ -262,7 +273,7 @@ class Runs:
 
 def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path]) -> Runs:
     """Every prompt, every scenario in turn (alternating), after one untimed warm-up of each engine."""
-    chat = args.chat or args.prompt_set == "edit"
+    chat = args.chat or args.prompt_set in ("edit", "copy")
     prompts = [pair.prompt_tokens(t, chat) for t in texts]
     runs = Runs({sc.label: [] for sc in scenarios}, prompt_tokens=[len(p) for p in prompts])
     tool = llamacpp_tool(args.llamacpp_bin)
@@ -633,7 +644,7 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
     title = (f"{target.name} + {draft.name}, {args.prompt_set if args.prompts is None else args.prompts.name} "
              f"prompts, T={args.temperature}{f' top-k {args.top_k}' if args.temperature else ''}, "
              f"{len(runs.prompt_tokens)} prompts x {args.max_tokens} tokens x {args.rounds} rounds, "
-             f"{'GPU' if args.gpu else 'CPU'}, {args.threads or default_threads()} threads, {p_min_text(args)}")
+             f"{where_text(args)}, {args.threads or default_threads()} threads, {p_min_text(args)}")
     args.out.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
     notes = runs.notes + ([plots] if isinstance(plots, str) else [])
@@ -642,7 +653,8 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
         text += "\n\nllama.cpp, e.g.: `" + next(iter(runs.commands.values())) + "`"
     report = {
         "title": title, "target": str(target), "draft": str(draft), "temperature": args.temperature,
-        "top_k": args.top_k, "p_min": p_min_text(args), "gpu": args.gpu, "threads": args.threads or default_threads(),
+        "top_k": args.top_k, "p_min": p_min_text(args), "gpu": args.gpu, "rpc": args.rpc,
+        "threads": args.threads or default_threads(),
         "prompt_set": args.prompt_set, "prompts_file": str(args.prompts) if args.prompts else None,
         "scenarios": [sc.label for sc in scenarios], "rounds": args.rounds, "prompts": len(runs.prompt_tokens),
         "max_tokens": args.max_tokens, "wall_s": wall_s, "rows": rows, "notes": notes,
@@ -658,6 +670,13 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
     (args.out / "bench.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
     (args.out / "bench.md").write_text(text + "\n", encoding="utf-8")
     return text
+
+
+def where_text(args) -> str:
+    """Where the models ran."""
+    if args.rpc:
+        return f"target over RPC ({args.rpc}), draft on the {'GPU' if args.gpu else 'CPU'}"
+    return "GPU" if args.gpu else "CPU"
 
 
 def p_min_text(args) -> str:
@@ -677,11 +696,10 @@ def main(argv=None) -> int:
     try:
         paths = resolve_paths(args)
         ngl = 999 if args.gpu else 0
-        rpc = tuple(args.rpc.split(",")) if args.rpc else None
-        if rpc:
+        remote = {"rpc": tuple(args.rpc.split(",")), "ngl_target": 999} if args.rpc else {"ngl_target": ngl}
+        if args.rpc:  # a server lost mid-run: one line, not ggml's abort
             devices.on_rpc_abort(devices.exit_with_error)
-        pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_target=999 if rpc else ngl,
-                                        ngl_draft=ngl, rpc=rpc))
+        pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_draft=ngl, **remote))
     except (models.ModelError, LlamaError, ValueError, OSError) as e:
         sys.exit(f"bench.py: {e}")
     texts = load_prompts(args.prompts, args.n_prompts, args.prompt_set)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own `llama-speculative-simple`, `llama-speculative`, `llama-bench` and its RPC server
-# `ggml-rpc-server` (always with -DGGML_RPC=ON, so every tool takes --rpc) from the llama.cpp vendored in the
+# Build llama.cpp's own `llama-speculative-simple`, `llama-speculative` (token trees), `llama-bench` and
+# `ggml-rpc-server` (with the RPC backend) from the llama.cpp vendored in the
 # llama-cpp-python 0.3.36 sdist -- the same code the bindings run -- into build/llama.cpp (git-ignored).
 # scripts/bench.py runs them side by side with localspec. Binaries are never committed.
 #
@@ -18,11 +18,12 @@ BIN=$SRC/build/bin
 STAMP=$DEST/cmake-args
 # On an AMX CPU, without AMX, as the bindings are built (scripts/llama_cmake_args.sh: ggml's AMX matmul
 # segfaults here); the same kernels on both sides of the comparison. A CMAKE_ARGS of your own wins.
+# The RPC backend is always built: the latency benchmark runs llama.cpp's tools with --rpc.
 CMAKE_ARGS="${CMAKE_ARGS-$(./scripts/llama_cmake_args.sh)} -DGGML_RPC=ON"
 TARGETS="llama-bench llama-speculative-simple llama-speculative ggml-rpc-server"
 
-built() { for t in $TARGETS; do [ -x "$BIN/$t" ] || return 1; done; }
-if built && [ -f "$STAMP" ] \
+if [ -x "$BIN/llama-speculative-simple" ] && [ -x "$BIN/llama-speculative" ] && [ -x "$BIN/ggml-rpc-server" ] \
+    && [ -x "$BIN/llama-bench" ] && [ -f "$STAMP" ] \
     && [ "$(cat "$STAMP")" = "$CMAKE_ARGS" ]; then
     echo "llama.cpp tools already built in $BIN"
     exit 0

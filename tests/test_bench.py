@@ -180,7 +180,7 @@ def test_stats_count_judged_positions_and_verify_by_batch():
     assert costs.drafters["model"].accept == [1.0, 0.5, 1.0, 1.0]
 
 
-@pytest.mark.parametrize("prompt_set, chat", [("humaneval", False), ("humaneval", True), ("edit", True)])
+@pytest.mark.parametrize("prompt_set, chat", [("humaneval", False), ("humaneval", True), ("edit", True), ("copy", True)])
 def test_llamacpp_reads_the_same_prompt_tokens(smol_path, prompt_set, chat):
     """llama.cpp tokenizes its prompt with add_special and parse_special (common_tokenize): the text the
     benchmark gives it must come out as the tokens localspec decodes from."""
