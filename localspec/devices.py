@@ -227,7 +227,9 @@ def rpc_endpoints() -> list[str]:
 
 def keep_alive(endpoint: str, idle_s: int = 5, interval_s: int = 2, probes: int = 3) -> int:
     """Arm TCP keepalive on this process's connections to endpoint (ggml sets none), so that a server
-    host that vanishes closes them within idle_s + interval_s * probes; return how many were armed."""
+    host that vanishes closes them within idle_s + interval_s * probes; TCP_USER_TIMEOUT bounds the
+    same way the time sent data may stay unacknowledged (keepalive does not run while it does).
+    Return how many connections were armed."""
     host, port = parse_endpoint(endpoint)
     try:
         address = socket.gethostbyname(host)
@@ -241,7 +243,9 @@ def keep_alive(endpoint: str, idle_s: int = 5, interval_s: int = 2, probes: int 
                 if s.type != socket.SOCK_STREAM or s.getpeername()[:2] != (address, port):
                     continue
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                for option, value in (("TCP_KEEPIDLE", idle_s), ("TCP_KEEPINTVL", interval_s), ("TCP_KEEPCNT", probes)):
+                limit_ms = (idle_s + interval_s * probes) * 1000
+                for option, value in (("TCP_KEEPIDLE", idle_s), ("TCP_KEEPINTVL", interval_s), ("TCP_KEEPCNT", probes),
+                                      ("TCP_USER_TIMEOUT", limit_ms)):
                     if hasattr(socket, option):
                         s.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
                 armed += 1
