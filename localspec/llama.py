@@ -1,8 +1,9 @@
-"""The bindings layer: the only module that imports llama_cpp.
+"""The bindings layer: with devices.py (ggml's devices and RPC), the only modules that import llama_cpp.
 
-Thin wrappers over llama-cpp-python's low-level ctypes API: load a model, decode a batch with
-logits only for the rows asked for, view a row of logits without copying, drop KV cells after a
-position (rollback), tokenize and detokenize, vocabulary facts, chat templates and quantize.
+Thin wrappers over llama-cpp-python's low-level ctypes API: load a model (on the devices asked
+for), decode a batch with logits only for the rows asked for, view a row of logits without copying,
+drop KV cells after a position (rollback), tokenize and detokenize, vocabulary facts, chat templates
+and quantize.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import llama_cpp as lc  # before numpy: see localspec/__init__.py
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -22,6 +23,9 @@ import numpy as np
 GGUF_MAGIC = b"GGUF"
 _SILENT_LOG = lc.llama_log_callback(lambda level, text, user_data: None)
 _backend_ready = False
+# Set by devices.add_rpc_servers: the devices a Model offloads to when none are named, so that RPC
+# servers hold only what was placed there (llama.cpp's own default takes every registered device).
+default_devices: Callable[[], list[int]] | None = None
 
 
 class LlamaError(Exception):
@@ -65,7 +69,10 @@ class Model:
 
     ptr = None  # set once loaded; close() and __del__ are safe on a failed load
 
-    def __init__(self, path: str | Path, n_gpu_layers: int = 0, vocab_only: bool = False):
+    def __init__(self, path: str | Path, n_gpu_layers: int = 0, vocab_only: bool = False,
+                 devices: Sequence[int] | None = None, tensor_split: Sequence[float] | None = None):
+        """devices: ggml_backend_dev_t handles (devices.py) to offload to, [] for none, None for llama.cpp's
+        default (every GPU and RPC device); tensor_split: the share of layers per device, in that order."""
         self.path = Path(path)
         check_gguf_file(self.path)
         init_backend()
@@ -74,6 +81,11 @@ class Model:
         params.vocab_only = vocab_only
         if amx_guard():
             params.use_extra_bufts = False
+        if vocab_only:
+            devices = []  # no weights: no device is asked anything (a dead RPC server would abort)
+        elif devices is None and default_devices is not None:
+            devices = default_devices()
+        self._placement = place(params, devices, tensor_split)  # arrays llama.cpp reads while loading
         self.ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.ptr:
             raise LlamaError(
@@ -183,6 +195,21 @@ class Model:
         bos = self.token_text(self.bos()).decode("utf-8", "replace")
         add_bos = self.adds_bos() and not (bos and prompt.startswith(bos))
         return self.tokenize(prompt, add_special=add_bos, parse_special=True)
+
+
+def place(params, devices: Sequence[int] | None, tensor_split: Sequence[float] | None) -> tuple:
+    """Set the model params' NULL-terminated device list and tensor split; return the arrays (keep them)."""
+    dev_array = split_array = None
+    if devices is not None:
+        dev_array = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+        params.devices = ctypes.cast(dev_array, ctypes.c_void_p)  # typed c_void_p by llama-cpp-python
+    if tensor_split:
+        n_max = lc.llama_max_devices()
+        if len(tensor_split) > n_max:
+            raise LlamaError(f"--tensor-split has {len(tensor_split)} parts; this build takes at most {n_max}")
+        split_array = (ctypes.c_float * n_max)(*tensor_split)
+        params.tensor_split = split_array
+    return dev_array, split_array
 
 
 class TextStream:

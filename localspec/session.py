@@ -18,7 +18,9 @@ from . import warmstart
 from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import Drafter, ModelDrafter, NGramDrafter
+from .devices import keep_alive, local_devices, rpc_endpoints
 from .llama import Context, Model, common_prefix_len, default_threads, gpu_offload_supported
+from .placement import place_pair
 from .planner import CostTracker, source_names
 from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
@@ -32,6 +34,10 @@ class LoadOptions:
     threads: int | None = None
     ngl_target: int = 999  # all layers; ignored by a CPU-only build
     ngl_draft: int = 999
+    device_target: tuple[str, ...] | None = None  # device names (`localspec devices`); None: llama.cpp's choice
+    device_draft: tuple[str, ...] | None = None
+    rpc: tuple[str, ...] | None = None  # HOST:PORT of `localspec rpc-server`s; the target goes there
+    tensor_split: tuple[float, ...] | None = None  # the target's share per device
     warm_start: bool = True  # plan from the measurements an earlier process saved for this setup
 
 
@@ -53,8 +59,16 @@ class Pair:
     """A target model, an optional draft model, their contexts and the controller over them."""
 
     def __init__(self, target: str | Path, draft: str | Path | None, options: LoadOptions = LoadOptions()):
-        target_model = Model(target, n_gpu_layers=options.ngl_target)
-        draft_model = Model(draft, n_gpu_layers=options.ngl_draft) if draft else None
+        o = options
+        where_t, where_d = place_pair(Path(target), Path(draft) if draft else None, o.ngl_target, o.ngl_draft,
+                                     o.device_target, o.device_draft, o.rpc)
+        target_model = Model(target, o.ngl_target, devices=where_t.handles, tensor_split=o.tensor_split)
+        draft_model = Model(draft, o.ngl_draft, devices=where_d.handles) if draft else None
+        target_model.where = where_t.where
+        if draft_model is not None:
+            draft_model.where = where_d.where
+        for endpoint in rpc_endpoints():
+            keep_alive(endpoint)  # ggml's own connections have no timeout
         if draft_model is not None:
             check_compatible(target_model, draft_model)
         target_ctx = Context(target_model, options.n_ctx, options.threads)
@@ -74,6 +88,9 @@ class Pair:
         self.target_ctx, self.draft_ctx = target_ctx, draft_ctx
         self.target_model = target_ctx.model
         self.draft_model = draft_ctx.model if draft_ctx is not None else None
+        models = {"target": self.target_model, "draft": self.draft_model}
+        # where each model runs, as --stats and --json name it ("CPU", "CUDA0", "RPC0[host:port]")
+        self.placement = {role: getattr(m, "where", "CPU") for role, m in models.items() if m is not None}
         self.ngram = NGramDrafter()
         self.plan_key = self._plan_key() if options.warm_start and warmstart.enabled() else None
         # measured costs and acceptance, kept across generations (and processes, with a plan key)
@@ -81,10 +98,12 @@ class Pair:
         self.warm = bool(self.trackers)
 
     def _plan_key(self) -> dict:
-        gpu = gpu_offload_supported()
         o = self.options
+        gpu = gpu_offload_supported() and bool(local_devices() or o.rpc)  # an RPC build alone offloads nothing
         placement = {"ngl_target": o.ngl_target if gpu else 0, "ngl_draft": o.ngl_draft if gpu else 0,
                      "threads": o.threads or default_threads()}
+        if o.rpc or o.device_target or o.device_draft or o.tensor_split:  # other devices, other costs
+            placement.update(where=self.placement, tensor_split=list(o.tensor_split or ()))
         return warmstart.plan_key(self.target_model.path, self.draft_model.path if self.draft_model else None,
                                   placement)
 

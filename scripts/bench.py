@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import localspec  # noqa: F401  (llama.cpp before numpy)
-from localspec import models
+from localspec import devices, models
 from localspec.costmodel import PositionAcceptance, VerifyCurve, expected_tokens
 from localspec.llama import LlamaError, default_threads
 from localspec.prompts import load_prompts as load_prompt_file
@@ -697,6 +697,8 @@ def main(argv=None) -> int:
         paths = resolve_paths(args)
         ngl = 999 if args.gpu else 0
         remote = {"rpc": tuple(args.rpc.split(",")), "ngl_target": 999} if args.rpc else {"ngl_target": ngl}
+        if args.rpc:  # a server lost mid-run: one line, not ggml's abort
+            devices.on_rpc_abort(devices.exit_with_error)
         pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_draft=ngl, **remote))
     except (models.ModelError, LlamaError, ValueError, OSError) as e:
         sys.exit(f"bench.py: {e}")

@@ -123,7 +123,7 @@ def test_serve_binds_the_port_before_loading_and_passes_the_new_flags(fake_cli, 
                                       "--cors-origin", "https://a.example", "--cors-origin", "*"])
     assert result.exit_code == 0, result.output
     assert calls[0] == ("bind", 0)  # no model loaded yet
-    assert calls[1][1][-3:] == (1000, ("https://a.example", "*"), "SOCK")
+    assert calls[1][1][-4:] == (1000, ("https://a.example", "*"), "SOCK", None)  # no --rpc: no outage watch
 
 
 def test_a_prompt_that_cannot_fit_is_refused_without_tokenizing(tmp_path, monkeypatch):

@@ -35,7 +35,7 @@ def cli(ctx, verbose):
         ctx.default_map = default_map(cli, config_path())
 
 
-from . import chat, config_cmd, generate, models_cmd, serve, tune  # noqa: E402,F401  (each registers its commands)
+from . import chat, config_cmd, devices_cmd, generate, models_cmd, serve, tune  # noqa: E402,F401  (each registers its commands)
 from .settings_file import COMMANDS, config_path, default_map  # noqa: E402
 from .options import generation_config, load_options  # noqa: E402,F401
 

@@ -12,7 +12,7 @@ from ..session import Chat
 from ..speculative import Piece
 from . import cli
 from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, JsonErrors, answer_length, answer_options,
-                      generation_config, load_pair, model_options, settings, use_colour, user_errors)
+                      generation_config, load_pair, model_options, settings, use_colour, user_errors, where)
 
 
 CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
@@ -136,7 +136,7 @@ def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: dic
         click.echo()
     else:
         click.echo(json.dumps({"text": reply.text, "finish_reason": reply.finish_reason, "settings": as_json,
-                               "stats": reply.stats.to_dict()}))
+                               "placement": session.pair.placement, "stats": reply.stats.to_dict()}))
     if reply.finish_reason == "cancelled":
         click.echo("[stopped]", err=True)
     elif reply.context_full:
@@ -145,4 +145,4 @@ def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: dic
     elif reply.finish_reason == "length":
         click.echo(f"[cut at --max-tokens {reply.stats.generated}]", err=True)
     if show_stats:
-        click.echo(reply.summary(), err=True)
+        click.echo(f"{reply.summary()}\n{where(session.pair)}", err=True)

@@ -10,7 +10,7 @@ import click
 from ..session import Pair, Reply
 from . import cli
 from .options import (GREEN, PLAIN, SHOW_DRAFTS, Escaped, JsonErrors, generation_config, load_pair, model_options,
-                      sampling_options, settings, unescape, use_colour, user_errors)
+                      sampling_options, settings, unescape, use_colour, user_errors, where)
 
 
 @cli.command(cls=JsonErrors)
@@ -64,9 +64,9 @@ def report(pair: Pair, reply: Reply, as_json: dict | None, show_stats: bool) -> 
     if as_json is not None:
         info = {"target": str(pair.target_model.path),
                 "draft": str(pair.draft_model.path) if pair.draft_model else None,
-                "draft_reason": as_json.pop("draft_reason")}
+                "draft_reason": as_json.pop("draft_reason"), "placement": pair.placement}
         click.echo(json.dumps({"text": reply.text, **info, "settings": as_json,
                                 "stats": reply.stats.to_dict()}))
     if show_stats:
         draft = pair.draft_model.path.name if pair.draft_model else "none"
-        click.echo(f"{reply.stats.summary()}\ndraft: {draft} ({pair.draft_reason})", err=True)
+        click.echo(f"{reply.stats.summary()}\ndraft: {draft} ({pair.draft_reason})\n{where(pair)}", err=True)

@@ -14,9 +14,10 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from .. import models
+from .. import devices, models
 from ..config import DRAFTERS, GenerationConfig, GenerationError
 from ..llama import LlamaError
+from ..placement import check_names, split_names
 from ..sampling import SamplingParams
 from ..session import LoadOptions, Pair
 
@@ -120,6 +121,22 @@ class OneLine(click.ParamType):
         return self.inner.get_metavar(param, *args, **kwargs)
 
 
+class TensorSplit(click.ParamType):
+    """'3,1' -> (3.0, 1.0): non-negative shares, not all zero."""
+    name = "shares"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            shares = tuple(float(part) for part in str(value).split(","))
+        except ValueError:
+            self.fail(f"{value!r} is not a comma list of numbers, e.g. 3,1", param, ctx)
+        if any(s < 0 for s in shares) or not any(shares):
+            self.fail(f"{value!r}: the shares must be >= 0 and not all 0", param, ctx)
+        return shares
+
+
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
 
@@ -160,6 +177,15 @@ FLAGS = {
                        help="Target layers on the GPU."),
     "ngl_draft": flag("-ngld", "--ngl-draft", "--n-gpu-layers-draft", type=int, default=LOAD["ngl_draft"],
                       help="Draft layers on the GPU."),
+    "device_target": flag("-dev", "--device-target", "--device", envvar="LOCALSPEC_DEVICE_TARGET",
+                          help="Devices for the target's layers, comma-separated (`localspec devices`; CPU: none)."),
+    "device_draft": flag("-devd", "--device-draft", envvar="LOCALSPEC_DEVICE_DRAFT",
+                         help="Devices for the draft's layers, comma-separated (with --rpc: this machine's)."),
+    "rpc": flag("--rpc", envvar="LOCALSPEC_RPC", help="`localspec rpc-server`s as HOST:PORT[,HOST:PORT...]: the "
+                "target's layers go there (split across them); the draft stays here."),
+    "tensor_split": flag("-ts", "--tensor-split", type=TensorSplit(),
+                         help="The target's share of layers per device, in --device-target order, e.g. 3,1 "
+                         "(default: by free memory)."),
     "threads": flag("-t", "--threads", type=int, default=LOAD["threads"],
                     help="CPU threads (default: all cores, at most 8)."),
     "ctx": flag("-c", "--ctx", "--ctx-size", type=int, default=LOAD["n_ctx"], help="Context size in tokens."),
@@ -179,7 +205,9 @@ FLAGS = {
                   help="The draft model stops guessing where its confidence falls below this (0: never); "
                   "auto: where one more guess stops paying, from measured acceptance and costs."),
 }
-MODEL_FLAGS = ("target", "draft", "ngl_target", "ngl_draft", "threads", "ctx")
+MODEL_FLAGS = ("target", "draft", "ngl_target", "ngl_draft", "device_target", "device_draft", "rpc", "tensor_split",
+               "threads", "ctx")
+PLACEMENT_FLAGS = ("device_target", "device_draft", "rpc")
 GENERATION_FLAGS = ("gamma", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "stop", "drafter", "p_min")
 
 
@@ -225,13 +253,17 @@ def generation_config(options: dict, **fields) -> GenerationConfig:
 def load_options(options: dict, **fields) -> LoadOptions:
     """The LoadOptions the shared model flags in `options` describe (those a command has)."""
     given = {name: options[name] for name in ("threads", "ngl_target", "ngl_draft") if name in options}
+    given.update({name: split_names(options[name]) for name in PLACEMENT_FLAGS if name in options})
+    if options.get("tensor_split"):
+        given["tensor_split"] = options["tensor_split"]
     return LoadOptions(**{"n_ctx": options["ctx"], **given, **fields})
 
 
-def load_pair(options: dict, with_draft: bool = True) -> Pair:
+def load_pair(options: dict, with_draft: bool = True, on_server_lost=devices.exit_with_error) -> Pair:
     """Load the pair that the model flags name (the target alone unless with_draft). With no --draft
     (flag, environment or profile), the draft is pairing.choose_draft's, named once on stderr; its
-    reason is left in options["draft_reason"] for --stats/--json. Pair is looked up on the
+    reason is left in options["draft_reason"] for --stats/--json. With --rpc, on_server_lost(line) is
+    called where ggml-rpc would abort the process (devices.on_rpc_abort). Pair is looked up on the
     localspec.cli package at call time, so tests can put fakes there."""
     from . import Pair as load  # noqa: F401
 
@@ -242,9 +274,13 @@ def load_pair(options: dict, with_draft: bool = True) -> Pair:
         draft_path, reason = None, "none (target only)" if options.get("drafter") != "ngram" else \
             "none (the ngram drafter needs no draft model)"
     options["draft_reason"] = reason
+    load_with = load_options(options)
+    check_names(load_with.device_target, load_with.device_draft, load_with.rpc)  # before minutes of loading
+    if load_with.rpc:
+        devices.on_rpc_abort(on_server_lost)
     if sys.stderr.isatty():
-        click.echo(loading_line(target_path, draft_path, load_options(options)), err=True)
-    pair = load(target_path, draft_path, load_options(options))
+        click.echo(loading_line(target_path, draft_path, load_with), err=True)
+    pair = load(target_path, draft_path, load_with)
     pair.draft_reason = reason
     if options["draft"] is None and with_draft:
         draft_name = draft_path.name if draft_path else "none"
@@ -252,10 +288,17 @@ def load_pair(options: dict, with_draft: bool = True) -> Pair:
     return pair
 
 
+def where(pair: Pair) -> str:
+    """'runs on: target RPC0[10.0.0.2:50052], draft CPU', for --stats."""
+    return "runs on: " + ", ".join(f"{role} {place}" for role, place in pair.placement.items())
+
+
 def loading_line(target: Path, draft: Path | None, load: LoadOptions) -> str:
     """'loading target a.gguf (940 MiB, GPU) + draft b.gguf (380 MiB, GPU)': what loads, where."""
     def one(role: str, path: Path, ngl: int) -> str:
         where = "CPU" if ngl == 0 else "GPU" if ngl >= 999 else f"{ngl} layers on the GPU"
+        if role == "target" and load.rpc and ngl:
+            where = f"RPC {','.join(load.rpc)}"
         return f"{role} {path.name} ({path.stat().st_size / 2**20:,.0f} MiB, {where})"
     draft_part = f" + {one('draft', draft, load.ngl_draft)}" if draft else ""
     return f"localspec: loading {one('target', target, load.ngl_target)}{draft_part}"

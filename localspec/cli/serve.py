@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from .. import devices
+from ..placement import split_names
 from ..session import Reply
 from . import cli
 from .options import answer_length, generation_config, load_pair, model_options, answer_options, user_errors
@@ -35,15 +37,17 @@ def serve(host, port, api_key, max_queue, max_body, cors_origins, show_stats, **
 
     Example: localspec serve --port 8080, then point a client at http://127.0.0.1:8080/v1
     """
-    from ..server import bind, serve as run_server
+    from ..server import Outage, bind, serve as run_server
 
     sock, log = bind(host, port), lambda s: click.echo(s, err=True)  # a port in use: said before the models load
     defaults = generation_config(options, max_tokens=answer_length(options))
-    pair = load_pair(options)
+    # a lost RPC server: 503s until it is back, then a reload (server/outage.py), not an exit
+    outage = Outage(list(split_names(options["rpc"])), log) if options.get("rpc") else None
+    pair = load_pair(options, on_server_lost=outage.on_lost if outage else devices.exit_with_error)
     if show_stats:
         pair.stream = logging_replies(pair.stream)
     try:
-        run_server(pair, defaults, host, port, api_key, max_queue, log, max_body, cors_origins, sock)
+        run_server(pair, defaults, host, port, api_key, max_queue, log, max_body, cors_origins, sock, outage)
     finally:
         pair.close()
 

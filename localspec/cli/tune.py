@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from .. import models
+from .. import devices, models
 from ..costmodel import FALLBACK_P_MIN
+from ..placement import check_names, split_names
 from ..sampling import SamplingParams
 from ..session import LoadOptions
 from . import cli
@@ -31,11 +32,11 @@ from .options import JsonErrors, shared, user_errors
 @click.option("--budget", type=float, default=600, show_default=True, help="Seconds the whole run may take.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG of speedup vs gamma per candidate.")
 @click.option("--chat/--raw", default=None, help="Calibrate through the chat template (default for instruct models).")
-@shared("ngl_target", "threads", "ctx", "seed", seed={"default": 1})
+@shared("ngl_target", "device_target", "device_draft", "rpc", "threads", "ctx", "seed", seed={"default": 1})
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @user_errors
 def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompts_file, n_prompts, max_tokens,
-         gamma_max, budget, plot, chat, ngl_target, threads, ctx, seed, as_json):
+         gamma_max, budget, plot, chat, ngl_target, device_target, device_draft, rpc, threads, ctx, seed, as_json):
     """Find the fastest exact configuration for a target on this machine; save it as its profile.
 
     Tries every compatible draft in the store, types derived from them, n-gram lookup and plain
@@ -52,7 +53,7 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
     options = tuning.TuneOptions(
         sampling=SamplingParams(temperature, top_k, top_p, min_p).validate(), max_tokens=max_tokens,
         p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: what a fixed γ drafts with (p_min_of)
-        gamma_max=gamma_max, budget_s=budget, seed=seed, chat=chat, load=LoadOptions(ctx, threads, ngl_target, 0),
+        gamma_max=gamma_max, budget_s=budget, seed=seed, chat=chat, load=tune_load(ctx, threads, ngl_target, device_target, device_draft, rpc),
         quants=tuning.parse_quants(quants), drafts=tuple(models.resolve_model(d) for d in drafts)).validate()
     prompts = prompt_sets.load_prompts(prompts_file, n_prompts)
     target_path, _ = models.pair_files(target, "none")
@@ -68,3 +69,13 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
     click.echo(result.table())
     click.echo(result.summary())
     click.echo(f"profile: {saved}" + (f"\nplot: {plot}" if plot else ""))
+
+
+def tune_load(ctx, threads, ngl_target, device_target, device_draft, rpc) -> LoadOptions:
+    """Where tune loads: the target as given; drafts on the CPU unless --device-draft names devices."""
+    load = LoadOptions(ctx, threads, ngl_target, 0, split_names(device_target), split_names(device_draft),
+                       split_names(rpc))
+    check_names(load.device_target, load.device_draft, load.rpc)
+    if load.rpc:
+        devices.on_rpc_abort(devices.exit_with_error)
+    return load

@@ -14,5 +14,6 @@ named the field. Modules: app (routes, errors, CORS, serve), middleware (key, bo
 """
 
 from .app import bind, create_app, serve
+from .outage import Outage
 
-__all__ = ["bind", "create_app", "serve"]
+__all__ = ["Outage", "bind", "create_app", "serve"]

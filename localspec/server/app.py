@@ -3,6 +3,7 @@ port (before the models load: see `bind`) and runs the app under uvicorn."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import socket
@@ -24,6 +25,7 @@ from ..session import Pair, check_messages
 from .logprobs import Logprobs
 from .metrics import Metrics
 from .middleware import MAX_BODY, Guard
+from .outage import Outage, inherited_socket
 from .responses import Shape, collect
 from .types import ApiError, ChatRequest, CompletionRequest, Options, check_supported, check_text, message_dicts, \
     request_config
@@ -40,8 +42,8 @@ class Server:
     """The pair, the defaults for fields a request leaves out, the worker that runs generations, and
     the counters."""
 
-    def __init__(self, pair: Pair, defaults: GenerationConfig, max_queue: int):
-        self.pair, self.defaults = pair, defaults
+    def __init__(self, pair: Pair, defaults: GenerationConfig, max_queue: int, outage: Outage | None = None):
+        self.pair, self.defaults, self.outage = pair, defaults, outage  # outage: with --rpc
         self.metrics = Metrics(lambda: self.worker.status())
         self.worker = Worker(max_queue, lambda job, reply: self.metrics.record(job.name, reply))
         self.model_id = pair.target_model.path.name.removesuffix(".gguf")
@@ -64,6 +66,8 @@ class Server:
 
     async def start(self, req: Options, prompt: Callable[[], list[int]], param: str, chat: bool):
         """Validate a request, tokenize its prompt (in a thread) and queue its generation."""
+        if self.outage is not None:
+            self.outage.check()  # 503 while the target's RPC server is lost
         self.check_model(req.model)
         check_supported(req)
         config = request_config(req, self.defaults)
@@ -89,7 +93,7 @@ class Server:
         path, pair = self.pair.target_model.path, self.pair
         return {"id": self.model_id, "object": "model", "created": int(path.stat().st_mtime),
                 "owned_by": "localspec", "target": path.name, "n_ctx": pair.target_ctx.n_ctx,
-                "draft": pair.draft_model.path.name if pair.draft_model else None}
+                "draft": pair.draft_model.path.name if pair.draft_model else None, "placement": pair.placement}
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """x-localspec-* headers naming the pair."""
@@ -117,14 +121,19 @@ async def respond(server: Server, req: Options, request: Request, prompt: Callab
 
 
 def create_app(pair: Pair, defaults: GenerationConfig = GenerationConfig(), api_key: str | None = None,
-               max_queue: int = 8, max_body: int = MAX_BODY, cors_origins: tuple[str, ...] = ()) -> FastAPI:
+               max_queue: int = 8, max_body: int = MAX_BODY, cors_origins: tuple[str, ...] = (),
+               outage: Outage | None = None) -> FastAPI:
     """The FastAPI app over a loaded pair. cors_origins: the origins a browser may call it from
-    ("*": any); none given: pages on this machine (LOCAL_ORIGINS)."""
-    server = Server(pair, defaults, max_queue)
+    ("*": any); none given: pages on this machine (LOCAL_ORIGINS). outage: the lost-RPC-server state."""
+    server = Server(pair, defaults, max_queue, outage)
 
     @asynccontextmanager
     async def lifespan(app):
+        if outage is not None:
+            outage.attach(server.worker, asyncio.get_running_loop())
         yield
+        if outage is not None and outage.message is not None:
+            outage.exit_stuck()  # the generation thread is parked inside ggml: it cannot be joined
         server.worker.shutdown()
 
     app = FastAPI(title="localspec", version=__version__, lifespan=lifespan)
@@ -172,6 +181,8 @@ def add_routes(app: FastAPI, server: Server) -> None:
 
     @app.get("/health")
     async def health():
+        if server.outage is not None and server.outage.message is not None:
+            return server.outage.error().response()
         return {"status": "ok", "model": server.model_id, **server.worker.status()}
 
     @app.get("/metrics")
@@ -228,8 +239,12 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound now, so that a port in use is reported before the models load.
-    Raises OSError with a one-line message."""
+    """The listening socket, bound now, so that a port in use is reported before the models load
+    (or the one a serve that lost its RPC server handed to its re-execution). Raises OSError with a
+    one-line message."""
+    inherited = inherited_socket()
+    if inherited is not None:
+        return inherited
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -245,9 +260,10 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(pair: Pair, defaults: GenerationConfig, host: str = "127.0.0.1", port: int = 8080,
           api_key: str | None = None, max_queue: int = 8, log: Callable[[str], None] = print,
-          max_body: int = MAX_BODY, cors_origins: tuple[str, ...] = (), sock: socket.socket | None = None) -> None:
+          max_body: int = MAX_BODY, cors_origins: tuple[str, ...] = (), sock: socket.socket | None = None,
+          outage: Outage | None = None) -> None:
     """Serve until interrupted (Ctrl-C or SIGTERM) on sock (bound by `bind`), or on host:port."""
-    app = create_app(pair, defaults, api_key, max_queue, max_body, cors_origins)
+    app = create_app(pair, defaults, api_key, max_queue, max_body, cors_origins, outage)
     draft = pair.draft_model.path.name if pair.draft_model else "no draft"
     log(f"localspec: serving {app.state.server.model_id} (draft: {draft}) at http://{host}:{port}/v1, "
         f"web chat at http://{host}:{port}/" + ("" if api_key else "  [no API key]"))
@@ -258,7 +274,10 @@ def serve(pair: Pair, defaults: GenerationConfig, host: str = "127.0.0.1", port:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
     config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=10)
-    Uvicorn(config, app.state.server.worker).run(sockets=[sock or bind(host, port)])
+    sock = sock or bind(host, port)
+    if outage is not None:
+        outage.sock = sock  # handed to the re-executed serve
+    Uvicorn(config, app.state.server.worker).run(sockets=[sock])
 
 
 class Uvicorn(uvicorn.Server):

@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 from .. import models
 from ..compat import first_difference
 from ..llama import QUANT_TYPES, Context, LlamaError, Model, gpu_offload_supported, quant_name
+from ..placement import draft_placement
 from ..session import LoadOptions
 from .options import DERIVED_QUANTS
 
@@ -146,7 +147,8 @@ def materialize(cand: Candidate, log: Callable[[str], None] = print) -> Candidat
 
 def load_draft(cand: Candidate, load: LoadOptions) -> tuple[Model, Context]:
     """A draft model and its context, on the candidate's device."""
-    model = Model(cand.path, n_gpu_layers=cand.ngl)
+    where = draft_placement(cand.path, cand.ngl, load.device_draft, bool(load.rpc))  # local beside an RPC target
+    model = Model(cand.path, n_gpu_layers=cand.ngl, devices=where.handles)
     try:
         return model, Context(model, load.n_ctx, load.threads)
     except LlamaError:
