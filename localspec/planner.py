@@ -16,6 +16,7 @@ from .config import GenerationConfig
 from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, Ema, FixedStop, PositionAcceptance,
                         VerifyCurve, best_gamma)
 from .drafters import Drafter, Proposal, StopRule
+from .treeplan import BranchRule, SiblingAcceptance, branch_rule, tree_outcome
 
 WARM_MAX_COUNT = 64  # saved acceptance counts weigh at most this many observations in a new process
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
@@ -71,11 +72,13 @@ class CostTracker:
     conf_accepted: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
     step_tokens: Ema = field(default_factory=Ema)  # tokens and seconds of drafting steps: the rate achieved
     step_s: Ema = field(default_factory=Ema)
+    siblings: SiblingAcceptance = field(default_factory=SiblingAcceptance)  # a tree's next-best guesses
 
     def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float,
-               confidences: Sequence[float] = ()) -> None:
-        """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them)."""
-        self.verify.add(n_drafted + 1, verify_s)
+               confidences: Sequence[float] = (), width: int | None = None) -> None:
+        """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them;
+        width: the verify batch's rows where a tree made it wider than the chain's n_drafted + 1)."""
+        self.verify.add(width or n_drafted + 1, verify_s)
         self.overhead_s.add(overhead_s)
         if n_drafted:
             self.draft_s.add(draft_s / n_drafted)
@@ -200,15 +203,19 @@ class Plan(NamedTuple):
     source: int | None
     gamma: int
     stop: StopRule | None = None
+    branch: BranchRule | None = None  # where the draft adds next-best guesses (a tree); None: a chain
 
 
 class Planner:
     """Decides every step of one generation over its sources (drafter, tracker), tried in order."""
 
-    def __init__(self, sources: Sequence[tuple[Drafter, CostTracker]], config: GenerationConfig):
+    def __init__(self, sources: Sequence[tuple[Drafter, CostTracker]], config: GenerationConfig,
+                 max_branches: int = 1):
+        """max_branches: the branches one verify can hold (the target context's sequences; 1: chains)."""
         self.sources = list(sources)
         self.config = config
         self.p_min = p_min_of(config)
+        self.max_branches = max_branches
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -233,7 +240,16 @@ class Planner:
             if gamma and tps > best[2]:
                 best = (i, gamma, tps)
         i, gamma, _ = best
-        return Plan(i, gamma, None if i is None else self._stop(*self.sources[i], gamma))
+        if i is None:
+            return Plan(None, gamma)
+        return Plan(i, gamma, self._stop(*self.sources[i], gamma), self._branch(*self.sources[i], gamma))
+
+    def _branch(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> BranchRule | None:
+        """The tree's shape for a model draft under auto γ, once its costs are measured (treeplan.py)."""
+        if self.config.gamma is not None or drafter.name != "model" or tracker.draft_s.value is None:
+            return None
+        return branch_rule(tracker.accept_at, tracker.siblings, tracker.rate(), tracker.verify_seconds, gamma,
+                           self.max_branches)
 
     def _stop(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> StopRule | None:
         """The draft model's stop rule: p-min auto from the tracker, a fixed p-min, or none."""
@@ -244,13 +260,29 @@ class Planner:
         return FixedStop(self.p_min) if self.p_min > 0 else None
 
     def record(self, plan: Plan, proposal: Proposal, n_accepted: int, draft_s: float, verify_s: float,
-               overhead_s: float) -> None:
+               overhead_s: float, path: Sequence[int] = ()) -> None:
         """Teach the trackers what the step measured: the drafting source its costs and acceptance; a
-        plain step teaches every source the cost of a one-token verify."""
+        plain step teaches every source the cost of a one-token verify. A tree (path: its accepted
+        nodes) teaches its chain's acceptance, its siblings' and the cost of its full width."""
+        width = None
+        if proposal.parents is not None:
+            width = len(proposal.ids) + 1
+            proposal, n_accepted = self._record_tree(plan, proposal, path)
         n = len(proposal.ids)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
                 # A catch-up over tokens generated while not drafting is a one-off, not the draft's
                 # per-token cost.
                 tracker.record(n, n_accepted, draft_s - proposal.catchup_s, verify_s, overhead_s,
-                               proposal.confidences)
+                               proposal.confidences, width)
+
+    def _record_tree(self, plan: Plan, proposal: Proposal, path: Sequence[int]) -> tuple[Proposal, int]:
+        """Record the siblings the target judged; return the tree's chain as a proposal and how many of
+        the chain's tokens were accepted."""
+        chain, n_chain, judged = tree_outcome(proposal.parents, path)
+        siblings = self.sources[plan.source][1].siblings
+        for node, accepted in judged:
+            siblings.record(proposal.confidences[node], accepted)
+        confidences = tuple(proposal.confidences[i] for i in chain) if proposal.confidences else ()
+        return Proposal([proposal.ids[i] for i in chain], [proposal.q[i] for i in chain], confidences,
+                        proposal.catchup_s), n_chain

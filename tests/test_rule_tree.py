@@ -8,7 +8,7 @@ import pytest
 from localspec import rule_tree
 from localspec.rule_tree import ROOT, Tree, accept_tree, accept_tree_greedy, chain_tree, residual, without
 from localspec.sampling import Dist, accept_drafts, sample
-from tests.test_sampling import ALPHA, LazyRows, dense, dist, gof_pvalue, one_hot, peaked
+from test_sampling import ALPHA, LazyRows, dense, dist, gof_pvalue, one_hot, peaked
 
 N_TREE = 40_000  # generations per statistical tree test
 V = 6
