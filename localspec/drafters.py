@@ -1,7 +1,7 @@
 """Drafters propose tokens AND the probabilities they drew them with, so the p/q rule stays exact.
 
-The protocol: propose(context, k, rng, stop) -> Proposal; observe(n_accepted); prefill(prompt);
-offer(context, k). The planner decides k and the stop rule; a drafter only follows them.
+The protocol: propose(context, k, rng, stop, branch) -> Proposal; observe(n_accepted); prefill(prompt);
+offer(context, k). The planner decides k, the stop rule and the tree's shape; a drafter only follows them.
 """
 
 from __future__ import annotations

@@ -75,15 +75,16 @@ class CostTracker:
     siblings: SiblingAcceptance = field(default_factory=SiblingAcceptance)  # a tree's next-best guesses
 
     def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float,
-               confidences: Sequence[float] = (), width: int | None = None) -> None:
-        """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them;
-        width: the verify batch's rows where a tree made it wider than the chain's n_drafted + 1)."""
+               confidences: Sequence[float] = (), width: int | None = None, emitted: int | None = None) -> None:
+        """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them).
+        A tree's step gives the rows of its verify batch (width) and the tokens it emitted, which its
+        siblings make more than n_drafted + 1 and n_accepted + 1 of its chain."""
         self.verify.add(width or n_drafted + 1, verify_s)
         self.overhead_s.add(overhead_s)
         if n_drafted:
             self.draft_s.add(draft_s / n_drafted)
             self.steps_since_probe = 0
-            self.step_tokens.add(n_accepted + 1)
+            self.step_tokens.add(emitted or n_accepted + 1)
             self.step_s.add(draft_s + verify_s + overhead_s)
         else:
             self.steps_since_probe += 1
@@ -264,9 +265,9 @@ class Planner:
         """Teach the trackers what the step measured: the drafting source its costs and acceptance; a
         plain step teaches every source the cost of a one-token verify. A tree (path: its accepted
         nodes) teaches its chain's acceptance, its siblings' and the cost of its full width."""
-        width = None
+        width = emitted = None
         if proposal.parents is not None:
-            width = len(proposal.ids) + 1
+            width, emitted = len(proposal.ids) + 1, len(path) + 1
             proposal, n_accepted = self._record_tree(plan, proposal, path)
         n = len(proposal.ids)
         for i, (_, tracker) in enumerate(self.sources):
@@ -274,7 +275,7 @@ class Planner:
                 # A catch-up over tokens generated while not drafting is a one-off, not the draft's
                 # per-token cost.
                 tracker.record(n, n_accepted, draft_s - proposal.catchup_s, verify_s, overhead_s,
-                               proposal.confidences, width)
+                               proposal.confidences, width, emitted)
 
     def _record_tree(self, plan: Plan, proposal: Proposal, path: Sequence[int]) -> tuple[Proposal, int]:
         """Record the siblings the target judged; return the tree's chain as a proposal and how many of
