@@ -1,7 +1,7 @@
 """Drafters propose tokens AND the probabilities they drew them with, so the p/q rule stays exact.
 
-The protocol: propose(context, k, rng, stop) -> Proposal; observe(n_accepted); prefill(prompt);
-offer(context, k). The planner decides k and the stop rule; a drafter only follows them.
+The protocol: propose(context, k, rng, stop, branch) -> Proposal; observe(n_accepted); prefill(prompt);
+offer(context, k). The planner decides k, the stop rule and the tree's shape; a drafter only follows them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 
 from .llama import Context
 from .sampling import Dist, SamplingParams, distribution, greedy_token, sample, top_probability
+from .treeplan import BranchRule
 
 
 def one_hot(token: int) -> Dist:
@@ -27,6 +28,7 @@ class Proposal(NamedTuple):
     q: list[Dist]                        # the distribution each guess was drawn from (one-hot: deterministic)
     confidences: tuple[float, ...] = ()  # the drafter's confidence per guess, where a stop rule judged it
     catchup_s: float = 0.0               # seconds spent catching up on the context before the first guess
+    parents: list[int] | None = None     # a token tree (rule_tree.Tree's parents); None: ids are a chain
 
 
 NO_PROPOSAL = Proposal([], [])
@@ -45,9 +47,10 @@ class Drafter(Protocol):
     name: str
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
-                stop: StopRule | None = None) -> Proposal:
+                stop: StopRule | None = None, branch: BranchRule | None = None) -> Proposal:
         """Up to k guesses for the tokens after context, each with the distribution it came from;
-        stop (when given) may end the draft early, judging the drafter's confidence."""
+        stop (when given) may end the draft early, judging the drafter's confidence; branch (when
+        given, and the drafter can) may add next-best guesses beside the chain's, making a tree."""
         ...
 
     def observe(self, n_accepted: int) -> None:
@@ -77,27 +80,40 @@ class ModelDrafter:
         self.params = params
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
-                stop: StopRule | None = None) -> Proposal:
+                stop: StopRule | None = None, branch: BranchRule | None = None) -> Proposal:
         k = min(k, self.ctx.n_ctx - len(context) + 1)
         if k <= 0:
             return NO_PROPOSAL
         catchup_s = self._catch_up(context)
-        ids: list[int] = []
-        dists: list[Dist] = []
-        confidences: list[float] = []
+        # (token, q, parent, confidence) per node, parents first: each chain node, then its sibling if any
+        nodes: list[tuple[int, Dist, int, float]] = []
+        tip = -1  # the chain's last node
         for i in range(k):
             logits = self.ctx.logits(-1)  # [V]
-            if stop is not None:
-                confidence = top_probability(logits)
-                if not stop.keep(i, confidence):
-                    break
-                confidences.append(confidence)
+            confidence = top_probability(logits) if stop is not None or branch is not None else 0.0
+            if stop is not None and not stop.keep(i, confidence):
+                break
             token, q = self._draw(logits, rng)
-            ids.append(token)
-            dists.append(q)
+            nodes.append((token, q, tip, confidence))
+            parent, tip = tip, len(nodes) - 1
+            sibling = self._next_best(logits, q, token) if branch is not None and branch.siblings(i, confidence) else None
+            if sibling is not None:
+                nodes.append((sibling, one_hot(sibling), parent, confidence))
             if i + 1 < k:
                 self.ctx.decode([token], logits="last")
-        return Proposal(ids, dists, tuple(confidences), catchup_s)
+        ids, dists, parents, confidences = (list(column) for column in zip(*nodes)) if nodes else ([], [], [], [])
+        judged = tuple(confidences) if stop is not None or branch is not None else ()
+        is_tree = len(set(parents)) < len(parents)  # some node has a sibling
+        return Proposal(ids, dists, judged, catchup_s, parents if is_tree else None)
+
+    def _next_best(self, logits: np.ndarray, q: Dist, token: int) -> int | None:
+        """The draft's likeliest token other than token, a deterministic guess: by logit at T=0, by q
+        otherwise (None when q holds token only)."""
+        if self.params.greedy:
+            second, first = np.argpartition(logits, -2)[-2:]  # the largest last
+            return int(second if first == token else first)
+        others = q.ids != token
+        return int(q.ids[others][np.argmax(q.probs[others])]) if others.any() else None
 
     def _catch_up(self, context: Sequence[int]) -> float:
         """Bring the cache to the context; the seconds it took when more than the usual step's tokens."""
@@ -153,7 +169,7 @@ class NGramDrafter:
         self.accepted_at: dict[int, int] = {}         # match length -> tokens accepted
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator | None = None,
-                stop: StopRule | None = None) -> Proposal:
+                stop: StopRule | None = None, branch: BranchRule | None = None) -> Proposal:
         self._sync(context)
         self.last_n = self.last_match = 0
         end = len(self.tokens)

@@ -227,11 +227,14 @@ class TextStream:
 
 
 class Context:
-    """A llama.cpp context over one sequence; `tokens` mirrors what its KV cache holds."""
+    """A llama.cpp context; `tokens` mirrors what its KV cache holds in sequence 0. With n_seq_max > 1
+    it can also verify a token tree in one decode (decode_tree, then keep_path)."""
 
     ptr = None
+    _tree: tuple[list[list[int]], int, list[int]] | None = None  # the last decode_tree, until keep_path
 
-    def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512):
+    def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
+                 n_seq_max: int = 1):
         self.model = model
         params = lc.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -239,6 +242,10 @@ class Context:
         threads = n_threads or default_threads()
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
+        # One cell pool for every sequence: sequence 0 keeps the whole n_ctx, a tree node's cell can be in
+        # several sequences, and llama.cpp splits a batch of coupled sequences only over a unified cache.
+        params.n_seq_max = n_seq_max
+        params.kv_unified = True
         self.ptr = lc.llama_init_from_model(model.ptr, params)
         if not self.ptr:
             raise LlamaError(f"llama.cpp could not create a context of {n_ctx} tokens; lower --ctx")
@@ -246,7 +253,8 @@ class Context:
         self.n_ctx = min(n_ctx, lc.llama_n_ctx(self.ptr))
         self.n_batch = lc.llama_n_batch(self.ptr)
         self.memory = lc.llama_get_memory(self.ptr)
-        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self.n_seq_max = lc.llama_n_seq_max(self.ptr)
+        self._batch = lc.llama_batch_init(self.n_batch, 0, self.n_seq_max)
         self.tokens: list[int] = []
         self._rows: list[int] = []  # batch index of each output row of the last decode
 
@@ -289,6 +297,52 @@ class Context:
         ptr = lc.llama_get_logits_ith(self.ptr, self._rows[row])
         return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
 
+    def decode_tree(self, root: int, tokens: Sequence[int], parents: Sequence[int]) -> None:
+        """Decode root (at the next position) and a token tree after it in ONE llama_decode, with logits
+        for every row: row 0 is root's, row i + 1 node i's. parents[i] is node i's parent, -1 for root;
+        nodes are listed parents first. Each leaf's branch is one sequence (0, 1, ...); a node is in the
+        sequences of the branches through it, at the position of its depth, and sees only its ancestors."""
+        seqs, depths = _branch_seqs(parents), _depths(parents)
+        n_branches = 1 + max((s[-1] for s in seqs), default=0)
+        pos0 = len(self.tokens)
+        if n_branches > self.n_seq_max:
+            raise LlamaError(f"a tree of {n_branches} branches needs a context of n_seq_max >= {n_branches}")
+        if len(tokens) + 1 > self.n_batch or pos0 + 1 + max(depths, default=0) > self.n_ctx:
+            raise LlamaError(f"a tree of {len(tokens)} nodes does not fit the batch {self.n_batch} or --ctx {self.n_ctx}")
+        for s in range(1, n_branches):  # the context's cells join every branch's sequence
+            lc.llama_memory_seq_cp(self.memory, 0, s, -1, -1)
+        b = self._batch
+        rows = [(root, pos0, range(n_branches))] + [(t, pos0 + d, s) for t, d, s in zip(tokens, depths, seqs)]
+        for i, (token, pos, in_seqs) in enumerate(rows):
+            b.token[i], b.pos[i], b.logits[i], b.n_seq_id[i] = token, pos, True, len(in_seqs)
+            for j, s in enumerate(in_seqs):
+                b.seq_id[i][j] = s
+        b.n_tokens = len(rows)
+        rc = lc.llama_decode(self.ptr, b)
+        if rc != 0:
+            lc.llama_memory_seq_rm(self.memory, -1, pos0, -1)
+            lc.llama_memory_seq_keep(self.memory, 0)
+            raise LlamaError(f"llama_decode failed with code {rc} on a tree at position {pos0}; lower --ctx")
+        self.tokens.append(root)
+        self._rows = list(range(len(rows)))
+        self._tree = (seqs, pos0 + 1, list(tokens))
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After decode_tree: keep root and the nodes of path (a chain from a child of root down) in
+        sequence 0, and remove every other cell of the tree from the cache."""
+        assert self._tree is not None, "keep_path() follows decode_tree()"
+        seqs, start, tokens = self._tree
+        branch = seqs[path[-1]][0] if path else 0  # a branch through the last node holds the whole path
+        assert all(branch in seqs[i] for i in path) and len(path) == len(set(path)), path
+        if branch != 0:
+            lc.llama_memory_seq_rm(self.memory, 0, start, -1)
+            lc.llama_memory_seq_cp(self.memory, branch, 0, start, start + len(path))
+        else:
+            lc.llama_memory_seq_rm(self.memory, 0, start + len(path), -1)
+        lc.llama_memory_seq_keep(self.memory, 0)  # frees the cells no longer in sequence 0
+        self.tokens.extend(tokens[i] for i in path)
+        self._tree = None
+
     def truncate(self, n: int) -> None:
         """Drop the KV cells at positions >= n (rollback)."""
         if n >= len(self.tokens):
@@ -303,6 +357,27 @@ class Context:
         n = common_prefix_len(self.tokens, tokens)
         self.truncate(n)
         return n
+
+
+def _depths(parents: Sequence[int]) -> list[int]:
+    """Depth of each tree node below the root (1 for the root's children); nodes listed parents first."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
+def _branch_seqs(parents: Sequence[int]) -> list[list[int]]:
+    """The sequence ids of each tree node: one sequence per leaf (in node order), a node in all of its
+    leaves' sequences, sorted."""
+    has_child = set(parents)
+    seqs: list[list[int]] = [[] for _ in parents]
+    for seq, leaf in enumerate(i for i in range(len(parents)) if i not in has_child):
+        node = leaf
+        while node >= 0:
+            seqs[node].append(seq)
+            node = parents[node]
+    return seqs
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

@@ -16,6 +16,7 @@ from .config import GenerationConfig
 from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
 from .drafters import Drafter, Proposal, StopRule
 from .tracker import CostTracker, Estimate  # noqa: F401  (CostTracker: others import it from here)
+from .treeplan import BranchRule, branch_rule, tree_outcome
 
 EXPLORE_FRACTION = 0.01  # ε: exploration may cost at most this fraction of a generation's time ...
 GRACE_STEPS = 128         # ... counting a generation as at least this many plain steps long
@@ -50,6 +51,7 @@ class Plan(NamedTuple):
     gamma: int
     stop: StopRule | None = None
     bucket: int = 0
+    branch: BranchRule | None = None  # where the draft adds next-best guesses (a tree); None: a chain
 
 
 class Choice(NamedTuple):
@@ -116,8 +118,10 @@ class Planner:
     """
 
     def __init__(self, sources: Sequence[tuple[Drafter, CostTracker]], config: GenerationConfig,
-                 budget: ExploreBudget | None = None):
+                 budget: ExploreBudget | None = None, max_branches: int = 1):
+        """max_branches: the branches one verify can hold (the target context's sequences; 1: chains)."""
         self.sources = list(sources)
+        self.max_branches = max_branches
         self.config = config
         self.p_min = p_min_of(config)
         self.budget = budget if budget is not None else ExploreBudget()
@@ -165,7 +169,15 @@ class Planner:
         if choice.source is None:
             return Plan(None, 0)
         drafter, tracker = self.sources[choice.source]
-        return Plan(choice.source, choice.gamma, self._stop(drafter, tracker, choice.gamma), choice.bucket)
+        return Plan(choice.source, choice.gamma, self._stop(drafter, tracker, choice.gamma), choice.bucket,
+                    self._branch(drafter, tracker, choice.gamma))
+
+    def _branch(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> BranchRule | None:
+        """The tree's shape for a model draft under auto γ, once its costs are measured (treeplan.py)."""
+        if self.config.gamma is not None or drafter.name != "model" or tracker.draft_s.value is None:
+            return None
+        return branch_rule(tracker.accept_at, tracker.siblings, tracker.rate(), tracker.verify_seconds, gamma,
+                           self.max_branches)
 
     def _choose(self, offers: Sequence[Choice]) -> Choice:
         """The best known choice, or the exploratory one where it beats it and the budget allows."""
@@ -228,22 +240,38 @@ class Planner:
         return FixedStop(self.p_min) if self.p_min > 0 else None
 
     def record(self, plan: Plan, proposal: Proposal, n_accepted: int, draft_s: float, verify_s: float,
-               overhead_s: float) -> None:
+               overhead_s: float, path: Sequence[int] = ()) -> None:
         """Teach the trackers what the step measured: every source the verify seconds of its width
         (a plain step also the overhead), the drafting source its costs and acceptance; and charge
-        an exploratory step's loss to the budget."""
+        an exploratory step's loss to the budget. A tree (path: its accepted nodes) teaches its
+        chain's acceptance, its siblings' and the cost of its full width."""
+        width, emitted = len(proposal.ids) + 1, n_accepted + 1
+        if proposal.parents is not None:
+            emitted = len(path) + 1
+            proposal, n_accepted = self._record_tree(plan, proposal, path)
         n = len(proposal.ids)
         if n:
             self._seen[plan.source] = self._length + n_accepted
-        self.budget.charge(draft_s + verify_s + overhead_s, n_accepted + 1, self._explored)
+        self.budget.charge(draft_s + verify_s + overhead_s, emitted, self._explored)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
                 # A catch-up over tokens generated while not drafting is a one-off, not the draft's
                 # per-token cost.
                 tracker.record(n, n_accepted, draft_s - proposal.catchup_s, verify_s, overhead_s,
-                               proposal.confidences, plan.bucket)
+                               proposal.confidences, plan.bucket, width=width, emitted=emitted)
             else:
-                tracker.verify.add(n + 1, verify_s)
+                tracker.verify.add(width, verify_s)
+
+    def _record_tree(self, plan: Plan, proposal: Proposal, path: Sequence[int]) -> tuple[Proposal, int]:
+        """Record the siblings the target judged; return the tree's chain as a proposal and how many of
+        the chain's tokens were accepted."""
+        chain, n_chain, judged = tree_outcome(proposal.parents, path)
+        siblings = self.sources[plan.source][1].siblings
+        for node, accepted in judged:
+            siblings.record(proposal.confidences[node], accepted)
+        confidences = tuple(proposal.confidences[i] for i in chain) if proposal.confidences else ()
+        return Proposal([proposal.ids[i] for i in chain], [proposal.q[i] for i in chain], confidences,
+                        proposal.catchup_s), n_chain
 
 
 def _seconds(estimate: Estimate, gamma: int) -> float:

@@ -24,6 +24,7 @@ from .placement import place_pair
 from .planner import CostTracker, source_names
 from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
+from .treeplan import MAX_BRANCHES
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,9 @@ class Pair:
             keep_alive(endpoint)  # ggml's own connections have no timeout
         if draft_model is not None:
             check_compatible(target_model, draft_model)
-        target_ctx = Context(target_model, options.n_ctx, options.threads)
+        # A model draft's trees are verified in one decode, a branch per sequence of the target's cache.
+        target_ctx = Context(target_model, options.n_ctx, options.threads,
+                             n_seq_max=MAX_BRANCHES if draft_model else 1)
         draft_ctx = Context(draft_model, options.n_ctx, options.threads) if draft_model else None
         self._wrap(target_ctx, draft_ctx, options)
 

@@ -20,6 +20,7 @@ from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import NO_PROPOSAL, Drafter, Proposal
 from .llama import Context, TextStream
 from .planner import CostTracker, Plan, Planner
+from .rule_tree import Tree, accept_tree, accept_tree_greedy
 from .sampling import accept_drafts, accept_greedy, distribution, greedy_token, token_logprobs
 from .stats import GenerationStats, Stopwatch
 
@@ -102,7 +103,7 @@ class SpeculativeDecoder:
         check_fits(len(prompt), self.target.n_ctx)
         stats = GenerationStats(prompt_tokens=len(prompt), gamma_mode="auto" if config.gamma is None else str(config.gamma),
                                 drafter="+".join(d.name for d, _ in self.sources) or "none")
-        planner = Planner(self.sources, config)
+        planner = Planner(self.sources, config, max_branches=self.target.n_seq_max)
         with Stopwatch(stats, "prefill_s"):
             self._prefill(prompt, stats, planner)
         run = _Run(self.target, planner, config, stats, cancel)
@@ -138,15 +139,16 @@ class _Run:
                 stats.finish_reason = "length"
                 break
             plan = self.planner.plan(tokens, min(room, self.config.max_tokens - stats.generated - 1))
-            n_accepted, emitted = self._step(tokens, plan)
-            yield from self._emit(tokens, emitted, n_accepted)
+            n_accepted, emitted, rows = self._step(tokens, plan)
+            yield from self._emit(tokens, emitted, n_accepted, rows)
         if not self.stops.stopped:  # print what was held back for a stop string that never came
             safe, _ = self.stops.feed(self.text.flush())
             if safe + self.stops.held:
                 yield Piece(safe + self.stops.held, -1, False)
 
-    def _emit(self, tokens: list[int], emitted: list[int], n_accepted: int) -> Iterator[Piece]:
-        """Append emitted tokens until EOS, a stop string, max_tokens or a cancel; yield their text."""
+    def _emit(self, tokens: list[int], emitted: list[int], n_accepted: int, rows: list[int]) -> Iterator[Piece]:
+        """Append emitted tokens until EOS, a stop string, max_tokens or a cancel; yield their text.
+        rows[i]: the verify row that judged emitted[i]."""
         stats, model = self.stats, self.target.model
         for i, token in enumerate(emitted):
             if model.is_eog(token):
@@ -156,7 +158,7 @@ class _Run:
             stats.generated += 1
             safe, stopped = self.stops.feed(self.text.push(token))
             if self.config.logprobs is not None:  # a Piece per token, text or not: row i judged emitted[i]
-                yield Piece(safe, token, i < n_accepted, *token_logprobs(self.target.logits(i), token,
+                yield Piece(safe, token, i < n_accepted, *token_logprobs(self.target.logits(rows[i]), token,
                                                                          self.config.logprobs))
             elif safe:
                 yield Piece(safe, token, i < n_accepted)
@@ -169,32 +171,54 @@ class _Run:
             if stats.finish_reason:
                 return
 
-    def _step(self, tokens: list[int], plan: Plan) -> tuple[int, list[int]]:
-        """One draft -> verify -> rule -> rollback step; returns (accepted, emitted)."""
+    def _step(self, tokens: list[int], plan: Plan) -> tuple[int, list[int], list[int]]:
+        """One draft -> verify -> rule -> rollback step; returns (accepted, emitted, the verify row
+        that judged each emitted token)."""
         drafter = self.planner.sources[plan.source][0] if plan.source is not None else None
         t0 = time.perf_counter()
-        proposal = drafter.propose(tokens, plan.gamma, self.rng, plan.stop) if drafter else NO_PROPOSAL
+        proposal = drafter.propose(tokens, plan.gamma, self.rng, plan.stop, plan.branch) if drafter else NO_PROPOSAL
         t1 = time.perf_counter()
         start = len(tokens) - 1
-        batch = [tokens[-1], *proposal.ids]
-        self.target.decode(batch, logits="all")
+        if proposal.parents is None:
+            self.target.decode([tokens[-1], *proposal.ids], logits="all")
+        else:
+            self.target.decode_tree(tokens[-1], proposal.ids, proposal.parents)
         t2 = time.perf_counter()
-        emitted, n_accepted = self._judge(proposal)
-        self.target.truncate(start + 1 + n_accepted)
+        emitted, path = self._judge(proposal)
+        if proposal.parents is None:
+            self.target.truncate(start + 1 + len(path))
+        else:
+            self.target.keep_path(path)
+        n_accepted = len(path)
         if proposal.ids:
             drafter.observe(n_accepted)
         t3 = time.perf_counter()
+        self._account(plan, proposal, path, (t0, t1, t2, t3), drafter)
+        if self.config.trace:
+            self.stats.trace.append((start, [tokens[-1], *proposal.ids], 1 + n_accepted))
+        return n_accepted, emitted, [0, *(node + 1 for node in path)]
+
+    def _account(self, plan: Plan, proposal: Proposal, path: list[int], times: tuple, drafter) -> None:
+        """Count the step in the stats and teach the planner what it measured."""
+        t0, t1, t2, t3 = times
         self.stats.draft_s += t1 - t0
         self.stats.verify_s += t2 - t1
-        self.stats.record_step(len(proposal.ids), n_accepted, drafter.name if proposal.ids else None)
-        self.planner.record(plan, proposal, n_accepted, t1 - t0, t2 - t1, t3 - t2)
-        if self.config.trace:
-            self.stats.trace.append((start, batch, 1 + n_accepted))
-        return n_accepted, emitted
+        self.stats.tree_steps += proposal.parents is not None
+        self.stats.record_step(len(proposal.ids), len(path), drafter.name if proposal.ids else None)
+        self.planner.record(plan, proposal, len(path), t1 - t0, t2 - t1, t3 - t2, path)
 
-    def _judge(self, proposal: Proposal) -> tuple[list[int], int]:
-        """Apply the greedy rule or the p/q rule to the verify batch's logits."""
+    def _judge(self, proposal: Proposal) -> tuple[list[int], list[int]]:
+        """Apply the greedy rule or the p/q rule to the verify batch's logits: (emitted, accepted nodes);
+        a chain's nodes are its positions. Row 0 is the root's; row i + 1 judges what follows node i."""
         n, params, logits = len(proposal.ids) + 1, self.config.sampling, self.target.logits
+        if proposal.parents is not None:
+            tree = Tree(proposal.ids, proposal.parents, proposal.q)
+            if params.greedy:
+                return accept_tree_greedy(tree, Rows(n, lambda i: greedy_token(logits(i))))
+            return accept_tree(tree, Rows(n, lambda i: distribution(logits(i), params)), self.rng)
         if params.greedy:
-            return accept_greedy(proposal.ids, Rows(n, lambda i: greedy_token(logits(i))))
-        return accept_drafts(proposal.ids, proposal.q, Rows(n, lambda i: distribution(logits(i), params)), self.rng)
+            emitted, n_accepted = accept_greedy(proposal.ids, Rows(n, lambda i: greedy_token(logits(i))))
+        else:
+            emitted, n_accepted = accept_drafts(proposal.ids, proposal.q,
+                                                Rows(n, lambda i: distribution(logits(i), params)), self.rng)
+        return emitted, list(range(n_accepted))

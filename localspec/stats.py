@@ -16,7 +16,8 @@ class GenerationStats:
     prompt_tokens: int = 0
     generated: int = 0
     steps: int = 0
-    drafted: int = 0
+    tree_steps: int = 0    # steps that verified a token tree (a chain with next-best siblings)
+    drafted: int = 0       # tokens proposed, a tree's siblings included
     accepted: int = 0
     positions: PositionAcceptance = field(default_factory=PositionAcceptance)  # per draft position
     prefill_s: float = 0.0
@@ -114,7 +115,7 @@ class GenerationStats:
             "drafter": self.drafter_flag, "sources": [n for n in self.drafter.split("+") if n != "none"],
             "gamma": self.gamma_value, "warm_start": self.warm_start,
             "by_drafter": {k: {"drafted": d, "accepted": a} for k, (d, a) in self.by_drafter.items()},
-            "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
+            "steps": self.steps, "tree_steps": self.tree_steps, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
             "alpha_per_position": self.alpha_at(), "tokens_per_s": self.tokens_per_s,
             "time_s": {"prefill": self.prefill_s, "draft": self.draft_s, "verify": self.verify_s,
@@ -133,7 +134,8 @@ class GenerationStats:
             f"speed: {self.tokens_per_s:.1f} tok/s over {self.total_s:.2f} s (prefill {self.prefill_s:.2f} s)",
             ("drafter: none (target only)" if self.drafter == "none" else
              f"speculation ({self.drafter_flag} drafter, gamma {self.gamma_mode}, "
-             f"{'warm start' if self.warm_start else 'cold start'}): {self.steps} steps, "
+             f"{'warm start' if self.warm_start else 'cold start'}): {self.steps} steps "
+            f"({self.tree_steps} trees), "
             f"{self.drafted} drafted, {self.accepted} accepted, "
             f"alpha {alpha}, mean accepted length {self.mean_accepted_length:.2f}"),
             f"alpha per draft position: {per_pos}",

@@ -27,6 +27,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, Ema, FixedStop, PositionAcceptance,
                         VerifyCurve, best_gamma)
+from .treeplan import SiblingAcceptance
 
 WARM_MAX_COUNT = 64  # saved acceptance counts weigh at most this many observations in a new process
 
@@ -61,16 +62,20 @@ class CostTracker:
     conf_accepted: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
     step_tokens: Ema = field(default_factory=Ema)  # tokens and seconds of drafting steps: the rate achieved
     step_s: Ema = field(default_factory=Ema)
+    siblings: SiblingAcceptance = field(default_factory=SiblingAcceptance)  # a tree's next-best guesses
 
     def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float,
-               confidences: Sequence[float] = (), bucket: int = 0) -> None:
+               confidences: Sequence[float] = (), bucket: int = 0, width: int | None = None,
+               emitted: int | None = None) -> None:
         """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them;
-        bucket: the proposal's acceptance bucket)."""
-        self.verify.add(n_drafted + 1, verify_s)
+        bucket: the proposal's acceptance bucket). A tree's step gives the rows of its verify batch
+        (width) and the tokens it emitted, which its siblings make more than n_drafted + 1 and
+        n_accepted + 1 of its chain."""
+        self.verify.add(width or n_drafted + 1, verify_s)
         self.overhead_s.add(overhead_s)
         if n_drafted:
             self.draft_s.add(draft_s / n_drafted)
-            self.step_tokens.add(n_accepted + 1)
+            self.step_tokens.add(emitted or n_accepted + 1)
             self.step_s.add(draft_s + verify_s + overhead_s)
             self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
         self.positions.record(n_drafted, n_accepted)

@@ -142,10 +142,12 @@ class FakeModel:
 
 class FakeContext:
     """The surface of localspec.llama.Context: `tokens` mirrors the cache; each decode overwrites the
-    rows of the one before, as llama.cpp's logits buffer is overwritten."""
+    rows of the one before, as llama.cpp's logits buffer is overwritten. With n_seq_max > 1 it
+    verifies token trees (decode_tree, keep_path), each node's row computed from its own branch."""
 
-    def __init__(self, model: FakeModel, n_ctx: int = 512):
-        self.model, self.n_ctx = model, n_ctx
+    def __init__(self, model: FakeModel, n_ctx: int = 512, n_seq_max: int = 1):
+        self.model, self.n_ctx, self.n_seq_max = model, n_ctx, n_seq_max
+        self._tree: list[int] | None = None  # the nodes of the last decode_tree, until keep_path
         self.tokens: list[int] = []
         self._out = np.zeros((8, V), dtype=np.float32)  # the output rows of the last decode
         self._n_rows = 0
@@ -170,6 +172,24 @@ class FakeContext:
     def logits(self, row: int = -1) -> np.ndarray:
         """A float32 [V] view of an output row of the last decode (IndexError for a row not computed)."""
         return self._out[: self._n_rows][row]
+
+    def decode_tree(self, root: int, tokens: Sequence[int], parents: Sequence[int]) -> None:
+        """Root and a tree after it: row 0 root's, row i + 1 node i's (its context: root and ancestors)."""
+        branches = sum(1 for i in range(len(parents)) if i not in set(parents))
+        assert branches <= self.n_seq_max and not self.closed, (branches, self.n_seq_max)
+        self.tokens.append(root)
+        rows = [self.model.logits_at(self.tokens)]
+        for i in range(len(tokens)):
+            path, node = [], i
+            while node >= 0:
+                path.append(tokens[node])
+                node = parents[node]
+            rows.append(self.model.logits_at(self.tokens + path[::-1]))
+        self._out, self._n_rows, self._tree = np.array(rows), len(rows), list(tokens)
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        self.tokens.extend(self._tree[i] for i in path)
+        self._tree = None
 
     def truncate(self, n: int) -> None:
         del self.tokens[n:]
@@ -203,9 +223,11 @@ class RecordingContext(FakeContext):
 
 def fake_contexts(n_ctx: int = 512, draft: bool = True, noise: float = 0.3, reply_len: int | None = None,
                   target_path: str | Path = "fake-instruct.gguf", draft_path: str | Path = "fake-draft.gguf",
-                  context=FakeContext) -> tuple[FakeContext, FakeContext | None]:
-    """A target context and (when draft) a correlated draft context with noise of that scale."""
+                  context=FakeContext, n_seq_max: int = 1) -> tuple[FakeContext, FakeContext | None]:
+    """A target context (verifying trees of up to n_seq_max branches) and (when draft) a correlated
+    draft context with noise of that scale."""
     target = context(FakeModel(target_path, reply_len=reply_len), n_ctx)
+    target.n_seq_max = n_seq_max
     return target, context(FakeModel(draft_path, noise=noise, reply_len=reply_len), n_ctx) if draft else None
 
 

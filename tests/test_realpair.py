@@ -122,3 +122,26 @@ def test_incompatible_draft_is_refused(real_pair, smol_path):
     with pytest.raises(IncompatibleVocab, match=r"(differs|token \d+ is)"):
         check_compatible(target, Model(smol_path, vocab_only=True))
     check_compatible(target, Model(real_pair["draft"], vocab_only=True))  # the default pair is fine
+
+
+def test_f16_target_tree_is_token_identical(real_pair, prompts, monkeypatch):
+    # Trees wherever the target context allows (AlwaysBranch), verified through llama.cpp's
+    # multi-sequence cache: the F16 target's greedy output is still target-only's, token for token.
+    import localspec.planner as planner_mod
+    from test_tree_controller import AlwaysBranch, EagerTracker
+
+    monkeypatch.setattr(planner_mod, "branch_rule", lambda *args: AlwaysBranch(args[-1] - 1))
+    model = Model(real_pair["target_f16"])
+    ctx = Context(model, n_ctx=1024, n_threads=1, n_seq_max=4)
+    draft = Context(Model(real_pair["draft"]), n_ctx=1024, n_threads=1)
+    for text in prompts[:2]:
+        prompt = model.tokenize(text, True)
+        baseline, _, _ = generate(ctx, None, prompt, 0)
+        ctx.truncate(0)
+        draft.truncate(0)
+        tracker = EagerTracker()
+        cfg = GenerationConfig(max_tokens=N_TOKENS, gamma=None, sampling=GREEDY, p_min=0.0)
+        *pieces, finished = SpeculativeDecoder(ctx, [(ModelDrafter(draft, GREEDY), tracker)]).generate(prompt, cfg)
+        spec = [p.token for p in pieces if p.token >= 0]
+        assert spec == baseline, f"the tree run diverged at {first_divergence(spec, baseline)}"
+        assert finished.stats.tree_steps > 3 and sum(tracker.siblings.judged) > 0

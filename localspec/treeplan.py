@@ -1,0 +1,100 @@
+"""The tree's shape: where the draft model's next-best token joins the verify batch as a sibling.
+
+The chain's token at depth i was drafted with confidence c (the draft's top probability) and the
+target accepts it with the measured chance a(c). The draft's next-best token beside it, as a leaf,
+turns a rejection there into two emitted tokens (the sibling and the token after it) when the target
+takes the sibling: reach_i × (1 − a(c)) × s(c) more tokens per step, reach_i being the chance that
+the chain gets to depth i and s(c) the measured chance that the target takes the sibling where it
+rejected the chain's token. It costs one more row in the verify batch, verify(w + 1) − verify(w)
+seconds at the step's width w, read from the measured verify curve. A sibling is added where its
+tokens are worth more than its seconds at the rate the loop achieves (the DraftStop argument of
+costmodel.py, one token at a time). So the tree collapses to a chain where siblings do not pay —
+dear wide verifies, siblings seldom taken, confident drafts — and the planner's γ = 0 collapses it
+further to plain decoding.
+
+Which token a sibling holds depends only on the draft, never on the target, so the tree rule of
+rule_tree.py stays exact (the sibling is a deterministic guess, listed after the chain's token).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from .costmodel import CONFIDENCE_BINS
+
+MAX_BRANCHES = 4  # sequences of a target context that may verify trees: the chain and up to 3 siblings
+
+
+class SiblingAcceptance:
+    """Per draft-confidence bin: siblings the target judged (it rejected the chain's token beside
+    them) and siblings it took."""
+
+    def __init__(self, prior: float = 0.5, weight: float = 2.0):
+        self.prior, self.weight = prior, weight  # optimistic until measured, so siblings get measured
+        self.judged = [0] * CONFIDENCE_BINS
+        self.accepted = [0] * CONFIDENCE_BINS
+
+    @staticmethod
+    def _bin(confidence: float) -> int:
+        return min(max(int(confidence * CONFIDENCE_BINS), 0), CONFIDENCE_BINS - 1)
+
+    def record(self, confidence: float, accepted: bool) -> None:
+        """One sibling the target judged."""
+        b = self._bin(confidence)
+        self.judged[b] += 1
+        self.accepted[b] += accepted
+
+    def rate(self, confidence: float) -> float:
+        """s(c): the chance the target takes a sibling it judges, smoothed towards the prior."""
+        b = self._bin(confidence)
+        return (self.accepted[b] + self.weight * self.prior) / (self.judged[b] + self.weight)
+
+
+class BranchRule:
+    """One step's sibling decisions: siblings(i, confidence) after the chain's token at depth i + 1
+    is drafted (i from 0), in order."""
+
+    def __init__(self, accept: Callable[[float], float], sibling: Callable[[float], float], rate: float,
+                 verify_s: Callable[[int], float], width: int, max_siblings: int):
+        self.accept, self.sibling, self.rate, self.verify_s = accept, sibling, rate, verify_s
+        self.width = width          # rows of the verify batch so far: the planned chain and its siblings
+        self.left = max_siblings    # siblings the target context can still take (one sequence each)
+        self.reach = 1.0            # the chance that the chain gets to the current depth
+
+    def siblings(self, i: int, confidence: float) -> int:
+        """How many of the draft's next-best tokens to add beside the chain's token (0 or 1)."""
+        a = self.accept(confidence)
+        reach, self.reach = self.reach, self.reach * a
+        if self.left <= 0:
+            return 0
+        gain = reach * (1.0 - a) * self.sibling(confidence)  # tokens per step
+        if gain <= self.rate * (self.verify_s(self.width + 1) - self.verify_s(self.width)):
+            return 0
+        self.width += 1
+        self.left -= 1
+        return 1
+
+
+def branch_rule(accept: Callable[[float], float], siblings: SiblingAcceptance, rate: float,
+                verify_s: Callable[[int], float], gamma: int, max_branches: int) -> BranchRule | None:
+    """The sibling rule for a model draft of up to gamma tokens, or None where the target context
+    verifies chains only."""
+    if max_branches <= 1:
+        return None
+    return BranchRule(accept, siblings.rate, rate, verify_s, gamma + 1, max_branches - 1)
+
+
+def tree_outcome(parents: Sequence[int], path: Sequence[int]) -> tuple[list[int], int, list[tuple[int, bool]]]:
+    """What a verified tree of a chain and leaf siblings teaches: (the chain's nodes, how many of
+    them were accepted, [(sibling, taken)] for the siblings the target judged). A sibling is judged
+    where the chain reached its parent and the chain's token beside it was rejected."""
+    chain, tip = [], -1
+    for i, parent in enumerate(parents):  # the chain: the root's first child, then first children
+        if parent == tip:
+            chain.append(i)
+            tip = i
+    n_chain = next((j for j, node in enumerate(chain) if j >= len(path) or path[j] != node), len(chain))
+    depth_of = {node: j for j, node in enumerate(chain)}
+    judged = [(i, i in path) for i, parent in enumerate(parents)
+              if i not in depth_of and (0 if parent < 0 else depth_of[parent] + 1) == n_chain]
+    return chain, n_chain, judged

@@ -1,0 +1,216 @@
+"""Token trees in the controller on fakes (tests/fakes.py): T=0 identity with target-only, T>0
+exactness by chi-square (with a power check), the planner's tree decisions; then on SmolLM2 through
+llama.cpp's multi-sequence cache (slow)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import localspec.planner as planner_mod
+import localspec.rule_tree as rule_tree
+from localspec.config import GenerationConfig
+from localspec.costmodel import VerifyCurve
+from localspec.drafters import ModelDrafter
+from localspec.planner import CostTracker
+from localspec.sampling import SamplingParams, distribution
+from localspec.speculative import SpeculativeDecoder
+from localspec.treeplan import BranchRule, SiblingAcceptance, branch_rule, tree_outcome
+
+from fakes import fake_contexts
+from test_sampling import gof_pvalue
+
+GREEDY = SamplingParams(temperature=0)
+TOP4 = SamplingParams(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)  # 16 cells for two tokens
+PROMPT = "Here is a short story about a robot:"
+
+
+class AlwaysBranch:
+    """A branch rule that puts the next-best token beside every chain token the context allows."""
+
+    def __init__(self, left: int):
+        self.left = left
+
+    def siblings(self, i: int, confidence: float) -> int:
+        if self.left <= 0:
+            return 0
+        self.left -= 1
+        return 1
+
+
+@pytest.fixture
+def always_branch(monkeypatch):
+    """The planner's tree shape replaced by AlwaysBranch (trees wherever the target context allows)."""
+    monkeypatch.setattr(planner_mod, "branch_rule", lambda *args: AlwaysBranch(args[-1] - 1) if args[-1] > 1 else None)
+
+
+class EagerTracker(CostTracker):
+    """A tracker that always drafts 3 under auto γ (the fakes' timings would choose plain decoding)."""
+
+    def plan(self, gamma_max: int, bucket: int | None = None) -> tuple[int, float]:
+        return min(3, gamma_max), float("inf")
+
+
+def run(target, sources, prompt, config):
+    *pieces, finished = SpeculativeDecoder(target, sources).generate(prompt, config)
+    return [p.token for p in pieces if p.token >= 0], finished.stats
+
+
+# --- pieces ------------------------------------------------------------------------------------------
+def test_tree_outcome_counts_judged_siblings():
+    # Chain 0 -> 2 -> 4 with siblings 1 (beside 0) and 3 (beside 2).
+    parents = [-1, -1, 0, 0, 2]
+    assert tree_outcome(parents, [0, 3]) == ([0, 2, 4], 1, [(3, True)])    # 2 rejected, sibling 3 taken
+    assert tree_outcome(parents, [0]) == ([0, 2, 4], 1, [(3, False)])      # 2 and 3 rejected
+    assert tree_outcome(parents, [1]) == ([0, 2, 4], 0, [(1, True)])       # 0 rejected, 1 taken
+    assert tree_outcome(parents, [0, 2, 4]) == ([0, 2, 4], 3, [])          # the chain: no sibling judged
+
+
+def test_branch_rule_adds_siblings_where_they_pay():
+    flat = VerifyCurve({1: 0.010, 8: 0.010})  # a wider verify costs nothing more
+    steep = VerifyCurve({1: 0.010, 8: 0.080})  # each row costs as much as a token is worth
+    sure, unsure = (lambda c: 0.99), (lambda c: 0.3)
+    sib = SiblingAcceptance()
+    rule = BranchRule(unsure, sib.rate, 50.0, flat.seconds, 4, 3)
+    assert [rule.siblings(i, 0.3) for i in range(5)] == [1, 1, 1, 0, 0]  # three sequences, then none left
+    rule = BranchRule(unsure, sib.rate, 50.0, steep.seconds, 4, 3)
+    assert rule.siblings(0, 0.3) == 0
+    rule = BranchRule(sure, sib.rate, 100.0, VerifyCurve({1: 0.010, 8: 0.012}).seconds, 4, 3)
+    assert rule.siblings(0, 0.99) == 0  # a sure draft: the sibling's tokens are worth less than its row
+    assert branch_rule(unsure, sib, 50.0, flat.seconds, 4, max_branches=1) is None  # a chains-only context
+
+
+def test_sibling_acceptance_learns():
+    sib = SiblingAcceptance()
+    assert sib.rate(0.3) == 0.5
+    for _ in range(20):
+        sib.record(0.3, False)
+    assert sib.rate(0.3) < 0.1 and sib.rate(0.8) == 0.5
+
+
+# --- T = 0 -------------------------------------------------------------------------------------------
+def test_greedy_tree_equals_target_only(always_branch):
+    target, draft = fake_contexts(n_ctx=256, noise=1.0, n_seq_max=4)
+    prompt = target.model.tokenize(PROMPT)
+    baseline, _ = run(target, [], prompt, GenerationConfig(64, 0, GREEDY))
+    sources = [(ModelDrafter(draft, GREEDY), EagerTracker())]
+    spec, stats = run(target, sources, prompt, GenerationConfig(64, None, GREEDY, p_min=0.0))
+    assert spec == baseline
+    assert stats.tree_steps > 5 and sum(sources[0][1].siblings.accepted) > 0  # siblings were taken
+
+
+def test_greedy_tree_logprobs_are_read_from_the_accepted_rows(always_branch):
+    target, draft = fake_contexts(n_ctx=256, noise=1.0, n_seq_max=4)
+    prompt = target.model.tokenize(PROMPT)
+    config = GenerationConfig(32, None, GREEDY, p_min=0.0, logprobs=1)
+    *pieces, _ = SpeculativeDecoder(target, [(ModelDrafter(draft, GREEDY), EagerTracker())]).generate(prompt, config)
+    context = list(prompt)
+    for piece in pieces:  # the target's argmax has the top log-probability at its own position
+        row = target.model.logits_at(context)
+        assert piece.token == int(np.argmax(row)) and piece.top[0][0] == piece.token
+        context.append(piece.token)
+
+
+def test_without_trees_the_planner_keeps_chains(always_branch):
+    # A target context of one sequence: the planner never asks for a tree.
+    target, draft = fake_contexts(n_ctx=256, noise=1.0)
+    _, stats = run(target, [(ModelDrafter(draft, GREEDY), EagerTracker())], target.model.tokenize(PROMPT),
+                   GenerationConfig(48, None, GREEDY, p_min=0.0))
+    assert stats.tree_steps == 0
+
+
+# --- T > 0 -------------------------------------------------------------------------------------------
+def first_two(n: int, seed0: int) -> tuple[np.ndarray, int]:
+    """The first two tokens of n seeded generations with trees (codes t1 * V + t2), and tree steps."""
+    target, draft = fake_contexts(n_ctx=64, noise=0.8, n_seq_max=4)
+    prompt = target.model.tokenize(PROMPT)
+    tracker = EagerTracker()  # kept across runs, as a Pair does: costs measured, so every step may branch
+    codes, trees = [], 0
+    for seed in range(seed0, seed0 + n):
+        config = GenerationConfig(2, None, TOP4, seed=seed, p_min=0.0, gamma_max=3)
+        tokens, stats = run(target, [(ModelDrafter(draft, TOP4), tracker)], prompt, config)
+        codes.append(tokens[0] * target.model.n_vocab + tokens[1])
+        trees += stats.tree_steps
+    return np.array(codes), trees
+
+
+def expected_two(n_vocab: int) -> np.ndarray:
+    """p(t1) p(t2 | t1) of target-only sampling, dense over n_vocab ** 2 cells."""
+    target, _ = fake_contexts(n_ctx=64, draft=False)
+    prompt = target.model.tokenize(PROMPT)
+    out = np.zeros(n_vocab * n_vocab)
+    p1 = distribution(target.model.logits_at(prompt), TOP4)
+    for t1, pr1 in zip(p1.ids, p1.probs):
+        p2 = distribution(target.model.logits_at([*prompt, int(t1)]), TOP4)
+        out[int(t1) * n_vocab + p2.ids] = pr1 * p2.probs
+    return out
+
+
+def test_sampled_tree_first_two_tokens_follow_the_target(always_branch):
+    codes, trees = first_two(10_000, 0)
+    assert trees > 5000  # most generations verified a tree
+    assert gof_pvalue(codes, expected_two(114)) > 1e-3
+
+
+def test_power_list_position_residual_fails(always_branch, monkeypatch):
+    # llama.cpp examples/speculative's residual (by list position) in the same test: caught.
+    from test_rule_tree import residual_by_list_position
+    monkeypatch.setattr(rule_tree, "residual", residual_by_list_position)
+    codes, _ = first_two(4000, 0)
+    assert gof_pvalue(codes, expected_two(114)) < 1e-3
+
+
+# --- SmolLM2 through llama.cpp (slow) ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smol(smol_f16, smol_q4_0):
+    """SmolLM2 F16 as the target (a tree-verifying context) and its Q4_0 copy as the draft."""
+    from localspec.llama import Context, Model
+
+    target = Context(Model(smol_f16), n_ctx=256, n_threads=1, n_seq_max=4)
+    draft = Context(Model(smol_q4_0), n_ctx=256, n_threads=1)
+    return target, draft
+
+
+@pytest.mark.parametrize("text", ["def fibonacci(n):", "The three primary colours are"])
+def test_smol_greedy_tree_equals_target_only(always_branch, smol, text):
+    target, draft = smol
+    prompt = target.model.tokenize(text)
+    baseline, _ = run(target, [], prompt, GenerationConfig(40, 0, GREEDY))
+    tracker = EagerTracker()
+    spec, stats = run(target, [(ModelDrafter(draft, GREEDY), tracker)], prompt,
+                      GenerationConfig(40, None, GREEDY, p_min=0.0))
+    assert spec == baseline
+    assert stats.tree_steps > 3 and sum(tracker.siblings.judged) > 0
+
+
+SMOL_T = SamplingParams(temperature=1.5, top_k=3, top_p=1.0, min_p=0.0)  # at most 9 cells for two tokens
+
+
+def test_smol_sampled_tree_first_two_tokens_follow_the_target(always_branch, smol):
+    # 600 seeded generations of two tokens with trees on llama.cpp against target-only's exact
+    # probabilities, read from the target's own logits.
+    target, draft = smol
+    prompt = target.model.tokenize("My favourite animal is the")
+    tracker, codes, trees = EagerTracker(), [], 0
+    v = target.model.n_vocab
+    for seed in range(600):
+        config = GenerationConfig(2, None, SMOL_T, seed=seed, p_min=0.0, gamma_max=3)
+        tokens, stats = run(target, [(ModelDrafter(draft, SMOL_T), tracker)], prompt, config)
+        codes.append(tokens[0] * v + tokens[1])
+        trees += stats.tree_steps
+    assert trees > 300 and sum(tracker.siblings.accepted) > 10
+    expected: dict[int, float] = {}
+    target.reuse_prefix([])
+    target.decode(prompt, logits="last")
+    p1 = distribution(target.logits(), SMOL_T)
+    for t1, pr1 in zip(p1.ids.tolist(), p1.probs):
+        target.truncate(len(prompt))
+        target.decode([t1], logits="last")
+        p2 = distribution(target.logits(), SMOL_T)
+        expected.update({t1 * v + t2: pr1 * pr2 for t2, pr2 in zip(p2.ids.tolist(), p2.probs)})
+    cells = sorted(expected)
+    index = {c: i for i, c in enumerate(cells)}
+    assert all(c in index for c in codes)  # nothing target-only could not emit
+    assert gof_pvalue(np.array([index[c] for c in codes]), np.array([expected[c] for c in cells])) > 1e-3
