@@ -286,7 +286,7 @@ class Context:
             b.seq_id[i][0] = 0
             b.logits[i] = logits == "all" or (logits == "last" and i == n - 1)
         b.n_tokens = n
-        rc = lc.llama_decode(self.ptr, b)
+        rc = decode_sync(self.ptr, b)
         if rc != 0:
             raise LlamaError(f"llama_decode failed with code {rc} at position {pos0}; lower --ctx or --ngl")
         self.tokens.extend(tokens)
@@ -318,7 +318,7 @@ class Context:
             for j, s in enumerate(in_seqs):
                 b.seq_id[i][j] = s
         b.n_tokens = len(rows)
-        rc = lc.llama_decode(self.ptr, b)
+        rc = decode_sync(self.ptr, b)
         if rc != 0:
             lc.llama_memory_seq_rm(self.memory, -1, pos0, -1)
             lc.llama_memory_seq_keep(self.memory, 0)
@@ -378,6 +378,15 @@ def _branch_seqs(parents: Sequence[int]) -> list[list[int]]:
             seqs[node].append(seq)
             node = parents[node]
     return seqs
+
+
+def decode_sync(ctx, batch) -> int:
+    """llama_decode, then wait for the backend: on asynchronous backends (RPC, GPUs) llama_decode
+    returns before the compute ends, and the controller's timings must see the whole verify."""
+    rc = lc.llama_decode(ctx, batch)
+    if rc == 0:
+        lc.llama_synchronize(ctx)
+    return rc
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
