@@ -11,8 +11,10 @@ from typing import NamedTuple, Protocol, Sequence
 
 import numpy as np
 
+from .config import rows_on_backend
 from .llama import Context
-from .sampling import Dist, SamplingParams, distribution, greedy_token, sample, top_probability
+from .sampling import (Dist, SamplingParams, candidates_needed, distribution, greedy_token, sample,
+                       top_distribution, top_probability)
 
 
 def one_hot(token: int) -> Dist:
@@ -75,28 +77,33 @@ class ModelDrafter:
     def __init__(self, ctx: Context, params: SamplingParams):
         self.ctx = ctx
         self.params = params
+        # Where a row's top-k logits determine q and the confidence, llama.cpp keeps only those in the
+        # decode (a top_k chain on the backend) and numpy reads k floats instead of the whole row.
+        self.top_k = candidates_needed(params) if rows_on_backend() else 0
+        self.sampled = False  # whether this proposal's rows arrive as top-k candidates
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
                 stop: StopRule | None = None) -> Proposal:
         k = min(k, self.ctx.n_ctx - len(context) + 1)
         if k <= 0:
             return NO_PROPOSAL
+        self.sampled = self.top_k > 0 and self.ctx.keep_top_k_on_backend(self.top_k)
         catchup_s = self._catch_up(context)
         ids: list[int] = []
         dists: list[Dist] = []
         confidences: list[float] = []
         for i in range(k):
-            logits = self.ctx.logits(-1)  # [V]
+            candidates, logits = self.ctx.sampled_logits(-1) if self.sampled else (None, self.ctx.logits(-1))
             if stop is not None:
-                confidence = top_probability(logits)
+                confidence = top_probability(logits)  # the top 10 of the top k are the row's top 10
                 if not stop.keep(i, confidence):
                     break
                 confidences.append(confidence)
-            token, q = self._draw(logits, rng)
+            token, q = self._draw(candidates, logits, rng)
             ids.append(token)
             dists.append(q)
             if i + 1 < k:
-                self.ctx.decode([token], logits="last")
+                self.ctx.decode([token], logits="last", sampled=self.sampled)
         return Proposal(ids, dists, tuple(confidences), catchup_s)
 
     def _catch_up(self, context: Sequence[int]) -> float:
@@ -105,15 +112,18 @@ class ModelDrafter:
         # are what the first guess is drawn from.
         t0 = time.perf_counter()
         n = self.ctx.reuse_prefix(context[:-1])
-        self.ctx.decode(context[n:], logits="last")
+        self.ctx.decode(context[n:], logits="last", sampled=self.sampled)
         return time.perf_counter() - t0 if len(context) - n > 2 else 0.0
 
-    def _draw(self, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, Dist]:
-        if self.params.greedy:
-            token = greedy_token(logits)
-            return token, one_hot(token)
-        q = distribution(logits, self.params)
-        return sample(q, rng), q
+    def _draw(self, candidates: np.ndarray | None, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, Dist]:
+        """A token and the q it was drawn from: from the row's top-k candidates, or its full logits."""
+        if candidates is not None:
+            q = top_distribution(candidates, logits, self.params)
+        elif self.params.greedy:
+            return (token := greedy_token(logits)), one_hot(token)
+        else:
+            q = distribution(logits, self.params)
+        return (int(q.ids[0]), q) if self.params.greedy else (sample(q, rng), q)
 
     def observe(self, n_accepted: int) -> None:
         pass  # the KV cache is re-synced against the context at the next propose()

@@ -21,6 +21,9 @@ import numpy as np
 
 GGUF_MAGIC = b"GGUF"
 _SILENT_LOG = lc.llama_log_callback(lambda level, text, user_data: None)
+# The most output rows one decode may ask a backend sampler chain to judge (llama.cpp sizes the
+# sampling graph by it): a verify of up to this many rows can arrive sampled.
+SAMPLED_ROWS_MAX = 64
 _backend_ready = False
 
 
@@ -212,6 +215,7 @@ class Context:
         threads = n_threads or default_threads()
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
+        params.n_outputs_max_per_seq = SAMPLED_ROWS_MAX
         self.ptr = lc.llama_init_from_model(model.ptr, params)
         if not self.ptr:
             raise LlamaError(f"llama.cpp could not create a context of {n_ctx} tokens; lower --ctx")
@@ -222,19 +226,28 @@ class Context:
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self.tokens: list[int] = []
         self._rows: list[int] = []  # batch index of each output row of the last decode
+        self._chain = None  # the backend sampler chain installed for sequence 0, if any
+        self.chain_key: tuple | None = None  # (temperature, top_k, top_p, min_p) of that chain
 
     def close(self) -> None:
         if self.ptr:
             lc.llama_batch_free(self._batch)
             lc.llama_free(self.ptr)
             self.ptr = None
+        if self._chain is not None:
+            lc.llama_sampler_free(self._chain)
+            self._chain = None
 
     def __del__(self):
         self.close()
 
-    def decode(self, tokens: Sequence[int], logits: str = "last") -> None:
-        """Append tokens to the KV cache; logits for 'last', 'all' or 'none' of them."""
+    def decode(self, tokens: Sequence[int], logits: str = "last", sampled: bool = False) -> None:
+        """Append tokens to the KV cache; output rows for 'last', 'all' or 'none' of them. sampled: the
+        rows arrive judged by the installed backend chain (sampled_*) instead of as logits."""
         assert logits in ("last", "all", "none")
+        assert not sampled or self._chain is not None, "decode(sampled=True) needs a backend chain installed"
+        if not sampled and logits != "none" and self._chain is not None:
+            self._install(None)  # raw logits again: llama.cpp skips them for rows its chain judges
         if len(self.tokens) + len(tokens) > self.n_ctx:
             raise LlamaError(f"context full: {len(self.tokens)} + {len(tokens)} tokens > --ctx {self.n_ctx}")
         for start in range(0, len(tokens), self.n_batch):
@@ -259,8 +272,63 @@ class Context:
 
     def logits(self, row: int = -1) -> np.ndarray:
         """A no-copy float32 [V] view of an output row of the last decode; valid until the next decode."""
+        assert self._chain is None, "rows decoded with sampled=True have no logits"
         ptr = lc.llama_get_logits_ith(self.ptr, self._rows[row])
         return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
+
+    # --- backend sampling: llama.cpp's sampler chain judges each output row inside the decode ------
+    def sample_on_backend(self, params) -> bool:
+        """Install llama.cpp's sampler chain for sequence 0: top_k, top_p, min_p, temperature, then dist
+        (its probabilities), or greedy at temperature 0. params: a SamplingParams. False where the
+        chain cannot run on this device. Rows then arrive as sampled_token / sampled_probs."""
+        return self._install(("chain", params.temperature, params.top_k, params.top_p, params.min_p))
+
+    def keep_top_k_on_backend(self, k: int) -> bool:
+        """Install a chain of top_k alone: each row arrives as its k largest logits (sampled_logits)."""
+        return self._install(("top_k", k))
+
+    def _install(self, key: tuple | None) -> bool:
+        """Make the chain described by key (None: no chain) the one for sequence 0; the next decode
+        re-plans its graph after a change, so callers keep one chain per generation."""
+        if key == self.chain_key:
+            return True
+        old, self._chain, self.chain_key = self._chain, None, None
+        lc.llama_set_sampler(self.ptr, 0, None)
+        if old is not None:
+            lc.llama_sampler_free(old)
+        if key is None:
+            return True
+        chain = _sampler_chain(*key[1:]) if key[0] == "chain" else _top_k_chain(key[1])
+        if not lc.llama_set_sampler(self.ptr, 0, chain):
+            lc.llama_sampler_free(chain)
+            return False
+        self._chain, self.chain_key = chain, key
+        return True
+
+    def sampled_token(self, row: int) -> int:
+        """The token the greedy chain chose for an output row of the last sampled decode."""
+        return lc.llama_get_sampled_token_ith(self.ptr, self._rows[row])
+
+    def sampled_probs(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """No-copy views (candidate ids int32 [n], probabilities float32 [n]) of a row of the last
+        sampled decode; filtered-out candidates have probability 0. Valid until the next decode."""
+        i = self._rows[row]
+        n = lc.llama_get_sampled_probs_count_ith(self.ptr, i)
+        if n == 0:
+            raise _no_backend_rows("probabilities")
+        probs = np.ctypeslib.as_array(lc.llama_get_sampled_probs_ith(self.ptr, i), shape=(n,))
+        # Where no filter chose candidates, llama.cpp returns the whole vocabulary in order: ids 0 .. n-1.
+        return np.ctypeslib.as_array(lc.llama_get_sampled_candidates_ith(self.ptr, i), shape=(n,)), probs
+
+    def sampled_logits(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """No-copy views (candidate ids int32 [n], logits float32 [n]) of a row of the last sampled
+        decode under a top_k chain: the row's k largest logits, in no particular order."""
+        i = self._rows[row]
+        n = lc.llama_get_sampled_logits_count_ith(self.ptr, i)
+        if n == 0:
+            raise _no_backend_rows("logits")
+        logits = np.ctypeslib.as_array(lc.llama_get_sampled_logits_ith(self.ptr, i), shape=(n,))
+        return np.ctypeslib.as_array(lc.llama_get_sampled_candidates_ith(self.ptr, i), shape=(n,)), logits
 
     def truncate(self, n: int) -> None:
         """Drop the KV cells at positions >= n (rollback)."""
@@ -276,6 +344,36 @@ class Context:
         n = common_prefix_len(self.tokens, tokens)
         self.truncate(n)
         return n
+
+
+def _sampler_chain(temperature: float, top_k: int, top_p: float, min_p: float):
+    """A new llama.cpp sampler chain: top_k, top_p, min_p, temperature, dist; greedy at temperature 0."""
+    chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+    if temperature == 0:
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+        return chain
+    if top_k > 0:
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(top_k))
+    if top_p < 1.0:
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(top_p, 1))
+    if min_p > 0.0:
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_min_p(min_p, 1))
+    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(temperature))
+    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(0))  # its draw is unused: only its probs
+    return chain
+
+
+def _top_k_chain(k: int):
+    """A new llama.cpp sampler chain of top_k alone."""
+    chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(k))
+    return chain
+
+
+def _no_backend_rows(what: str) -> LlamaError:
+    """The error for a backend chain that produced no rows (it could not run on this device)."""
+    return LlamaError(f"llama.cpp's backend sampler produced no {what} on this device; "
+                      "set LOCALSPEC_BACKEND_SAMPLING=0 to sample in numpy")
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

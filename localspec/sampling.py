@@ -20,6 +20,8 @@ import numpy as np
 _TOP_P_WINDOWS = (4.0, 8.0, 16.0)
 # A residual max(0, p - q) with less total mass than this is float rounding of p == q.
 _RESIDUAL_EPS = 1e-12
+# The candidates llama.cpp's draft confidence looks at (top_probability).
+CONFIDENCE_K = 10
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,33 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
     return Dist(ids.astype(np.int64), weights / weights.sum())
 
 
+def candidate_dist(ids: np.ndarray, probs: np.ndarray) -> Dist:
+    """The Dist of a row that llama.cpp's backend sampler chain judged (the same filters, order and
+    temperature as distribution): its candidates with probability > 0, renormalised in float64."""
+    # ids: int32 [n], probs: float32 [n], 0 where a filter dropped the candidate
+    keep = np.flatnonzero(probs)  # [m]
+    kept = probs[keep].astype(np.float64)
+    return Dist(ids[keep].astype(np.int64), kept / kept.sum())
+
+
+def candidates_needed(params: SamplingParams) -> int:
+    """How many of a row's largest logits determine both distribution(row, params) and
+    top_probability(row); 0 when every logit may matter (top-k disabled at T > 0)."""
+    if params.greedy:
+        return CONFIDENCE_K
+    return max(params.top_k, CONFIDENCE_K) if params.top_k > 0 else 0
+
+
+def top_distribution(ids: np.ndarray, logits: np.ndarray, params: SamplingParams) -> Dist:
+    """distribution() of a full row, from its candidates_needed(params) largest logits alone (ids [n],
+    logits [n], any order): every filter of the chain keeps a subset of the top-k survivors."""
+    if params.greedy:
+        top = _checked_max(logits)
+        return Dist(np.array([ids[logits == top].min()], dtype=np.int64), np.ones(1))  # first argmax, as np.argmax
+    d = distribution(logits, params)  # d.ids index the candidates
+    return Dist(ids[d.ids].astype(np.int64), d.probs)
+
+
 def sample(dist: Dist, rng: np.random.Generator) -> int:
     """One token drawn from dist."""
     return int(dist.ids[_draw(dist.probs, rng)])
@@ -108,7 +137,7 @@ def greedy_token(logits: np.ndarray) -> int:
     return token
 
 
-def top_probability(logits: np.ndarray, k: int = 10) -> float:
+def top_probability(logits: np.ndarray, k: int = CONFIDENCE_K) -> float:
     """The most likely token's probability among the k most likely, renormalised, at temperature 1.
 
     llama.cpp's draft confidence (its draft sampler keeps the top 10 candidates): drafting stops where

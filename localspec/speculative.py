@@ -16,11 +16,12 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from .config import GenerationConfig, GenerationError, check_fits
+from .config import GenerationConfig, GenerationError, check_fits, rows_on_backend
 from .drafters import NO_PROPOSAL, Drafter, Proposal
-from .llama import Context, TextStream
+from .llama import SAMPLED_ROWS_MAX, Context, TextStream
 from .planner import CostTracker, Plan, Planner
-from .sampling import accept_drafts, accept_greedy, distribution, greedy_token, token_logprobs
+from .sampling import (accept_drafts, accept_greedy, candidate_dist, distribution, greedy_token,
+                       token_logprobs)
 from .stats import GenerationStats, Stopwatch
 
 
@@ -129,6 +130,7 @@ class _Run:
         self.target, self.planner, self.config, self.stats, self.cancel = target, planner, config, stats, cancel
         self.rng = np.random.default_rng(config.seed)
         self.text, self.stops = TextStream(target.model), StopStrings(config.stop)
+        self.backend = rows_on_backend(config)
 
     def loop(self, tokens: list[int]) -> Iterator[Piece]:
         stats = self.stats
@@ -177,9 +179,10 @@ class _Run:
         t1 = time.perf_counter()
         start = len(tokens) - 1
         batch = [tokens[-1], *proposal.ids]
-        self.target.decode(batch, logits="all")
+        sampled = self._sampled(len(batch))
+        self.target.decode(batch, logits="all", sampled=sampled)
         t2 = time.perf_counter()
-        emitted, n_accepted = self._judge(proposal)
+        emitted, n_accepted = self._judge(proposal, sampled)
         self.target.truncate(start + 1 + n_accepted)
         if proposal.ids:
             drafter.observe(n_accepted)
@@ -192,9 +195,21 @@ class _Run:
             self.stats.trace.append((start, batch, 1 + n_accepted))
         return n_accepted, emitted
 
-    def _judge(self, proposal: Proposal) -> tuple[list[int], int]:
-        """Apply the greedy rule or the p/q rule to the verify batch's logits."""
-        n, params, logits = len(proposal.ids) + 1, self.config.sampling, self.target.logits
+    def _sampled(self, n_rows: int) -> bool:
+        """Whether this verify's rows arrive judged by the backend chain (installed on first use); a
+        verify wider than llama.cpp's sampling graph allows (SAMPLED_ROWS_MAX) is judged in numpy."""
+        return (self.backend and n_rows <= SAMPLED_ROWS_MAX
+                and self.target.sample_on_backend(self.config.sampling))
+
+    def _judge(self, proposal: Proposal, sampled: bool) -> tuple[list[int], int]:
+        """Apply the greedy rule or the p/q rule to the verify batch's rows: the backend chain's tokens
+        or candidate lists when sampled, else numpy on the logits. Both apply llama.cpp's filters."""
+        n, params, target = len(proposal.ids) + 1, self.config.sampling, self.target
         if params.greedy:
-            return accept_greedy(proposal.ids, Rows(n, lambda i: greedy_token(logits(i))))
-        return accept_drafts(proposal.ids, proposal.q, Rows(n, lambda i: distribution(logits(i), params)), self.rng)
+            argmax = target.sampled_token if sampled else lambda i: greedy_token(target.logits(i))
+            return accept_greedy(proposal.ids, Rows(n, argmax))
+        if sampled:
+            p = Rows(n, lambda i: candidate_dist(*target.sampled_probs(i)))
+        else:
+            p = Rows(n, lambda i: distribution(target.logits(i), params))
+        return accept_drafts(proposal.ids, proposal.q, p, self.rng)
