@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """The controller's own time per emitted token: everything the decode loop does outside llama_decode
-(the target's verify and the draft's decodes), on the real pair with Qwen's 151,936-token vocabulary.
+(the target's verify and the draft's decodes), with Qwen's 151,936-token vocabulary.
 
-    python scripts/bench_controller.py                        # T=0 and T=1, numpy and backend paths
+    python scripts/bench_controller.py                        # fake decodes: T=0 and T=1, both paths
+    python scripts/bench_controller.py --real --tokens 48     # the real Qwen pair (slow on a CPU)
     python scripts/bench_controller.py --temperatures 1 --paths backend --profile
 
-Every llama_decode of both contexts is timed; the controller's time is the generation's wall time
-minus their sum, divided by the tokens emitted. The backend path (llama.cpp's sampler chain judges each
-verified row) moves the filtering into the target's decode: the decode column shows what that costs.
-Each cell is the minimum over --repeats runs after one warm-up run: other processes on the machine only
-ever add time.
+Every decode of both contexts is timed; the controller's time is the generation's wall time minus
+their sum, divided by the tokens emitted. By default the contexts are fakes (bench_fakes.py) with the
+real Qwen vocabulary (pieces, end-of-generation tokens) and real-sized rows, whose decode only fills
+rows: the controller's share is then measured without a model's noise around it. --real runs the
+real pair, where the backend path moves the filtering into llama.cpp's decode: its decode column shows
+what that costs. Each cell is the minimum over --repeats runs after one warm-up run: other processes
+on the machine only ever add time.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from localspec.planner import CostTracker  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.speculative import Finished, SpeculativeDecoder  # noqa: E402
 
+from bench_fakes import RowsContext  # noqa: E402
+
 MODELS = Path(os.environ.get("LOCALSPEC_TEST_MODELS", Path.home() / ".cache/localspec/test-models"))
 TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -46,10 +51,10 @@ class DecodeTimer:
             ctx.decode = self._timed(ctx.decode)
 
     def _timed(self, decode):
-        def timed(tokens, logits="last"):
+        def timed(tokens, logits="last", sampled=False):
             t0 = time.perf_counter()
             try:
-                decode(tokens, logits)
+                decode(tokens, logits, sampled)
             finally:
                 self.seconds += time.perf_counter() - t0
                 self.calls += 1
@@ -81,10 +86,11 @@ def measure(target, draft, timer, temperature: float, path: str, args) -> dict:
     sampling = SamplingParams(temperature=temperature) if temperature else SamplingParams(temperature=0)
     config = GenerationConfig(max_tokens=args.tokens, gamma=args.gamma, sampling=sampling, seed=1)
     run_once(target, draft, config, timer)  # warm-up: graph reserve, caches
-    profile = cProfile.Profile() if args.profile else None
-    runs = [run_once(target, draft, config, timer, profile) for _ in range(args.repeats)]
+    runs = [run_once(target, draft, config, timer) for _ in range(args.repeats)]
     best = min(runs, key=lambda r: r[0] / r[2])
-    if profile:
+    if args.profile:  # a run of its own: the profiler's overhead stays out of the timed runs
+        profile = cProfile.Profile()
+        run_once(target, draft, config, timer, profile)
         print(f"--- profile T={temperature} {path}")
         pstats.Stats(profile).sort_stats("tottime").print_stats(14)
     return {"us": 1e6 * best[0] / best[2], "decode_ms": 1e3 * best[1] / best[2], "tokens": best[2]}
@@ -94,14 +100,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--temperatures", default="0,1", help="comma-separated (default 0,1)")
     parser.add_argument("--paths", default="numpy,backend", help="numpy, backend or both (default)")
-    parser.add_argument("--tokens", type=int, default=64, help="tokens per generation (default 64)")
+    parser.add_argument("--tokens", type=int, default=400, help="tokens per generation (default 400)")
     parser.add_argument("--gamma", type=int, default=4, help="fixed draft length (default 4)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per cell (default 3)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per cell (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per context")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions per cell")
+    parser.add_argument("--real", action="store_true", help="the real Qwen pair instead of fake decodes")
     args = parser.parse_args()
-    target = Context(Model(TARGET), 1024, args.threads)
-    draft = Context(Model(DRAFT), 1024, args.threads)
+    if args.real:
+        target, draft = Context(Model(TARGET), 1024, args.threads), Context(Model(DRAFT), 1024, args.threads)
+    else:
+        vocab = Model(TARGET, vocab_only=True)
+        target, draft = RowsContext(vocab, seed=0), RowsContext(vocab, seed=1)
     timer = DecodeTimer(target, draft)
     print(f"target {TARGET.name}, draft {DRAFT.name}, vocabulary {target.model.n_vocab}, gamma {args.gamma}")
     print("| T | path | controller µs / token | decode ms / token | tokens |")
