@@ -18,6 +18,9 @@ import numpy as np
 
 # Windows (nats below the max logit) tried before sorting the whole vocabulary for top_p.
 _TOP_P_WINDOWS = (4.0, 8.0, 16.0)
+# Rows this short (a backend's top-k candidates) are partitioned or sorted whole: cheaper than the
+# counting passes that spare a full vocabulary the sort.
+_SHORT_ROW = 1024
 # A residual max(0, p - q) with less total mass than this is float rounding of p == q.
 _RESIDUAL_EPS = 1e-12
 # The candidates llama.cpp's draft confidence looks at (top_probability).
@@ -118,8 +121,11 @@ def top_distribution(ids: np.ndarray, logits: np.ndarray, params: SamplingParams
     """distribution() of a full row, from its candidates_needed(params) largest logits alone (ids [n],
     logits [n], any order): every filter of the chain keeps a subset of the top-k survivors."""
     if params.greedy:
-        top = _checked_max(logits)
-        return Dist(np.array([ids[logits == top].min()], dtype=np.int64), np.ones(1))  # first argmax, as np.argmax
+        i = int(np.argmax(logits))
+        if not math.isfinite(logits[i]):
+            raise _invalid_logits(logits)
+        tied = ids[logits == logits[i]]  # [t]: np.argmax over the full row takes the lowest id
+        return Dist(np.array([tied.min() if tied.size > 1 else ids[i]], dtype=np.int64), np.ones(1))
     d = distribution(logits, params)  # d.ids index the candidates
     return Dist(ids[d.ids].astype(np.int64), d.probs)
 
@@ -210,6 +216,9 @@ def _top_k_ids(logits: np.ndarray, k: int, top: float) -> np.ndarray:
     # Exact speed-up: the logits within any window [top - w, top] that holds >= k of them include the
     # k largest, so argpartition need only see those, and counting is far cheaper than partitioning
     # the whole vocabulary: widen the window until it holds k, then narrow it while it holds many more.
+    if logits.size <= _SHORT_ROW:
+        cut = logits.size - k
+        return np.argpartition(logits, cut)[cut:] if cut > 0 else np.arange(logits.size)
     lo, hi = 0.0, 4.0  # window widths: lo holds fewer than k logits, hi at least k
     while (n := np.count_nonzero(logits >= top - hi)) < k and hi < 1024:
         lo, hi = hi, 2 * hi
@@ -229,7 +238,7 @@ def _top_k_ids(logits: np.ndarray, k: int, top: float) -> np.ndarray:
 
 def _top_p_floor(logits: np.ndarray, top_p: float, top: float, log_z: float, floor: float) -> float:
     """Raise floor to a logit whose survivors hold more than top_p of the mass: top_p keeps only those."""
-    for window in _TOP_P_WINDOWS if top_p < 1.0 else ():
+    for window in _TOP_P_WINDOWS if top_p < 1.0 and logits.size > _SHORT_ROW else ():
         if top - window <= floor:
             break  # min_p's floor is already higher
         above = logits[logits >= top - window].astype(np.float64)  # [n]

@@ -62,8 +62,8 @@ class DecodeTimer:
 
 
 def run_once(target: Context, draft: Context, config: GenerationConfig, timer: DecodeTimer,
-             profile: cProfile.Profile | None = None) -> tuple[float, float, int]:
-    """One generation: (controller seconds, decode seconds, tokens emitted)."""
+             profile: cProfile.Profile | None = None) -> tuple[float, float, int, float]:
+    """One generation: (controller seconds, decode seconds, tokens emitted, tokens per verify)."""
     prompt = target.model.tokenize(PROMPT)
     target.truncate(0)
     draft.truncate(0)
@@ -77,7 +77,8 @@ def run_once(target: Context, draft: Context, config: GenerationConfig, timer: D
     if profile:
         profile.disable()
     assert isinstance(finished, Finished)
-    return wall - timer.seconds, timer.seconds, finished.stats.generated
+    stats = finished.stats
+    return wall - timer.seconds, timer.seconds, stats.generated, stats.generated / max(1, stats.steps)
 
 
 def measure(target, draft, timer, temperature: float, path: str, args) -> dict:
@@ -93,7 +94,8 @@ def measure(target, draft, timer, temperature: float, path: str, args) -> dict:
         run_once(target, draft, config, timer, profile)
         print(f"--- profile T={temperature} {path}")
         pstats.Stats(profile).sort_stats("tottime").print_stats(14)
-    return {"us": 1e6 * best[0] / best[2], "decode_ms": 1e3 * best[1] / best[2], "tokens": best[2]}
+    return {"us": 1e6 * best[0] / best[2], "decode_ms": 1e3 * best[1] / best[2], "tokens": best[2],
+            "per_step": best[3]}
 
 
 def main() -> None:
@@ -114,12 +116,13 @@ def main() -> None:
         target, draft = RowsContext(vocab, seed=0), RowsContext(vocab, seed=1)
     timer = DecodeTimer(target, draft)
     print(f"target {TARGET.name}, draft {DRAFT.name}, vocabulary {target.model.n_vocab}, gamma {args.gamma}")
-    print("| T | path | controller µs / token | decode ms / token | tokens |")
-    print("|---|---|---|---|---|")
+    print("| T | path | controller µs / token | decode ms / token | tokens | tokens / verify |")
+    print("|---|---|---|---|---|---|")
     for t in (float(x) for x in args.temperatures.split(",")):
         for path in args.paths.split(","):
             r = measure(target, draft, timer, t, path, args)
-            print(f"| {t:g} | {path} | {r['us']:.0f} | {r['decode_ms']:.1f} | {r['tokens']} |", flush=True)
+            print(f"| {t:g} | {path} | {r['us']:.0f} | {r['decode_ms']:.1f} | {r['tokens']} | {r['per_step']:.2f} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
