@@ -298,7 +298,7 @@ class Context:
             lc.llama_sampler_free(old)
         if key is None:
             return True
-        chain = _sampler_chain(*key[1:]) if key[0] == "chain" else _top_k_chain(key[1])
+        chain = _sampler_chain(key)
         if not lc.llama_set_sampler(self.ptr, 0, chain):
             lc.llama_sampler_free(chain)
             return False
@@ -312,23 +312,22 @@ class Context:
     def sampled_probs(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """No-copy views (candidate ids int32 [n], probabilities float32 [n]) of a row of the last
         sampled decode; filtered-out candidates have probability 0. Valid until the next decode."""
-        i = self._rows[row]
-        n = lc.llama_get_sampled_probs_count_ith(self.ptr, i)
-        if n == 0:
-            raise _no_backend_rows("probabilities")
-        probs = np.ctypeslib.as_array(lc.llama_get_sampled_probs_ith(self.ptr, i), shape=(n,))
-        # Where no filter chose candidates, llama.cpp returns the whole vocabulary in order: ids 0 .. n-1.
-        return np.ctypeslib.as_array(lc.llama_get_sampled_candidates_ith(self.ptr, i), shape=(n,)), probs
+        return self._sampled_row(row, lc.llama_get_sampled_probs_count_ith, lc.llama_get_sampled_probs_ith)
 
     def sampled_logits(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """No-copy views (candidate ids int32 [n], logits float32 [n]) of a row of the last sampled
         decode under a top_k chain: the row's k largest logits, in no particular order."""
+        return self._sampled_row(row, lc.llama_get_sampled_logits_count_ith, lc.llama_get_sampled_logits_ith)
+
+    def _sampled_row(self, row: int, count, values) -> tuple[np.ndarray, np.ndarray]:
         i = self._rows[row]
-        n = lc.llama_get_sampled_logits_count_ith(self.ptr, i)
+        n = count(self.ptr, i)
         if n == 0:
-            raise _no_backend_rows("logits")
-        logits = np.ctypeslib.as_array(lc.llama_get_sampled_logits_ith(self.ptr, i), shape=(n,))
-        return np.ctypeslib.as_array(lc.llama_get_sampled_candidates_ith(self.ptr, i), shape=(n,)), logits
+            raise LlamaError("llama.cpp's backend sampler produced no rows on this device; "
+                             "set LOCALSPEC_BACKEND_SAMPLING=0 to sample in numpy")
+        # Where no filter chose candidates, llama.cpp returns the whole vocabulary in order: ids 0 .. n-1.
+        ids = np.ctypeslib.as_array(lc.llama_get_sampled_candidates_ith(self.ptr, i), shape=(n,))
+        return ids, np.ctypeslib.as_array(values(self.ptr, i), shape=(n,))
 
     def truncate(self, n: int) -> None:
         """Drop the KV cells at positions >= n (rollback)."""
@@ -346,34 +345,24 @@ class Context:
         return n
 
 
-def _sampler_chain(temperature: float, top_k: int, top_p: float, min_p: float):
-    """A new llama.cpp sampler chain: top_k, top_p, min_p, temperature, dist; greedy at temperature 0."""
+def _sampler_chain(key: tuple):
+    """A new llama.cpp sampler chain for a key of Context._install: ("top_k", k) alone, or ("chain",
+    temperature, top_k, top_p, min_p): top_k, top_p, min_p, temperature, dist; greedy at temperature 0."""
+    if key[0] == "top_k":
+        links = [lc.llama_sampler_init_top_k(key[1])]
+    elif key[1] == 0:
+        links = [lc.llama_sampler_init_greedy()]
+    else:
+        _, temperature, top_k, top_p, min_p = key
+        links = [lc.llama_sampler_init_top_k(top_k)] if top_k > 0 else []
+        links += [lc.llama_sampler_init_top_p(top_p, 1)] if top_p < 1.0 else []
+        links += [lc.llama_sampler_init_min_p(min_p, 1)] if min_p > 0.0 else []
+        # dist's own draw is unused: only its probabilities are read
+        links += [lc.llama_sampler_init_temp(temperature), lc.llama_sampler_init_dist(0)]
     chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
-    if temperature == 0:
-        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
-        return chain
-    if top_k > 0:
-        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(top_k))
-    if top_p < 1.0:
-        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(top_p, 1))
-    if min_p > 0.0:
-        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_min_p(min_p, 1))
-    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(temperature))
-    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(0))  # its draw is unused: only its probs
+    for link in links:
+        lc.llama_sampler_chain_add(chain, link)
     return chain
-
-
-def _top_k_chain(k: int):
-    """A new llama.cpp sampler chain of top_k alone."""
-    chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
-    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(k))
-    return chain
-
-
-def _no_backend_rows(what: str) -> LlamaError:
-    """The error for a backend chain that produced no rows (it could not run on this device)."""
-    return LlamaError(f"llama.cpp's backend sampler produced no {what} on this device; "
-                      "set LOCALSPEC_BACKEND_SAMPLING=0 to sample in numpy")
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

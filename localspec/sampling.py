@@ -75,6 +75,8 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
     if params.greedy:
         return Dist(np.array([greedy_token(logits)], dtype=np.int64), np.ones(1))
     top = _checked_max(logits)
+    if logits.size <= _SHORT_ROW:
+        return _short_distribution(logits, params, top)
     # llama.cpp's default chain: top_k, top_p, min_p, all on the untempered softmax(logits); then
     # temperature on the survivors. Here a logit floor drops tokens before the sort, with the same
     # result: top_p and min_p each keep a prefix of the candidates sorted by logit, min_p's floor
@@ -128,6 +130,24 @@ def top_distribution(ids: np.ndarray, logits: np.ndarray, params: SamplingParams
         return Dist(np.array([tied.min() if tied.size > 1 else ids[i]], dtype=np.int64), np.ones(1))
     d = distribution(logits, params)  # d.ids index the candidates
     return Dist(ids[d.ids].astype(np.int64), d.probs)
+
+
+def _short_distribution(logits: np.ndarray, params: SamplingParams, top: float) -> Dist:
+    """distribution() of a short row (a backend's top-k candidates) by one sort: sorted by logit,
+    top_k, top_p and min_p each keep a prefix, so the kept tokens are the shortest of the three."""
+    order = np.argsort(-logits, kind="stable")  # [n], highest first
+    if 0 < params.top_k < order.size:
+        order = order[: params.top_k]
+    rel = logits[order].astype(np.float64) - top  # [m], rel[0] == 0
+    n = order.size
+    if params.top_p < 1.0:  # the smallest prefix whose cumulative probability reaches top_p
+        cum = np.cumsum(np.exp(rel))  # [m]
+        n = int(np.searchsorted(cum, params.top_p * cum[-1])) + 1
+    if params.min_p > 0:  # rel >= log(min_p), a prefix of the sorted row
+        n = min(n, int(np.searchsorted(-rel, -math.log(params.min_p), side="right")))
+    weights = np.exp(rel[:n] / params.temperature)  # [n], weights[0] == 1
+    n = int(np.count_nonzero(weights))  # underflow and masked (-inf) tokens: zeros at the end
+    return Dist(order[:n].astype(np.int64), weights[:n] / weights[:n].sum())
 
 
 def sample(dist: Dist, rng: np.random.Generator) -> int:
