@@ -11,7 +11,8 @@ their sum, divided by the tokens emitted. By default the contexts are fakes (ben
 real Qwen vocabulary (pieces, end-of-generation tokens) and real-sized rows, whose decode only fills
 rows: the controller's share is then measured without a model's noise around it. --real runs the
 real pair, where the backend path moves the filtering into llama.cpp's decode: its decode column shows
-what that costs. Each cell is the minimum over --repeats runs after one warm-up run: other processes
+what that costs; --sweep-mb 64 makes each fake decode evict the caches as a CPU decode's weight
+reads do. Each cell is the minimum over --repeats runs after one warm-up run: other processes
 on the machine only ever add time.
 """
 
@@ -108,12 +109,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per context")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions per cell")
     parser.add_argument("--real", action="store_true", help="the real Qwen pair instead of fake decodes")
+    parser.add_argument("--sweep-mb", type=int, default=0,
+                        help="fake decodes read this much memory, leaving the caches cold as a CPU decode does")
     args = parser.parse_args()
     if args.real:
         target, draft = Context(Model(TARGET), 1024, args.threads), Context(Model(DRAFT), 1024, args.threads)
     else:
         vocab = Model(TARGET, vocab_only=True)
-        target, draft = RowsContext(vocab, seed=0), RowsContext(vocab, seed=1)
+        target = RowsContext(vocab, seed=0, sweep_mb=args.sweep_mb)
+        draft = RowsContext(vocab, seed=1, sweep_mb=args.sweep_mb)
     timer = DecodeTimer(target, draft)
     print(f"target {TARGET.name}, draft {DRAFT.name}, vocabulary {target.model.n_vocab}, gamma {args.gamma}")
     print("| T | path | controller µs / token | decode ms / token | tokens | tokens / verify |")

@@ -34,8 +34,11 @@ PEAK, RUNNER_UP, NOISE = 16.0, 13.2, 1.5
 class RowsContext:
     """The surface of localspec.llama.Context over synthetic rows of the model's vocabulary size."""
 
-    def __init__(self, model: Model, seed: int, n_ctx: int = 8192):
+    def __init__(self, model: Model, seed: int, n_ctx: int = 8192, sweep_mb: int = 0):
         self.model, self.n_ctx, self.seed = model, n_ctx, seed
+        # Memory each decode reads through, as a real decode streams the weights: the controller then
+        # runs with cold caches, as it does after a decode on the CPU.
+        self._sweep = np.ones(sweep_mb << 18, dtype=np.float32)
         self.tokens: list[int] = []
         self.chain_key: tuple | None = None
         self.script = model.tokenize(SCRIPT, add_special=False)
@@ -49,6 +52,7 @@ class RowsContext:
     def decode(self, tokens: Sequence[int], logits: str = "last", sampled: bool = False) -> None:
         if not sampled and logits != "none":
             self.chain_key = None
+        self._sweep.sum()
         start = len(self.tokens)
         self.tokens.extend(tokens)
         ends = range(start, len(self.tokens)) if logits == "all" else [len(self.tokens) - 1] * (logits == "last")
