@@ -320,6 +320,7 @@ class Context:
         return self._sampled_row(row, lc.llama_get_sampled_logits_count_ith, lc.llama_get_sampled_logits_ith)
 
     def _sampled_row(self, row: int, count, values) -> tuple[np.ndarray, np.ndarray]:
+        """(candidate ids, values) of a sampled row, read through llama.cpp's count and values getters."""
         i = self._rows[row]
         n = count(self.ptr, i)
         if n == 0:
