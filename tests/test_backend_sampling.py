@@ -10,11 +10,9 @@ import pytest
 
 import localspec.speculative as spec_mod
 from localspec.config import GenerationConfig, rows_on_backend
-from localspec.drafters import ModelDrafter
 from localspec.sampling import (
     Dist,
     SamplingParams,
-    accept_drafts,
     candidate_dist,
     candidates_needed,
     distribution,
@@ -24,7 +22,7 @@ from localspec.sampling import (
     top_probability,
 )
 
-from fakes import V, FakeContext, RecordingContext, SampledContext, fake_contexts
+from fakes import FakeContext, RecordingContext, SampledContext, fake_contexts
 from test_controller import GREEDY, HOT, PURE_T1, first_two, generate, model_source, same_distribution_pvalue
 from test_sampling import ALPHA, N, PAIRS, V8, dense, first_tokens, gof_pvalue
 
