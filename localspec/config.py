@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from .sampling import SamplingParams
@@ -71,3 +72,13 @@ class GenerationConfig:
         except ValueError as e:
             raise GenerationError(str(e)) from None
         return self
+
+
+def rows_on_backend(config: GenerationConfig | None = None) -> bool:
+    """The one switch between the two ways of judging rows: True when llama.cpp's backend sampler chain
+    reduces each decoded row to a short candidate list inside the decode (the target's verify rows,
+    the draft's rows); False when numpy reads the full logits rows. Logprobs need the raw rows, and
+    LOCALSPEC_BACKEND_SAMPLING=0 turns the backend path off."""
+    if os.environ.get("LOCALSPEC_BACKEND_SAMPLING", "1") == "0":
+        return False
+    return config is None or config.logprobs is None

@@ -11,8 +11,10 @@ from typing import NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-from .llama import Context
-from .sampling import Dist, SamplingParams, distribution, greedy_token, sample, top_probability
+from .config import rows_on_backend
+from .context import Context
+from .sampling import (Dist, SamplingParams, candidates_needed, distribution, greedy_token, sample,
+                       top_distribution, top_probability)
 from .treeplan import BranchRule
 
 
@@ -78,40 +80,48 @@ class ModelDrafter:
     def __init__(self, ctx: Context, params: SamplingParams):
         self.ctx = ctx
         self.params = params
+        # Where a row's top-k logits determine q and the confidence, llama.cpp keeps only those in the
+        # decode (a top_k chain on the backend) and numpy reads k floats instead of the whole row.
+        self.top_k = candidates_needed(params) if rows_on_backend() else 0
+        self.sampled = False  # whether this proposal's rows arrive as top-k candidates
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
                 stop: StopRule | None = None, branch: BranchRule | None = None) -> Proposal:
         k = min(k, self.ctx.n_ctx - len(context) + 1)
         if k <= 0:
             return NO_PROPOSAL
+        self.sampled = self.top_k > 0 and self.ctx.keep_top_k_on_backend(self.top_k)
         catchup_s = self._catch_up(context)
         # (token, q, parent, confidence) per node, parents first: each chain node, then its sibling if any
         nodes: list[tuple[int, Dist, int, float]] = []
         tip = -1  # the chain's last node
         for i in range(k):
-            logits = self.ctx.logits(-1)  # [V]
+            candidates, logits = self.ctx.sampled_logits(-1) if self.sampled else (None, self.ctx.logits(-1))
+            # the top 10 of a top-k row are the row's top 10: the confidence is the same
             confidence = top_probability(logits) if stop is not None or branch is not None else 0.0
             if stop is not None and not stop.keep(i, confidence):
                 break
-            token, q = self._draw(logits, rng)
+            token, q = self._draw(candidates, logits, rng)
             nodes.append((token, q, tip, confidence))
             parent, tip = tip, len(nodes) - 1
-            sibling = self._next_best(logits, q, token) if branch is not None and branch.siblings(i, confidence) else None
-            if sibling is not None:
-                nodes.append((sibling, one_hot(sibling), parent, confidence))
+            if branch is not None and branch.siblings(i, confidence):
+                sibling = self._next_best(candidates, logits, q, token)
+                if sibling is not None:
+                    nodes.append((sibling, one_hot(sibling), parent, confidence))
             if i + 1 < k:
-                self.ctx.decode([token], logits="last")
+                self.ctx.decode([token], logits="last", sampled=self.sampled)
         ids, dists, parents, confidences = (list(column) for column in zip(*nodes)) if nodes else ([], [], [], [])
         judged = tuple(confidences) if stop is not None or branch is not None else ()
         is_tree = len(set(parents)) < len(parents)  # some node has a sibling
         return Proposal(ids, dists, judged, catchup_s, parents if is_tree else None)
 
-    def _next_best(self, logits: np.ndarray, q: Dist, token: int) -> int | None:
-        """The draft's likeliest token other than token, a deterministic guess: by logit at T=0, by q
-        otherwise (None when q holds token only)."""
+    def _next_best(self, candidates: np.ndarray | None, logits: np.ndarray, q: Dist, token: int) -> int | None:
+        """The draft's likeliest token other than token, a deterministic guess: by logit at T=0 (logits
+        index candidates when given), by q otherwise (None when q holds token only)."""
         if self.params.greedy:
             second, first = np.argpartition(logits, -2)[-2:]  # the largest last
-            return int(second if first == token else first)
+            ids = candidates if candidates is not None else np.arange(logits.size)
+            return int(ids[second] if ids[first] == token else ids[first])
         others = q.ids != token
         return int(q.ids[others][np.argmax(q.probs[others])]) if others.any() else None
 
@@ -121,15 +131,18 @@ class ModelDrafter:
         # are what the first guess is drawn from.
         t0 = time.perf_counter()
         n = self.ctx.reuse_prefix(context[:-1])
-        self.ctx.decode(context[n:], logits="last")
+        self.ctx.decode(context[n:], logits="last", sampled=self.sampled)
         return time.perf_counter() - t0 if len(context) - n > 2 else 0.0
 
-    def _draw(self, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, Dist]:
-        if self.params.greedy:
-            token = greedy_token(logits)
-            return token, one_hot(token)
-        q = distribution(logits, self.params)
-        return sample(q, rng), q
+    def _draw(self, candidates: np.ndarray | None, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, Dist]:
+        """A token and the q it was drawn from: from the row's top-k candidates, or its full logits."""
+        if candidates is not None:
+            q = top_distribution(candidates, logits, self.params)
+        elif self.params.greedy:
+            return (token := greedy_token(logits)), one_hot(token)
+        else:
+            q = distribution(logits, self.params)
+        return (int(q.ids[0]), q) if self.params.greedy else (sample(q, rng), q)
 
     def observe(self, n_accepted: int) -> None:
         pass  # the KV cache is re-synced against the context at the next propose()

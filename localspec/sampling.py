@@ -18,8 +18,13 @@ import numpy as np
 
 # Windows (nats below the max logit) tried before sorting the whole vocabulary for top_p.
 _TOP_P_WINDOWS = (4.0, 8.0, 16.0)
+# Rows this short (a backend's top-k candidates) are partitioned or sorted whole: cheaper than the
+# counting passes that spare a full vocabulary the sort.
+_SHORT_ROW = 1024
 # A residual max(0, p - q) with less total mass than this is float rounding of p == q.
 _RESIDUAL_EPS = 1e-12
+# The candidates llama.cpp's draft confidence looks at (top_probability).
+CONFIDENCE_K = 10
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,8 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
     if params.greedy:
         return Dist(np.array([greedy_token(logits)], dtype=np.int64), np.ones(1))
     top = _checked_max(logits)
+    if logits.size <= _SHORT_ROW:
+        return _short_distribution(logits, params, top)
     # llama.cpp's default chain: top_k, top_p, min_p, all on the untempered softmax(logits); then
     # temperature on the survivors. Here a logit floor drops tokens before the sort, with the same
     # result: top_p and min_p each keep a prefix of the candidates sorted by logit, min_p's floor
@@ -95,6 +102,54 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
     return Dist(ids.astype(np.int64), weights / weights.sum())
 
 
+def candidate_dist(ids: np.ndarray, probs: np.ndarray) -> Dist:
+    """The Dist of a row that llama.cpp's backend sampler chain judged (the same filters, order and
+    temperature as distribution): its candidates with probability > 0, renormalised in float64."""
+    # ids: int32 [n], probs: float32 [n], 0 where a filter dropped the candidate
+    keep = np.flatnonzero(probs)  # [m]
+    kept = probs[keep].astype(np.float64)
+    return Dist(ids[keep].astype(np.int64), kept / kept.sum())
+
+
+def candidates_needed(params: SamplingParams) -> int:
+    """How many of a row's largest logits determine both distribution(row, params) and
+    top_probability(row); 0 when every logit may matter (top-k disabled at T > 0)."""
+    if params.greedy:
+        return CONFIDENCE_K
+    return max(params.top_k, CONFIDENCE_K) if params.top_k > 0 else 0
+
+
+def top_distribution(ids: np.ndarray, logits: np.ndarray, params: SamplingParams) -> Dist:
+    """distribution() of a full row, from its candidates_needed(params) largest logits alone (ids [n],
+    logits [n], any order): every filter of the chain keeps a subset of the top-k survivors."""
+    if params.greedy:
+        i = int(np.argmax(logits))
+        if not math.isfinite(logits[i]):
+            raise _invalid_logits(logits)
+        tied = ids[logits == logits[i]]  # [t]: np.argmax over the full row takes the lowest id
+        return Dist(np.array([tied.min() if tied.size > 1 else ids[i]], dtype=np.int64), np.ones(1))
+    d = distribution(logits, params)  # d.ids index the candidates
+    return Dist(ids[d.ids].astype(np.int64), d.probs)
+
+
+def _short_distribution(logits: np.ndarray, params: SamplingParams, top: float) -> Dist:
+    """distribution() of a short row (a backend's top-k candidates) by one sort: sorted by logit,
+    top_k, top_p and min_p each keep a prefix, so the kept tokens are the shortest of the three."""
+    order = np.argsort(-logits, kind="stable")  # [n], highest first
+    if 0 < params.top_k < order.size:
+        order = order[: params.top_k]
+    rel = logits[order].astype(np.float64) - top  # [m], rel[0] == 0
+    n = order.size
+    if params.top_p < 1.0:  # the smallest prefix whose cumulative probability reaches top_p
+        cum = np.cumsum(np.exp(rel))  # [m]
+        n = int(np.searchsorted(cum, params.top_p * cum[-1])) + 1
+    if params.min_p > 0:  # rel >= log(min_p), a prefix of the sorted row
+        n = min(n, int(np.searchsorted(-rel, -math.log(params.min_p), side="right")))
+    weights = np.exp(rel[:n] / params.temperature)  # [n], weights[0] == 1
+    n = int(np.count_nonzero(weights))  # underflow and masked (-inf) tokens: zeros at the end
+    return Dist(order[:n].astype(np.int64), weights[:n] / weights[:n].sum())
+
+
 def sample(dist: Dist, rng: np.random.Generator) -> int:
     """One token drawn from dist."""
     return int(dist.ids[_draw(dist.probs, rng)])
@@ -108,7 +163,7 @@ def greedy_token(logits: np.ndarray) -> int:
     return token
 
 
-def top_probability(logits: np.ndarray, k: int = 10) -> float:
+def top_probability(logits: np.ndarray, k: int = CONFIDENCE_K) -> float:
     """The most likely token's probability among the k most likely, renormalised, at temperature 1.
 
     llama.cpp's draft confidence (its draft sampler keeps the top 10 candidates): drafting stops where
@@ -181,6 +236,9 @@ def _top_k_ids(logits: np.ndarray, k: int, top: float) -> np.ndarray:
     # Exact speed-up: the logits within any window [top - w, top] that holds >= k of them include the
     # k largest, so argpartition need only see those, and counting is far cheaper than partitioning
     # the whole vocabulary: widen the window until it holds k, then narrow it while it holds many more.
+    if logits.size <= _SHORT_ROW:
+        cut = logits.size - k
+        return np.argpartition(logits, cut)[cut:] if cut > 0 else np.arange(logits.size)
     lo, hi = 0.0, 4.0  # window widths: lo holds fewer than k logits, hi at least k
     while (n := np.count_nonzero(logits >= top - hi)) < k and hi < 1024:
         lo, hi = hi, 2 * hi
@@ -200,7 +258,7 @@ def _top_k_ids(logits: np.ndarray, k: int, top: float) -> np.ndarray:
 
 def _top_p_floor(logits: np.ndarray, top_p: float, top: float, log_z: float, floor: float) -> float:
     """Raise floor to a logit whose survivors hold more than top_p of the mass: top_p keeps only those."""
-    for window in _TOP_P_WINDOWS if top_p < 1.0 else ():
+    for window in _TOP_P_WINDOWS if top_p < 1.0 and logits.size > _SHORT_ROW else ():
         if top - window <= floor:
             break  # min_p's floor is already higher
         above = logits[logits >= top - window].astype(np.float64)  # [n]

@@ -19,7 +19,8 @@ from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .devices import keep_alive, local_devices, rpc_endpoints
-from .llama import Context, Model, common_prefix_len, default_threads, gpu_offload_supported
+from .context import Context
+from .llama import Model, common_prefix_len, default_threads, gpu_offload_supported
 from .placement import place_pair
 from .planner import CostTracker, source_names
 from .speculative import Finished, Piece, SpeculativeDecoder

@@ -16,12 +16,14 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from .config import GenerationConfig, GenerationError, check_fits
+from .config import GenerationConfig, GenerationError, check_fits, rows_on_backend
 from .drafters import NO_PROPOSAL, Drafter, Proposal
-from .llama import Context, TextStream
+from .context import Context, SAMPLED_ROWS_MAX
+from .llama import TextStream
 from .planner import CostTracker, Plan, Planner
 from .rule_tree import Tree, accept_tree, accept_tree_greedy
-from .sampling import accept_drafts, accept_greedy, distribution, greedy_token, token_logprobs
+from .sampling import (accept_drafts, accept_greedy, candidate_dist, distribution, greedy_token,
+                       token_logprobs)
 from .stats import GenerationStats, Stopwatch
 
 
@@ -130,6 +132,7 @@ class _Run:
         self.target, self.planner, self.config, self.stats, self.cancel = target, planner, config, stats, cancel
         self.rng = np.random.default_rng(config.seed)
         self.text, self.stops = TextStream(target.model), StopStrings(config.stop)
+        self.backend = rows_on_backend(config)
 
     def loop(self, tokens: list[int]) -> Iterator[Piece]:
         stats = self.stats
@@ -179,12 +182,15 @@ class _Run:
         proposal = drafter.propose(tokens, plan.gamma, self.rng, plan.stop, plan.branch) if drafter else NO_PROPOSAL
         t1 = time.perf_counter()
         start = len(tokens) - 1
+        sampled = False
         if proposal.parents is None:
-            self.target.decode([tokens[-1], *proposal.ids], logits="all")
-        else:
+            batch = [tokens[-1], *proposal.ids]
+            sampled = self._sampled(len(batch))
+            self.target.decode(batch, logits="all", sampled=sampled)
+        else:  # a tree's rows are judged in numpy: the backend chain serves sequence 0 only
             self.target.decode_tree(tokens[-1], proposal.ids, proposal.parents)
         t2 = time.perf_counter()
-        emitted, path = self._judge(proposal)
+        emitted, path = self._judge(proposal, sampled)
         if proposal.parents is None:
             self.target.truncate(start + 1 + len(path))
         else:
@@ -207,18 +213,29 @@ class _Run:
         self.stats.record_step(len(proposal.ids), len(path), drafter.name if proposal.ids else None)
         self.planner.record(plan, proposal, len(path), t1 - t0, t2 - t1, t3 - t2, path)
 
-    def _judge(self, proposal: Proposal) -> tuple[list[int], list[int]]:
-        """Apply the greedy rule or the p/q rule to the verify batch's logits: (emitted, accepted nodes);
-        a chain's nodes are its positions. Row 0 is the root's; row i + 1 judges what follows node i."""
-        n, params, logits = len(proposal.ids) + 1, self.config.sampling, self.target.logits
+    def _sampled(self, n_rows: int) -> bool:
+        """Whether this verify's rows arrive judged by the backend chain (installed on first use); a
+        verify wider than llama.cpp's sampling graph allows (SAMPLED_ROWS_MAX) is judged in numpy."""
+        return (self.backend and n_rows <= SAMPLED_ROWS_MAX
+                and self.target.sample_on_backend(self.config.sampling))
+
+    def _judge(self, proposal: Proposal, sampled: bool) -> tuple[list[int], list[int]]:
+        """Apply the greedy rule or the p/q rule to the verify batch's rows: (emitted, accepted nodes);
+        a chain's nodes are its positions. Row 0 is the root's; row i + 1 judges what follows node i.
+        The rows are the backend chain's tokens or candidate lists when sampled, else numpy on the
+        logits; both apply llama.cpp's filters."""
+        n, params, target = len(proposal.ids) + 1, self.config.sampling, self.target
+        if params.greedy:
+            argmax = Rows(n, target.sampled_token if sampled else lambda i: greedy_token(target.logits(i)))
+        elif sampled:
+            p = Rows(n, lambda i: candidate_dist(*target.sampled_probs(i)))
+        else:
+            p = Rows(n, lambda i: distribution(target.logits(i), params))
         if proposal.parents is not None:
             tree = Tree(proposal.ids, proposal.parents, proposal.q)
-            if params.greedy:
-                return accept_tree_greedy(tree, Rows(n, lambda i: greedy_token(logits(i))))
-            return accept_tree(tree, Rows(n, lambda i: distribution(logits(i), params)), self.rng)
+            return accept_tree_greedy(tree, argmax) if params.greedy else accept_tree(tree, p, self.rng)
         if params.greedy:
-            emitted, n_accepted = accept_greedy(proposal.ids, Rows(n, lambda i: greedy_token(logits(i))))
+            emitted, n_accepted = accept_greedy(proposal.ids, argmax)
         else:
-            emitted, n_accepted = accept_drafts(proposal.ids, proposal.q,
-                                                Rows(n, lambda i: distribution(logits(i), params)), self.rng)
+            emitted, n_accepted = accept_drafts(proposal.ids, proposal.q, p, self.rng)
         return emitted, list(range(n_accepted))

@@ -18,6 +18,7 @@ import numpy as np
 from jinja2 import Template
 
 from localspec.llama import LlamaError, common_prefix_len
+from localspec.sampling import distribution
 
 CONTROL = ["<s>", "<|im_start|>", "<|im_end|>"]
 BOS, IM_START, EOS = 0, 1, 2  # EOS is <|im_end|>, as in ChatML models
@@ -145,17 +146,23 @@ class FakeContext:
     rows of the one before, as llama.cpp's logits buffer is overwritten. With n_seq_max > 1 it
     verifies token trees (decode_tree, keep_path), each node's row computed from its own branch."""
 
+    backend = False  # whether sample_on_backend succeeds (SampledContext)
+
     def __init__(self, model: FakeModel, n_ctx: int = 512, n_seq_max: int = 1):
         self.model, self.n_ctx, self.n_seq_max = model, n_ctx, n_seq_max
         self._tree: list[int] | None = None  # the nodes of the last decode_tree, until keep_path
         self.tokens: list[int] = []
+        self.chain = None  # the SamplingParams a backend chain was installed with
         self._out = np.zeros((8, V), dtype=np.float32)  # the output rows of the last decode
         self._n_rows = 0
         self.closed = False
 
-    def decode(self, tokens: Sequence[int], logits: str = "last") -> None:
-        """Append tokens; compute rows for 'last', 'all' or 'none' of them."""
+    def decode(self, tokens: Sequence[int], logits: str = "last", sampled: bool = False) -> None:
+        """Append tokens; compute rows for 'last', 'all' or 'none' of them (sampled: as a backend chain)."""
         assert logits in ("last", "all", "none") and not self.closed
+        assert not sampled or self.chain is not None
+        if not sampled and logits != "none":
+            self.chain = None  # as llama.cpp's Context: raw rows again, the chain removed
         if len(self.tokens) + len(tokens) > self.n_ctx:
             raise LlamaError(f"context full: {len(self.tokens)} + {len(tokens)} tokens > --ctx {self.n_ctx}")
         if not tokens:
@@ -171,6 +178,10 @@ class FakeContext:
 
     def logits(self, row: int = -1) -> np.ndarray:
         """A float32 [V] view of an output row of the last decode (IndexError for a row not computed)."""
+        assert self.chain is None, "rows decoded with sampled=True have no logits"
+        return self._row(row)
+
+    def _row(self, row: int) -> np.ndarray:
         return self._out[: self._n_rows][row]
 
     def decode_tree(self, root: int, tokens: Sequence[int], parents: Sequence[int]) -> None:
@@ -191,6 +202,16 @@ class FakeContext:
         self.tokens.extend(self._tree[i] for i in path)
         self._tree = None
 
+    def sample_on_backend(self, params) -> bool:
+        """A backend sampler chain, where this fake has one (backend)."""
+        self.chain = params if self.backend else None
+        return self.backend
+
+    def keep_top_k_on_backend(self, k: int) -> bool:
+        """A backend top_k chain, where this fake has one (backend)."""
+        self.chain = k if self.backend else None
+        return self.backend
+
     def truncate(self, n: int) -> None:
         del self.tokens[n:]
 
@@ -203,6 +224,28 @@ class FakeContext:
         self.closed = True
 
 
+class SampledContext(FakeContext):
+    """A FakeContext with llama.cpp's backend sampling: each row as the chain returns it, a dense
+    float32 probability row over the vocabulary in a shuffled candidate order, 0 where filtered."""
+
+    backend = True
+
+    def sampled_token(self, row: int) -> int:
+        return int(np.argmax(self._row(row)))
+
+    def sampled_logits(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        row_logits = self._row(row)
+        ids = np.argpartition(-row_logits, self.chain - 1)[: self.chain]  # the k largest, any order
+        return ids.astype(np.int32), row_logits[ids]
+
+    def sampled_probs(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        d = distribution(self._row(row), self.chain)
+        probs = np.zeros(V, dtype=np.float32)
+        probs[d.ids] = d.probs
+        order = np.random.default_rng(row).permutation(V).astype(np.int32)  # candidates in any order
+        return order, probs[order]
+
+
 class RecordingContext(FakeContext):
     """A FakeContext that logs its calls: ("decode", start position, tokens, logits) and ("truncate", n)
     where a truncate dropped something."""
@@ -211,9 +254,9 @@ class RecordingContext(FakeContext):
         super().__init__(model, n_ctx)
         self.calls: list[tuple] = []
 
-    def decode(self, tokens: Sequence[int], logits: str = "last") -> None:
+    def decode(self, tokens: Sequence[int], logits: str = "last", sampled: bool = False) -> None:
         self.calls.append(("decode", len(self.tokens), list(tokens), logits))
-        super().decode(tokens, logits)
+        super().decode(tokens, logits, sampled)
 
     def truncate(self, n: int) -> None:
         if n < len(self.tokens):

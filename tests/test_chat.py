@@ -51,9 +51,9 @@ class DecodeLog:
         self.ctx, self.calls = ctx, []
         decode = ctx.decode
 
-        def logged(tokens, logits="last"):
+        def logged(tokens, logits="last", sampled=False):
             self.calls.append((len(tokens), logits))
-            return decode(tokens, logits)
+            return decode(tokens, logits, sampled)
 
         ctx.decode = logged
 

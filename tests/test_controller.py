@@ -316,7 +316,8 @@ def test_p_min_stops_doubtful_drafts_and_keeps_greedy_output():
 @pytest.fixture(scope="module")
 def smol(smol_path, smol_q4_0):
     """SmolLM2-135M as target and its Q4_0 copy as draft, loaded once for the module."""
-    from localspec.llama import Context, Model
+    from localspec.context import Context
+    from localspec.llama import Model
 
     target = Model(smol_path)
     return target, Context(target, n_ctx=256, n_threads=1), Context(Model(smol_q4_0), n_ctx=256, n_threads=1)

@@ -7,7 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from localspec.llama import Context, Model, TextStream, common_prefix_len
+from localspec.context import Context
+from localspec.llama import Model, TextStream, common_prefix_len
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec.llama import Context, LlamaError, Model, _branch_seqs
+from localspec.context import Context, _branch_seqs
+from localspec.llama import LlamaError, Model
 
 # Rows computed in batches of different shapes differ by float rounding (a few hundredths); a cell seen
 # that should not be (another branch's node) moves logits by whole units.

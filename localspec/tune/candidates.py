@@ -10,7 +10,8 @@ from typing import Callable, Sequence
 
 from .. import models
 from ..compat import first_difference
-from ..llama import QUANT_TYPES, Context, LlamaError, Model, gpu_offload_supported, quant_name
+from ..context import Context
+from ..llama import QUANT_TYPES, LlamaError, Model, gpu_offload_supported, quant_name
 from ..placement import draft_placement
 from ..session import LoadOptions
 from .options import DERIVED_QUANTS

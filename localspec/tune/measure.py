@@ -11,7 +11,8 @@ import numpy as np
 
 from ..config import GenerationConfig
 from ..drafters import ModelDrafter, NGramDrafter, Proposal, StopRule, one_hot
-from ..llama import Context, Model
+from ..context import Context
+from ..llama import Model
 from ..planner import CostTracker, source_names
 from ..sampling import SamplingParams, distribution, greedy_token, top_probability
 from ..session import Pair, make_sources

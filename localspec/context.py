@@ -1,0 +1,267 @@
+"""The bindings layer's llama.cpp context: one sequence's KV cache (several for a token tree), batch
+decode with logits for the rows asked for, no-copy views of them, rollback, and backend sampling (a
+sampler chain that judges each output row inside the decode).
+
+Part of the bindings layer with llama.py and devices.py (the only modules that import llama_cpp).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import llama_cpp as lc  # before numpy: see localspec/__init__.py
+
+import numpy as np
+
+from .llama import LlamaError, Model, common_prefix_len, default_threads
+
+# The most output rows one decode may ask a backend sampler chain to judge (llama.cpp sizes the
+# sampling graph by it): a verify of up to this many rows can arrive sampled.
+SAMPLED_ROWS_MAX = 64
+
+
+class Context:
+    """A llama.cpp context; `tokens` mirrors what its KV cache holds in sequence 0. With n_seq_max > 1
+    it can also verify a token tree in one decode (decode_tree, then keep_path)."""
+
+    ptr = None
+    _tree: tuple[list[list[int]], int, list[int]] | None = None  # the last decode_tree, until keep_path
+
+    def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
+                 n_seq_max: int = 1):
+        self.model = model
+        params = lc.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = n_batch
+        threads = n_threads or default_threads()
+        params.n_threads = params.n_threads_batch = threads
+        params.no_perf = True
+        # One cell pool for every sequence: sequence 0 keeps the whole n_ctx, a tree node's cell can be in
+        # several sequences, and llama.cpp splits a batch of coupled sequences only over a unified cache.
+        params.n_seq_max = n_seq_max
+        params.kv_unified = True
+        params.n_outputs_max_per_seq = SAMPLED_ROWS_MAX
+        self.ptr = lc.llama_init_from_model(model.ptr, params)
+        if not self.ptr:
+            raise LlamaError(f"llama.cpp could not create a context of {n_ctx} tokens; lower --ctx")
+        # llama.cpp pads n_ctx up (to 256) but clamps n_batch to the n_ctx asked for: honour both.
+        self.n_ctx = min(n_ctx, lc.llama_n_ctx(self.ptr))
+        self.n_batch = lc.llama_n_batch(self.ptr)
+        self.memory = lc.llama_get_memory(self.ptr)
+        self.n_seq_max = lc.llama_n_seq_max(self.ptr)
+        self._batch = lc.llama_batch_init(self.n_batch, 0, self.n_seq_max)
+        self.tokens: list[int] = []
+        self._rows: list[int] = []  # batch index of each output row of the last decode
+        self._chain = None  # the backend sampler chain installed for sequence 0, if any
+        self.chain_key: tuple | None = None  # (temperature, top_k, top_p, min_p) of that chain
+
+    def close(self) -> None:
+        if self.ptr:
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self.ptr)
+            self.ptr = None
+        if self._chain is not None:
+            lc.llama_sampler_free(self._chain)
+            self._chain = None
+
+    def __del__(self):
+        self.close()
+
+    def decode(self, tokens: Sequence[int], logits: str = "last", sampled: bool = False) -> None:
+        """Append tokens to the KV cache; output rows for 'last', 'all' or 'none' of them. sampled: the
+        rows arrive judged by the installed backend chain (sampled_*) instead of as logits."""
+        assert logits in ("last", "all", "none")
+        assert not sampled or self._chain is not None, "decode(sampled=True) needs a backend chain installed"
+        if not sampled and logits != "none" and self._chain is not None:
+            self._install(None)  # raw logits again: llama.cpp skips them for rows its chain judges
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise LlamaError(f"context full: {len(self.tokens)} + {len(tokens)} tokens > --ctx {self.n_ctx}")
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            is_last_chunk = start + self.n_batch >= len(tokens)
+            self._decode_chunk(chunk, logits if is_last_chunk else "none")
+
+    def _decode_chunk(self, tokens: Sequence[int], logits: str) -> None:
+        b, n, pos0 = self._batch, len(tokens), len(self.tokens)
+        for i, t in enumerate(tokens):
+            b.token[i] = t
+            b.pos[i] = pos0 + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = logits == "all" or (logits == "last" and i == n - 1)
+        b.n_tokens = n
+        rc = decode_sync(self.ptr, b)
+        if rc != 0:
+            raise LlamaError(f"llama_decode failed with code {rc} at position {pos0}; lower --ctx or --ngl")
+        self.tokens.extend(tokens)
+        self._rows = list(range(n)) if logits == "all" else [n - 1] if logits == "last" else []
+
+    def logits(self, row: int = -1) -> np.ndarray:
+        """A no-copy float32 [V] view of an output row of the last decode; valid until the next decode."""
+        assert self._chain is None, "rows decoded with sampled=True have no logits"
+        ptr = lc.llama_get_logits_ith(self.ptr, self._rows[row])
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
+
+    def decode_tree(self, root: int, tokens: Sequence[int], parents: Sequence[int]) -> None:
+        """Decode root (at the next position) and a token tree after it in ONE llama_decode, with logits
+        for every row: row 0 is root's, row i + 1 node i's. parents[i] is node i's parent, -1 for root;
+        nodes are listed parents first. Each leaf's branch is one sequence (0, 1, ...); a node is in the
+        sequences of the branches through it, at the position of its depth, and sees only its ancestors."""
+        if self._chain is not None:
+            self._install(None)  # raw logits for every row: the backend chain serves sequence 0 only
+        seqs, depths = _branch_seqs(parents), _depths(parents)
+        n_branches = 1 + max((s[-1] for s in seqs), default=0)
+        pos0 = len(self.tokens)
+        if n_branches > self.n_seq_max:
+            raise LlamaError(f"a tree of {n_branches} branches needs a context of n_seq_max >= {n_branches}")
+        if len(tokens) + 1 > self.n_batch or pos0 + 1 + max(depths, default=0) > self.n_ctx:
+            raise LlamaError(f"a tree of {len(tokens)} nodes does not fit the batch {self.n_batch} or --ctx {self.n_ctx}")
+        for s in range(1, n_branches):  # the context's cells join every branch's sequence
+            lc.llama_memory_seq_cp(self.memory, 0, s, -1, -1)
+        b = self._batch
+        rows = [(root, pos0, range(n_branches))] + [(t, pos0 + d, s) for t, d, s in zip(tokens, depths, seqs)]
+        for i, (token, pos, in_seqs) in enumerate(rows):
+            b.token[i], b.pos[i], b.logits[i], b.n_seq_id[i] = token, pos, True, len(in_seqs)
+            for j, s in enumerate(in_seqs):
+                b.seq_id[i][j] = s
+        b.n_tokens = len(rows)
+        rc = decode_sync(self.ptr, b)
+        if rc != 0:
+            lc.llama_memory_seq_rm(self.memory, -1, pos0, -1)
+            lc.llama_memory_seq_keep(self.memory, 0)
+            raise LlamaError(f"llama_decode failed with code {rc} on a tree at position {pos0}; lower --ctx")
+        self.tokens.append(root)
+        self._rows = list(range(len(rows)))
+        self._tree = (seqs, pos0 + 1, list(tokens))
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After decode_tree: keep root and the nodes of path (a chain from a child of root down) in
+        sequence 0, and remove every other cell of the tree from the cache."""
+        assert self._tree is not None, "keep_path() follows decode_tree()"
+        seqs, start, tokens = self._tree
+        branch = seqs[path[-1]][0] if path else 0  # a branch through the last node holds the whole path
+        assert all(branch in seqs[i] for i in path) and len(path) == len(set(path)), path
+        if branch != 0:
+            lc.llama_memory_seq_rm(self.memory, 0, start, -1)
+            lc.llama_memory_seq_cp(self.memory, branch, 0, start, start + len(path))
+        else:
+            lc.llama_memory_seq_rm(self.memory, 0, start + len(path), -1)
+        lc.llama_memory_seq_keep(self.memory, 0)  # frees the cells no longer in sequence 0
+        self.tokens.extend(tokens[i] for i in path)
+        self._tree = None
+    # --- backend sampling: llama.cpp's sampler chain judges each output row inside the decode ------
+    def sample_on_backend(self, params) -> bool:
+        """Install llama.cpp's sampler chain for sequence 0: top_k, top_p, min_p, temperature, then dist
+        (its probabilities), or greedy at temperature 0. params: a SamplingParams. False where the
+        chain cannot run on this device. Rows then arrive as sampled_token / sampled_probs."""
+        return self._install(("chain", params.temperature, params.top_k, params.top_p, params.min_p))
+
+    def keep_top_k_on_backend(self, k: int) -> bool:
+        """Install a chain of top_k alone: each row arrives as its k largest logits (sampled_logits)."""
+        return self._install(("top_k", k))
+
+    def _install(self, key: tuple | None) -> bool:
+        """Make the chain described by key (None: no chain) the one for sequence 0; the next decode
+        re-plans its graph after a change, so callers keep one chain per generation."""
+        if key == self.chain_key:
+            return True
+        old, self._chain, self.chain_key = self._chain, None, None
+        lc.llama_set_sampler(self.ptr, 0, None)
+        if old is not None:
+            lc.llama_sampler_free(old)
+        if key is None:
+            return True
+        chain = _sampler_chain(key)
+        if not lc.llama_set_sampler(self.ptr, 0, chain):
+            lc.llama_sampler_free(chain)
+            return False
+        self._chain, self.chain_key = chain, key
+        return True
+
+    def sampled_token(self, row: int) -> int:
+        """The token the greedy chain chose for an output row of the last sampled decode."""
+        return lc.llama_get_sampled_token_ith(self.ptr, self._rows[row])
+
+    def sampled_probs(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """No-copy views (candidate ids int32 [n], probabilities float32 [n]) of a row of the last
+        sampled decode; filtered-out candidates have probability 0. Valid until the next decode."""
+        return self._sampled_row(row, lc.llama_get_sampled_probs_count_ith, lc.llama_get_sampled_probs_ith)
+
+    def sampled_logits(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """No-copy views (candidate ids int32 [n], logits float32 [n]) of a row of the last sampled
+        decode under a top_k chain: the row's k largest logits, in no particular order."""
+        return self._sampled_row(row, lc.llama_get_sampled_logits_count_ith, lc.llama_get_sampled_logits_ith)
+
+    def _sampled_row(self, row: int, count, values) -> tuple[np.ndarray, np.ndarray]:
+        """(candidate ids, values) of a sampled row, read through llama.cpp's count and values getters."""
+        i = self._rows[row]
+        n = count(self.ptr, i)
+        if n == 0:
+            raise LlamaError("llama.cpp's backend sampler produced no rows on this device; "
+                             "set LOCALSPEC_BACKEND_SAMPLING=0 to sample in numpy")
+        # Where no filter chose candidates, llama.cpp returns the whole vocabulary in order: ids 0 .. n-1.
+        ids = np.ctypeslib.as_array(lc.llama_get_sampled_candidates_ith(self.ptr, i), shape=(n,))
+        return ids, np.ctypeslib.as_array(values(self.ptr, i), shape=(n,))
+
+    def truncate(self, n: int) -> None:
+        """Drop the KV cells at positions >= n (rollback)."""
+        if n >= len(self.tokens):
+            return
+        if not lc.llama_memory_seq_rm(self.memory, 0, n, -1):
+            raise LlamaError(f"{self.model.path.name} cannot roll back its cache (recurrent model?); "
+                             "speculative decoding needs a transformer model")
+        del self.tokens[n:]
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Keep the longest cached prefix shared with tokens, drop the rest; return its length."""
+        n = common_prefix_len(self.tokens, tokens)
+        self.truncate(n)
+        return n
+
+
+def _depths(parents: Sequence[int]) -> list[int]:
+    """Depth of each tree node below the root (1 for the root's children); nodes listed parents first."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
+def _branch_seqs(parents: Sequence[int]) -> list[list[int]]:
+    """The sequence ids of each tree node: one sequence per leaf (in node order), a node in all of its
+    leaves' sequences, sorted."""
+    has_child = set(parents)
+    seqs: list[list[int]] = [[] for _ in parents]
+    for seq, leaf in enumerate(i for i in range(len(parents)) if i not in has_child):
+        node = leaf
+        while node >= 0:
+            seqs[node].append(seq)
+            node = parents[node]
+    return seqs
+
+
+def decode_sync(ctx, batch) -> int:
+    """llama_decode, then wait for the backend: on asynchronous backends (RPC, GPUs) llama_decode
+    returns before the compute ends, and the controller's timings must see the whole verify."""
+    rc = lc.llama_decode(ctx, batch)
+    if rc == 0:
+        lc.llama_synchronize(ctx)
+    return rc
+def _sampler_chain(key: tuple):
+    """A new llama.cpp sampler chain for a key of Context._install: ("top_k", k) alone, or ("chain",
+    temperature, top_k, top_p, min_p): top_k, top_p, min_p, temperature, dist; greedy at temperature 0."""
+    if key[0] == "top_k":
+        links = [lc.llama_sampler_init_top_k(key[1])]
+    elif key[1] == 0:
+        links = [lc.llama_sampler_init_greedy()]
+    else:
+        _, temperature, top_k, top_p, min_p = key
+        links = [lc.llama_sampler_init_top_k(top_k)] if top_k > 0 else []
+        links += [lc.llama_sampler_init_top_p(top_p, 1)] if top_p < 1.0 else []
+        links += [lc.llama_sampler_init_min_p(min_p, 1)] if min_p > 0.0 else []
+        # dist's own draw is unused: only its probabilities are read
+        links += [lc.llama_sampler_init_temp(temperature), lc.llama_sampler_init_dist(0)]
+    chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+    for link in links:
+        lc.llama_sampler_chain_add(chain, link)
+    return chain

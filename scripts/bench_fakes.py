@@ -1,0 +1,117 @@
+"""A Context whose decode only fills rows, for timing the controller around it (bench_controller.py).
+
+Rows are real-sized (the model's whole vocabulary), noise plus a peak on the next token of a fixed
+script and three runner-up tokens that depend on the seed, so a draft context with another seed agrees
+on the argmax (T=0) but not on the whole distribution (T>0). What llama.cpp's backend sampler chain
+would return for a row is computed inside decode, as llama.cpp computes it inside llama_decode.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from localspec.context import SAMPLED_ROWS_MAX
+from localspec.llama import Model, common_prefix_len
+from localspec.sampling import SamplingParams, distribution
+
+SCRIPT = '''def merge_sort(items):
+    """Return a sorted copy of items."""
+    if len(items) <= 1:
+        return list(items)
+    middle = len(items) // 2
+    left, right = merge_sort(items[:middle]), merge_sort(items[middle:])
+    merged = []
+    while left and right:
+        merged.append(left.pop(0) if left[0] <= right[0] else right.pop(0))
+    return merged + left + right
+'''
+# Logits: the script's next token, 3 runners-up, the noise's scale. The draft's confidence (top 10 at
+# T=1) is then about 0.84, above the fixed p-min of 0.75, so drafts are made.
+PEAK, RUNNER_UP, NOISE = 16.0, 13.2, 1.5
+
+
+class RowsContext:
+    """The surface of localspec.llama.Context over synthetic rows of the model's vocabulary size."""
+
+    def __init__(self, model: Model, seed: int, n_ctx: int = 8192, sweep_mb: int = 0):
+        self.model, self.n_ctx, self.seed = model, n_ctx, seed
+        # Memory each decode reads through, as a real decode streams the weights: the controller then
+        # runs with cold caches, as it does after a decode on the CPU.
+        self._sweep = np.ones(sweep_mb << 18, dtype=np.float32)
+        self.tokens: list[int] = []
+        self.chain_key: tuple | None = None
+        self.script = model.tokenize(SCRIPT, add_special=False)
+        vocab = model.n_vocab
+        self._bank = (np.random.default_rng(seed).standard_normal((4, vocab)) * NOISE).astype(np.float32)
+        self._out = np.zeros((SAMPLED_ROWS_MAX, vocab), dtype=np.float32)  # [rows, V]
+        self._judged: list = [None] * SAMPLED_ROWS_MAX  # what the backend chain returned per row
+        self._all_ids = np.arange(vocab, dtype=np.int32)
+        self._n_rows = 0
+
+    def decode(self, tokens: Sequence[int], logits: str = "last", sampled: bool = False) -> None:
+        if not sampled and logits != "none":
+            self.chain_key = None
+        self._sweep.sum()
+        start = len(self.tokens)
+        self.tokens.extend(tokens)
+        ends = range(start, len(self.tokens)) if logits == "all" else [len(self.tokens) - 1] * (logits == "last")
+        for i, pos in enumerate(ends):
+            row = self._out[i]
+            row[:] = self._bank[pos % 4]
+            row[self._runners_up(pos)] = RUNNER_UP
+            row[self.script[(pos + 1) % len(self.script)]] = PEAK
+            self._judged[i] = self._judge(row) if sampled else None
+        self._n_rows = len(ends)
+
+    def _runners_up(self, pos: int) -> np.ndarray:
+        return (np.arange(1, 4) * 7919 * (pos + 3 + self.seed * 101)) % self.model.n_vocab
+
+    def _judge(self, row: np.ndarray):
+        """What llama.cpp's chain returns for a row: its top k logits, the greedy token, or probabilities."""
+        if self.chain_key[0] == "top_k":
+            k = self.chain_key[1]
+            ids = np.argpartition(-row, k - 1)[:k].astype(np.int32)
+            return ids, row[ids]
+        params = SamplingParams(*self.chain_key[1:])
+        if params.greedy:
+            return int(np.argmax(row))
+        d = distribution(row, params)
+        if params.top_k == 0:  # llama.cpp returns every token's probability, 0 where filtered
+            probs = np.zeros(row.size, dtype=np.float32)
+            probs[d.ids] = d.probs
+            return self._all_ids, probs
+        ids = np.argpartition(-row, params.top_k - 1)[: params.top_k].astype(np.int32)
+        probs = np.zeros(ids.size, dtype=np.float32)
+        probs[np.searchsorted(np.sort(ids), d.ids)] = d.probs  # top-k survivors in sorted-id order
+        return np.sort(ids), probs
+
+    def logits(self, row: int = -1) -> np.ndarray:
+        assert self.chain_key is None
+        return self._out[: self._n_rows][row]
+
+    def sample_on_backend(self, params) -> bool:
+        self.chain_key = ("chain", params.temperature, params.top_k, params.top_p, params.min_p)
+        return True
+
+    def keep_top_k_on_backend(self, k: int) -> bool:
+        self.chain_key = ("top_k", k)
+        return True
+
+    def sampled_token(self, row: int) -> int:
+        return self._judged[: self._n_rows][row]
+
+    def sampled_probs(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._judged[: self._n_rows][row]
+
+    def sampled_logits(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._judged[: self._n_rows][row]
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        n = common_prefix_len(self.tokens, tokens)
+        self.truncate(n)
+        return n
