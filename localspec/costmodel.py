@@ -138,14 +138,17 @@ class FixedStop:
 
 
 class Ema:
-    """An exponential moving average that starts at its first sample."""
+    """A moving average: the mean of the first 1/weight samples, then exponential. A value loaded
+    from an earlier process counts as `n` samples (see tracker.from_dict), so this run's first
+    measurements move it at once."""
 
     def __init__(self, weight: float = 0.1):
         self.weight, self.value, self.n = weight, None, 0
 
     def add(self, x: float) -> None:
         self.n += 1
-        self.value = x if self.value is None else self.value + self.weight * (x - self.value)
+        w = max(self.weight, 1.0 / self.n)
+        self.value = x if self.value is None else self.value + w * (x - self.value)
 
 
 

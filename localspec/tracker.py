@@ -193,8 +193,11 @@ class CostTracker:
         t = cls()
         for name in ("draft_s", "overhead_s", "step_tokens", "step_s"):
             _load_ema(getattr(t, name), data[name])
+        # The plain step is measured afresh by the first step of each process: while drafting pays,
+        # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
         for k, e in data["verify"].items():
-            _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
+            if int(k) != 1:
+                _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
         t.positions = PositionAcceptance.from_rows(_scaled(data["positions"], max_count))
         t.buckets = {int(b): PositionAcceptance.from_rows(_scaled(rows, max_count))
                      for b, rows in data.get("buckets", {}).items()}
@@ -210,8 +213,9 @@ def _overall(counts: PositionAcceptance, prior: float, weight: float) -> float:
 
 
 def _load_ema(ema: Ema, saved: Sequence) -> None:
+    """A saved average, weighing as one sample: this run's own measurements soon replace it."""
     value, n = saved
-    ema.value, ema.n = (None if value is None else float(value)), int(n)
+    ema.value, ema.n = (None if value is None else float(value)), min(int(n), 1)
 
 
 def _scaled(rows: Sequence[Sequence[int]], max_count: int) -> list[list[int]]:
