@@ -187,7 +187,7 @@ class Planner:
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
         for i, limit, bucket, _ in offers:
             gamma, rate = self.sources[i][1].plan(limit, bucket)
-            if gamma and rate > best.rate:
+            if gamma and rate > best.rate and self.sources[i][1].confirmed():
                 best = Choice(i, gamma, bucket, rate)
         probe = max((self._probe(c, best.rate, plain_s) for c in offers), key=lambda c: c.rate)
         if probe[:2] != best[:2] and probe.rate > best.rate * (1 + self.sources[probe.source][1].min_gain):

@@ -29,7 +29,8 @@ from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, Ema, FixedSt
                         VerifyCurve, best_gamma)
 from .treeplan import SiblingAcceptance
 
-WARM_MAX_COUNT = 64  # saved acceptance counts weigh at most this many observations in a new process
+CONFIRM_STEPS = 2   # own drafting steps before a loaded tracker's point estimate is a known choice
+WARM_MAX_COUNT = 8   # saved acceptance counts weigh at most this many observations in a new process
 
 
 class Estimate(NamedTuple):
@@ -63,6 +64,14 @@ class CostTracker:
     step_tokens: Ema = field(default_factory=Ema)  # tokens and seconds of drafting steps: the rate achieved
     step_s: Ema = field(default_factory=Ema)
     siblings: SiblingAcceptance = field(default_factory=SiblingAcceptance)  # a tree's next-best guesses
+    loaded: bool = False  # started from an earlier process's measurements (from_dict)
+    own_drafts: int = 0   # drafting steps this tracker has measured itself
+
+    def confirmed(self) -> bool:
+        """Whether the point estimate rests on this process's own measurements: loaded ones may be
+        stale (another moment's load, another placement), so until two drafting steps here confirm
+        them, drafting on them is exploration, under the planner's budget."""
+        return not self.loaded or self.own_drafts >= CONFIRM_STEPS
 
     def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float,
                confidences: Sequence[float] = (), bucket: int = 0, width: int | None = None,
@@ -74,6 +83,7 @@ class CostTracker:
         self.verify.add(width or n_drafted + 1, verify_s)
         self.overhead_s.add(overhead_s)
         if n_drafted:
+            self.own_drafts += 1
             self.draft_s.add(draft_s / n_drafted)
             self.step_tokens.add(emitted or n_accepted + 1)
             self.step_s.add(draft_s + verify_s + overhead_s)
@@ -190,7 +200,7 @@ class CostTracker:
         """A tracker that starts from saved measurements (files without buckets, from before they
         were kept, load with none). Counts are scaled down to at most max_count per position and per
         confidence bin, so that this run's own steps soon outweigh them."""
-        t = cls()
+        t = cls(loaded=True)
         for name in ("draft_s", "overhead_s", "step_tokens", "step_s"):
             _load_ema(getattr(t, name), data[name])
         # The plain step is measured afresh by the first step of each process: while drafting pays,

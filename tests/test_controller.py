@@ -91,7 +91,8 @@ def test_every_drafter_kind_keeps_greedy_output(drafter, gamma):
         assert spec == baseline and reply.finish_reason == "length"
         assert reply.stats.drafter == {"hybrid": "ngram+model"}.get(drafter, drafter)
         drafted.update({name: d for name, (d, _) in reply.stats.by_drafter.items()})
-    assert set(+drafted) == set(reply.stats.drafter.split("+"))  # each source drafted (+: counts above 0)
+    if gamma is not None:  # under auto, who drafts follows live timings (a loaded machine may skip one)
+        assert set(+drafted) == set(reply.stats.drafter.split("+"))  # each source drafted (+: counts above 0)
 
 
 # --- the verify batches and rollbacks ----------------------------------------------------------------

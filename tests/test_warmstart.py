@@ -9,7 +9,8 @@ import pytest
 from fakes import fake_contexts
 from localspec import warmstart
 from localspec.config import GenerationConfig
-from localspec.planner import CostTracker
+from localspec.drafters import NGramDrafter, Proposal
+from localspec.planner import CostTracker, Planner
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair, Reply
 
@@ -108,3 +109,30 @@ def test_files_from_before_match_length_buckets_load_and_broken_buckets_are_igno
     saved["trackers"]["ngram/greedy"]["buckets"] = "nonsense"
     path.write_text(json.dumps(saved))
     assert warmstart.load(key) == {}
+
+
+def test_stale_saved_costs_are_explored_under_the_budget_not_exploited():
+    # Saved: a cheap draft that pays. Now the draft costs ten times more and never pays. Taken as
+    # known, the saved numbers would draft; loaded, drafting on them is exploration (under the
+    # budget) until this process's own steps confirm them, and after at most two expensive steps
+    # the planner decodes plain.
+    tokens = list(range(100, 140)) * 3
+
+    def planner_over(tracker):
+        planner = Planner([(NGramDrafter(), tracker)], GenerationConfig(max_tokens=500))
+        plain = planner.plan(tokens, 400)
+        assert plain.source is None                       # the plain step is measured afresh first
+        planner.record(plain, Proposal([], []), 0, 0.0, 0.10, 0.001)
+        return planner
+
+    saved = json.loads(json.dumps(measured().to_dict()))
+    trusted = CostTracker.from_dict(saved)
+    trusted.loaded = False
+    assert planner_over(trusted).plan(tokens, 400).source == 0   # as known: it would draft
+    loaded = CostTracker.from_dict(saved)
+    planner, steps = planner_over(loaded), 0
+    while (plan := planner.plan(tokens, 400)).source is not None and steps < 20:
+        assert not loaded.confirmed() and planner._explored is not None  # drafting here is exploring
+        planner.record(plan, Proposal([0] * plan.gamma, []), plan.gamma, 0.1 * plan.gamma, 0.15, 0.001)
+        steps += 1
+    assert steps <= 2 and planner.plan(tokens, 400).source is None
