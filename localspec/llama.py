@@ -1,9 +1,9 @@
-"""The bindings layer: with devices.py (ggml's devices and RPC), the only modules that import llama_cpp.
+"""The bindings layer: with context.py (contexts) and devices.py (ggml's devices and RPC), the only
+modules that import llama_cpp.
 
 Thin wrappers over llama-cpp-python's low-level ctypes API: load a model (on the devices asked
-for), decode a batch with logits only for the rows asked for, view a row of logits without copying,
-drop KV cells after a position (rollback), tokenize and detokenize, vocabulary facts, chat templates
-and quantize.
+for), tokenize and detokenize, vocabulary facts, chat templates and quantize. Contexts (decode,
+logits, rollback, trees, backend sampling) are in context.py.
 """
 
 from __future__ import annotations
