@@ -239,18 +239,23 @@ def keep_alive(endpoint: str, idle_s: int = 5, interval_s: int = 2, probes: int 
     armed = 0
     for fd in map(int, fds):
         try:
-            with socket.socket(fileno=os.dup(fd)) as s:  # a dup: options land on the shared socket
-                if s.type != socket.SOCK_STREAM or s.getpeername()[:2] != (address, port):
-                    continue
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                limit_ms = (idle_s + interval_s * probes) * 1000
-                for option, value in (("TCP_KEEPIDLE", idle_s), ("TCP_KEEPINTVL", interval_s), ("TCP_KEEPCNT", probes),
-                                      ("TCP_USER_TIMEOUT", limit_ms)):
-                    if hasattr(socket, option):
-                        s.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
-                armed += 1
-        except OSError:  # not a socket, or not a connected one
+            s = socket.socket(fileno=fd)  # a view of fd, detached below: never closes it
+        except OSError:  # not a socket (or already closed)
             continue
+        try:
+            if s.type != socket.SOCK_STREAM or s.getpeername()[:2] != (address, port):
+                continue
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            limit_ms = (idle_s + interval_s * probes) * 1000
+            for option, value in (("TCP_KEEPIDLE", idle_s), ("TCP_KEEPINTVL", interval_s), ("TCP_KEEPCNT", probes),
+                                  ("TCP_USER_TIMEOUT", limit_ms)):
+                if hasattr(socket, option):
+                    s.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+            armed += 1
+        except OSError:  # not a connected socket
+            continue
+        finally:
+            s.detach()  # the fd stays open, as ggml holds it
     return armed
 
 
