@@ -11,7 +11,8 @@ from typing import Callable, Sequence
 from .. import models
 from ..compat import first_difference
 from ..context import Context
-from ..llama import QUANT_TYPES, LlamaError, Model, gpu_offload_supported, quant_name
+from ..devices import local_devices, rpc_endpoints
+from ..llama import QUANT_TYPES, LlamaError, Model, quant_name
 from ..placement import draft_placement
 from ..session import LoadOptions
 from .options import DERIVED_QUANTS
@@ -50,8 +51,9 @@ def hybrid_of(cand: Candidate) -> Candidate:
 
 
 def default_devices() -> tuple[str, ...]:
-    """Where drafts are tried: on the CPU, and on the GPU too when llama.cpp was built with one."""
-    return ("cpu", "gpu") if gpu_offload_supported() else ("cpu",)
+    """Where drafts are tried: on the CPU, and offloaded too where there is a device to offload to (a
+    GPU here, or an RPC server added); an RPC-enabled build alone offers none."""
+    return ("cpu", "gpu") if local_devices() or rpc_endpoints() else ("cpu",)
 
 
 def derived_path(src: Path, quant: str) -> Path:

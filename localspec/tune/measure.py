@@ -11,6 +11,7 @@ import numpy as np
 
 from ..config import GenerationConfig
 from ..drafters import ModelDrafter, NGramDrafter, Proposal, StopRule, one_hot
+from ..treeplan import BranchRule
 from ..context import Context
 from ..llama import Model
 from ..planner import CostTracker, source_names
@@ -32,7 +33,8 @@ class ProbeDrafter:
     def __init__(self, token: int):
         self.token = token
 
-    def propose(self, context: Sequence[int], k: int, rng=None, stop: StopRule | None = None) -> Proposal:
+    def propose(self, context: Sequence[int], k: int, rng=None, stop: StopRule | None = None,
+                branch: BranchRule | None = None) -> Proposal:
         return Proposal([self.token] * k, [one_hot(self.token)] * k)
 
     def observe(self, n_accepted: int) -> None:
@@ -54,9 +56,10 @@ class TimedDrafter:
         self.inner, self.name = inner, inner.name
         self.seconds, self.decodes = 0.0, 0
 
-    def propose(self, context: Sequence[int], k: int, rng=None, stop: StopRule | None = None) -> Proposal:
+    def propose(self, context: Sequence[int], k: int, rng=None, stop: StopRule | None = None,
+                branch: BranchRule | None = None) -> Proposal:
         t0 = time.perf_counter()
-        proposal = self.inner.propose(context, k, rng, stop)
+        proposal = self.inner.propose(context, k, rng, stop, branch)
         self.seconds += time.perf_counter() - t0
         n = len(proposal.ids)
         self.decodes += k if n == k else n + 1

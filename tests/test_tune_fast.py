@@ -1,0 +1,53 @@
+"""Tune's own drafters (a probe that times verifies, a timer around a model draft) in the real
+controller loop on fake contexts: they follow the drafter protocol the controller calls."""
+
+from __future__ import annotations
+
+import inspect
+
+from localspec.drafters import Drafter, ModelDrafter
+from localspec.sampling import SamplingParams
+from localspec.tune.measure import ProbeDrafter, TimedDrafter, run_drafter
+from localspec.tune.options import TuneOptions
+
+from fakes import fake_contexts
+
+OPTIONS = TuneOptions(max_tokens=12, gamma_max=3, budget_s=None)
+
+
+def test_probe_drafter_times_verifies_of_k_tokens_in_the_loop():
+    target, _ = fake_contexts(draft=False)
+    prompt = target.model.tokenize("def add(a, b):")
+    for k in (2, 4):
+        stats = run_drafter(target, prompt, ProbeDrafter(target.model.n_vocab - 1), OPTIONS, k - 1, 0, max_tokens=k + 3)
+        n, seconds = stats.verify_at[k]
+        assert n >= 1 and seconds > 0  # every step verified k tokens: k - 1 probes and the bonus row
+
+
+def test_timed_drafter_counts_the_draft_decodes_of_a_model_draft():
+    target, draft = fake_contexts()
+    prompt = target.model.tokenize("The capital of France is")
+    timed = TimedDrafter(ModelDrafter(draft, SamplingParams(temperature=0.0)))
+    stats = run_drafter(target, prompt, timed, OPTIONS, 3, 0)
+    assert stats.steps > 0 and stats.drafted > 0
+    assert timed.decodes >= stats.drafted and timed.seconds > 0
+
+
+def test_every_drafter_takes_the_protocols_arguments():
+    """The controller calls propose(context, k, rng, stop, branch) on whatever drafter it holds."""
+    protocol = list(inspect.signature(Drafter.propose).parameters)[1:]
+    for cls in (ProbeDrafter, TimedDrafter):
+        params = list(inspect.signature(cls.propose).parameters)[1:]
+        assert params == protocol, f"{cls.__name__}.propose{params} differs from Drafter.propose{protocol}"
+
+
+def test_drafts_are_tried_offloaded_only_where_a_device_takes_layers(monkeypatch):
+    """An RPC-enabled build reports GPU offload support with no GPU: tune would time every draft
+    twice on the CPU and label half the rows 'gpu'."""
+    from localspec.tune import candidates
+
+    monkeypatch.setattr(candidates, "local_devices", lambda: [])
+    monkeypatch.setattr(candidates, "rpc_endpoints", lambda: [])
+    assert candidates.default_devices() == ("cpu",)
+    monkeypatch.setattr(candidates, "rpc_endpoints", lambda: ["127.0.0.1:50052"])
+    assert candidates.default_devices() == ("cpu", "gpu")
