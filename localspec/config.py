@@ -50,6 +50,7 @@ class GenerationConfig:
     drafter: str = "auto"  # one of DRAFTERS
     p_min: float | None = None  # the draft model stops below this confidence; None: where it stops paying
     logprobs: int | None = None  # give each Piece its log-probability under the target and this many alternatives
+    trees: bool = True  # token trees where the planner finds they pay; False: chains only (benchmarks compare)
 
     def validate(self) -> GenerationConfig:
         """Return self, or raise GenerationError naming the bad value and the fix."""

@@ -105,7 +105,7 @@ class SpeculativeDecoder:
         check_fits(len(prompt), self.target.n_ctx)
         stats = GenerationStats(prompt_tokens=len(prompt), gamma_mode="auto" if config.gamma is None else str(config.gamma),
                                 drafter="+".join(d.name for d, _ in self.sources) or "none")
-        planner = Planner(self.sources, config, max_branches=self.target.n_seq_max)
+        planner = Planner(self.sources, config, max_branches=self.target.n_seq_max if config.trees else 1)
         with Stopwatch(stats, "prefill_s"):
             self._prefill(prompt, stats, planner)
         run = _Run(self.target, planner, config, stats, cancel)

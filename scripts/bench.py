@@ -10,7 +10,7 @@ writes bench.md, bench.json and (with matplotlib) speedup.png and alpha.png.
     python scripts/bench.py --gpu                    # all layers on the GPU, ours and llama.cpp's
     python scripts/bench.py --quick                  # tiny SmolLM2 models: checks the report's shape
 
-Scenarios: plain (target-only); DRAFTER:GAMMA with DRAFTER model|ngram|hybrid and GAMMA N or auto;
+Scenarios: plain (target-only); DRAFTER:GAMMA with DRAFTER model|ngram|hybrid|chain (model, token trees off) and GAMMA N or auto;
 llamacpp:N (llama-speculative-simple --spec-type draft-simple, n_max N, same pair) and
 llamacpp-ngram:N (--spec-type ngram-simple, drafts of up to N tokens) and llamacpp-tree:N
 (examples/speculative's token trees: llama-speculative, n_max N, --tree-branches, --tree-p-split). The llama.cpp ones need
@@ -118,14 +118,14 @@ class Scenario:
     label: str
     engine: str            # localspec | llamacpp
     gamma: int | None      # None: auto (localspec only)
-    drafter: str = "auto"  # localspec: model | ngram | hybrid | auto; llamacpp: draft-simple | ngram-simple | tree
+    drafter: str = "auto"  # localspec: model | ngram | hybrid | chain (model, no trees) | auto; llamacpp: draft-simple | ngram-simple | tree
 
     @property
     def family(self) -> str:
         """Which kind of guess: model, ngram or hybrid (plain for target-only)."""
         if self.gamma == 0:
             return "plain"
-        return {"draft-simple": "model", "ngram-simple": "ngram"}.get(self.drafter, self.drafter)
+        return {"draft-simple": "model", "ngram-simple": "ngram", "chain": "model"}.get(self.drafter, self.drafter)
 
 
 def parse_scenarios(spec: str) -> list[Scenario]:
@@ -136,7 +136,7 @@ def parse_scenarios(spec: str) -> list[Scenario]:
         try:
             out.append(_scenario(name, gamma))
         except ValueError:
-            sys.exit(f"bench.py: bad scenario {item!r}; use plain, model|ngram|hybrid:N|auto, llamacpp:N "
+            sys.exit(f"bench.py: bad scenario {item!r}; use plain, model|ngram|hybrid|chain:N|auto, llamacpp:N "
                      "llamacpp-ngram:N or llamacpp-tree:N (N >= 1)")
     return out
 
@@ -144,7 +144,7 @@ def parse_scenarios(spec: str) -> list[Scenario]:
 def _scenario(name: str, gamma: str) -> Scenario:
     if name == "plain" and not gamma:
         return Scenario("target-only", "localspec", 0)
-    if name in ("model", "ngram", "hybrid"):
+    if name in ("model", "ngram", "hybrid", "chain"):
         g = None if gamma in ("", "auto") else int(gamma)
         if g is not None and g < 1:
             raise ValueError(gamma)
@@ -302,8 +302,9 @@ def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths
 
 def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, runs: Runs) -> None:
     p_min = {} if args.p_min is None else {"p_min": args.p_min}
+    chain = sc.drafter == "chain"  # the model drafter with token trees off
     cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=sc.gamma, sampling=sampling_params(args), seed=seed,
-                           drafter=sc.drafter, gamma_max=GAMMA_MAX, **p_min)
+                           drafter="model" if chain else sc.drafter, gamma_max=GAMMA_MAX, trees=not chain, **p_min)
     *_, reply = pair.stream(prompt, cfg)
     runs.results[sc.label].append(reply.stats)
     print(f"  {sc.label}: {reply.stats.tokens_per_s:.1f} tok/s", file=sys.stderr)

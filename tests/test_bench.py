@@ -92,10 +92,11 @@ def test_bench_skips_llamacpp_without_its_tools(tmp_path):
 
 
 def test_parse_scenarios():
-    got = bench.parse_scenarios("plain,model:4,hybrid:auto,llamacpp:8,llamacpp-ngram:16")
+    got = bench.parse_scenarios("plain,model:4,hybrid:auto,llamacpp:8,llamacpp-ngram:16,chain:auto")
     assert [(s.engine, s.gamma, s.drafter, s.family) for s in got] == [
         ("localspec", 0, "auto", "plain"), ("localspec", 4, "model", "model"), ("localspec", None, "hybrid", "hybrid"),
-        ("llamacpp", 8, "draft-simple", "model"), ("llamacpp", 16, "ngram-simple", "ngram")]
+        ("llamacpp", 8, "draft-simple", "model"), ("llamacpp", 16, "ngram-simple", "ngram"),
+        ("localspec", None, "chain", "model")]
     for bad in ("llamacpp:auto", "model:0", "plain:2", "bogus:3"):
         with pytest.raises(SystemExit, match="bad scenario"):
             bench.parse_scenarios(bad)

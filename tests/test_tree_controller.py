@@ -121,6 +121,16 @@ def test_without_trees_the_planner_keeps_chains(always_branch):
     assert stats.tree_steps == 0
 
 
+def test_trees_off_keeps_chains_on_a_tree_context(always_branch):
+    # config.trees=False (bench.py's chain scenario) on a context that verifies trees; same text.
+    target, draft = fake_contexts(n_ctx=256, noise=1.0, n_seq_max=4)
+    prompt = target.model.tokenize(PROMPT)
+    sources = lambda: [(ModelDrafter(draft, GREEDY), EagerTracker())]  # noqa: E731
+    tree, tree_stats = run(target, sources(), prompt, GenerationConfig(48, None, GREEDY, p_min=0.0))
+    chain, chain_stats = run(target, sources(), prompt, GenerationConfig(48, None, GREEDY, p_min=0.0, trees=False))
+    assert chain == tree and tree_stats.tree_steps > 0 and chain_stats.tree_steps == 0
+
+
 # --- T > 0 -------------------------------------------------------------------------------------------
 def first_two(n: int, seed0: int) -> tuple[np.ndarray, int]:
     """The first two tokens of n seeded generations with trees (codes t1 * V + t2), and tree steps."""
