@@ -13,6 +13,7 @@ import llama_cpp as lc  # before numpy: see localspec/__init__.py
 
 import numpy as np
 
+from .devices import watchdog
 from .llama import LlamaError, Model, common_prefix_len, default_threads
 
 # The most output rows one decode may ask a backend sampler chain to judge (llama.cpp sizes the
@@ -242,11 +243,17 @@ def _branch_seqs(parents: Sequence[int]) -> list[list[int]]:
 
 def decode_sync(ctx, batch) -> int:
     """llama_decode, then wait for the backend: on asynchronous backends (RPC, GPUs) llama_decode
-    returns before the compute ends, and the controller's timings must see the whole verify."""
+    returns before the compute ends, and the controller's timings must see the whole verify. With RPC
+    servers added, the watchdog bounds the wait (a server that hangs ends the process's generation)."""
+    dog = watchdog()
+    started = dog.arm(batch.n_tokens) if dog else 0.0
     rc = lc.llama_decode(ctx, batch)
     if rc == 0:
         lc.llama_synchronize(ctx)
+    if dog:
+        dog.disarm(started, batch.n_tokens)
     return rc
+
 def _sampler_chain(key: tuple):
     """A new llama.cpp sampler chain for a key of Context._install: ("top_k", k) alone, or ("chain",
     temperature, top_k, top_p, min_p): top_k, top_p, min_p, temperature, dist; greedy at temperature 0."""

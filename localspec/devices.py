@@ -14,6 +14,9 @@ What ggml-rpc does when a server goes away (vendored ggml 0.25.3, ggml/src/ggml-
 - the sockets have no receive timeout or keepalive (transport.cpp socket_t::connect): a server
   host that vanishes without closing the connection leaves recv blocked; keep_alive() arms TCP
   keepalive on the connections so the kernel closes them, which ends in the abort above.
+- a server process that hangs (stopped, deadlocked) while its kernel still acknowledges is not seen
+  by keepalive; the Watchdog bounds each decode and shuts the connections down past its deadline,
+  which ends in the same abort.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import os
 import socket
 import struct
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -225,38 +230,109 @@ def rpc_endpoints() -> list[str]:
     return list(_added)
 
 
-def keep_alive(endpoint: str, idle_s: int = 5, interval_s: int = 2, probes: int = 3) -> int:
-    """Arm TCP keepalive on this process's connections to endpoint (ggml sets none), so that a server
-    host that vanishes closes them within idle_s + interval_s * probes; TCP_USER_TIMEOUT bounds the
-    same way the time sent data may stay unacknowledged (keepalive does not run while it does).
-    Return how many connections were armed."""
+def _each_connection(endpoint: str, act: Callable[[socket.socket], None]) -> int:
+    """act(view) on each of this process's TCP connections to endpoint (ggml's own, which Python does
+    not hold: each view is detached afterwards, never closing the fd); how many were acted on."""
     host, port = parse_endpoint(endpoint)
     try:
         address = socket.gethostbyname(host)
         fds = os.listdir("/proc/self/fd")
     except OSError:
         return 0
-    armed = 0
+    done = 0
     for fd in map(int, fds):
         try:
-            s = socket.socket(fileno=fd)  # a view of fd, detached below: never closes it
+            s = socket.socket(fileno=fd)
         except OSError:  # not a socket (or already closed)
             continue
         try:
-            if s.type != socket.SOCK_STREAM or s.getpeername()[:2] != (address, port):
-                continue
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            limit_ms = (idle_s + interval_s * probes) * 1000
-            for option, value in (("TCP_KEEPIDLE", idle_s), ("TCP_KEEPINTVL", interval_s), ("TCP_KEEPCNT", probes),
-                                  ("TCP_USER_TIMEOUT", limit_ms)):
-                if hasattr(socket, option):
-                    s.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
-            armed += 1
+            if s.type == socket.SOCK_STREAM and s.getpeername()[:2] == (address, port):
+                act(s)
+                done += 1
         except OSError:  # not a connected socket
             continue
         finally:
-            s.detach()  # the fd stays open, as ggml holds it
-    return armed
+            s.detach()
+    return done
+
+
+def keep_alive(endpoint: str, idle_s: int = 5, interval_s: int = 2, probes: int = 3) -> int:
+    """Arm TCP keepalive on this process's connections to endpoint (ggml sets none), so that a server
+    host that vanishes closes them within idle_s + interval_s * probes; TCP_USER_TIMEOUT bounds the
+    same way the time sent data may stay unacknowledged (keepalive does not run while it does).
+    Return how many connections were armed."""
+    def arm(s: socket.socket) -> None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        limit_ms = (idle_s + interval_s * probes) * 1000
+        for option, value in (("TCP_KEEPIDLE", idle_s), ("TCP_KEEPINTVL", interval_s), ("TCP_KEEPCNT", probes),
+                              ("TCP_USER_TIMEOUT", limit_ms)):
+            if hasattr(socket, option):
+                s.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+    return _each_connection(endpoint, arm)
+
+
+class Watchdog:
+    """Bounds each decode while RPC servers are in use. A decode of n tokens may take FACTOR times n
+    times the slowest seconds per token seen so far, and at least floor_s (the first decode, before
+    anything is timed, first_s): past that the servers are taken to hang, their connections are shut
+    down, ggml-rpc's recv fails, and on_rpc_abort's handler reports it. One thread for the process;
+    arming and disarming a decode is a lock and a notify."""
+
+    FACTOR = 20.0
+
+    def __init__(self, floor_s: float, first_s: float = 300.0):
+        self.floor_s, self.first_s = floor_s, first_s
+        self.per_token = 0.0       # the slowest seconds per token of a decode so far
+        self.fired: float | None = None  # the deadline that expired, once one has
+        self._until: float | None = None
+        self._limit = 0.0
+        self._cond = threading.Condition()
+        threading.Thread(target=self._watch, name="localspec-rpc-watchdog", daemon=True).start()
+
+    def deadline(self, n_tokens: int) -> float:
+        if not self.per_token:
+            return max(self.first_s, self.floor_s)
+        return max(self.floor_s, self.FACTOR * n_tokens * self.per_token)
+
+    def arm(self, n_tokens: int) -> float:
+        """Start timing a decode of n_tokens; returns the time it started."""
+        now = time.monotonic()
+        with self._cond:
+            self._limit = self.deadline(n_tokens)
+            self._until = now + self._limit
+            self._cond.notify()
+        return now
+
+    def disarm(self, started: float, n_tokens: int) -> None:
+        seconds = time.monotonic() - started
+        with self._cond:
+            self._until = None
+            self.per_token = max(self.per_token, seconds / max(n_tokens, 1))
+
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                if self._until is None:
+                    self._cond.wait()
+                elif time.monotonic() < self._until:
+                    self._cond.wait(self._until - time.monotonic())
+                else:
+                    self.fired, self._until = self._limit, None
+                    for endpoint in rpc_endpoints():
+                        _each_connection(endpoint, lambda s: s.shutdown(socket.SHUT_RDWR))
+
+
+_watchdog: Watchdog | None = None
+
+
+def watchdog() -> Watchdog | None:
+    """The process's watchdog once an RPC server was added (None before: local decodes need none).
+    LOCALSPEC_RPC_TIMEOUT sets its floor in seconds (default 10)."""
+    global _watchdog
+    if _watchdog is None and _added:
+        _watchdog = Watchdog(float(os.environ.get("LOCALSPEC_RPC_TIMEOUT") or 10.0))
+    return _watchdog
 
 
 _abort_handler = None  # the ctypes callback must outlive its registration
@@ -274,8 +350,12 @@ def on_rpc_abort(handler: Callable[[str], None]) -> None:
             os.write(2, (text + "\n").encode())
             return
         servers = ", ".join(rpc_endpoints()) or "?"
-        handler(f"the RPC server {servers} went away mid-generation ({text.split(': ', 1)[-1].strip()}); "
-                "restart `localspec rpc-server` there and run again")
+        if _watchdog is not None and _watchdog.fired is not None:
+            handler(f"the RPC server {servers} did not answer within {_watchdog.fired:.0f} s (it hangs); "
+                    "restart `localspec rpc-server` there (or raise LOCALSPEC_RPC_TIMEOUT) and run again")
+        else:
+            handler(f"the RPC server {servers} went away mid-generation ({text.split(': ', 1)[-1].strip()}); "
+                    "restart `localspec rpc-server` there and run again")
 
     _abort_handler = ABORT_CALLBACK(callback)
     set_abort_callback(_abort_handler)

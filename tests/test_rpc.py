@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -340,3 +341,48 @@ def test_keep_alive_arms_the_connection_and_opens_no_descriptor():
                 assert devices.keep_alive(f"127.0.0.1:{port}") == 1
             assert len(os.listdir("/proc/self/fd")) == before
             assert client.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+
+
+def test_watchdog_shuts_a_silent_connection_down_past_its_deadline(monkeypatch):
+    # A server that accepts and never answers (as a stopped rpc-server's kernel does): the decode's
+    # recv would block for ever; past the deadline the watchdog shuts the connection down.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        endpoint = f"127.0.0.1:{server.getsockname()[1]}"
+        monkeypatch.setattr(devices, "_added", {endpoint: []})
+        dog = devices.Watchdog(floor_s=0.3, first_s=0.3)
+        with socket.create_connection(server.getsockname()) as client:
+            dog.disarm(dog.arm(1), 1)  # a decode in time: nothing happens
+            client.settimeout(0.5)
+            with pytest.raises(socket.timeout):
+                client.recv(1)  # still open
+            assert dog.fired is None and dog.per_token > 0
+            client.settimeout(5)
+            started = time.monotonic()
+            dog.arm(1)
+            assert client.recv(1) == b""  # shut down: ggml's recv fails the same way
+            assert 0.25 < time.monotonic() - started < 3 and dog.fired == pytest.approx(0.3)
+
+
+@needs_rpc
+def test_server_that_hangs_mid_generation_is_one_line_within_seconds(smol_path):
+    proc = start_server(free_port())
+    endpoint, client = proc.endpoint, None
+    try:
+        client = subprocess.Popen([sys.executable, "-m", "localspec", "generate", "Once upon a time", "--raw",
+                                   "-m", str(smol_path), "-d", "none", "--target-only", "-n", "2000", "-c", "2048",
+                                   "-t", "1", "--temperature", "0", "--rpc", endpoint],
+                                  env={**ENV, "LOCALSPEC_RPC_TIMEOUT": "2"},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert client.stdout.read(40)  # it is generating
+        proc.send_signal(signal.SIGSTOP)  # the process hangs; its kernel still acknowledges
+        stopped = time.monotonic()
+        _, err = client.communicate(timeout=30)
+        assert time.monotonic() - stopped < 10
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        stop(proc)
+        if client is not None and client.poll() is None:
+            client.kill()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert client.returncode == 1 and len(lines) == 1, err
+    assert lines[0].startswith("Error: the RPC server") and endpoint in lines[0] and "did not answer" in lines[0]
