@@ -157,8 +157,10 @@ def test_rpc_server_says_when_the_port_is_taken():
 
 # --- slow: the tiny model over a loopback server --------------------------------------------------------
 @needs_rpc
-def test_greedy_over_rpc_is_token_identical_to_local(server, server2, smol_path):
-    args = ["generate", "The capital of France is", "--raw", "-m", smol_path, "-d", smol_path, "-n", 24,
+def test_greedy_over_rpc_is_token_identical_to_local(server, server2, smol_f16):
+    # F16: on a quantized target the batched verify's logits part from single-token ones at near-ties,
+    # and auto γ batches by live timings (tests/test_realpair.py), so only F16 compares run to run.
+    args = ["generate", "The capital of France is", "--raw", "-m", smol_f16, "-d", smol_f16, "-n", 24,
             "--temperature", 0, "-t", 1, "--json"]
     runs = [run_cli(*args), run_cli(*args, "--rpc", server), run_cli(*args, "--rpc", f"{server},{server2}", "-ts", "3,1")]
     assert [r.returncode for r in runs] == [0, 0, 0], runs[-1].stderr

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from .. import models
 from ..compat import first_difference
 from ..context import Context
-from ..devices import local_devices, rpc_endpoints
+from ..devices import local_devices
 from ..llama import QUANT_TYPES, LlamaError, Model, quant_name
 from ..placement import draft_placement
 from ..session import LoadOptions
@@ -51,9 +51,9 @@ def hybrid_of(cand: Candidate) -> Candidate:
 
 
 def default_devices() -> tuple[str, ...]:
-    """Where drafts are tried: on the CPU, and offloaded too where there is a device to offload to (a
-    GPU here, or an RPC server added); an RPC-enabled build alone offers none."""
-    return ("cpu", "gpu") if local_devices() or rpc_endpoints() else ("cpu",)
+    """Where drafts are tried: on the CPU, and on this machine's GPU too where it has one (a draft
+    stays local: RPC servers are for the target; an RPC-enabled build reports GPU offload without one)."""
+    return ("cpu", "gpu") if local_devices() else ("cpu",)
 
 
 def derived_path(src: Path, quant: str) -> Path:
