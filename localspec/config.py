@@ -75,11 +75,17 @@ class GenerationConfig:
         return self
 
 
-def rows_on_backend(config: GenerationConfig | None = None) -> bool:
-    """The one switch between the two ways of judging rows: True when llama.cpp's backend sampler chain
-    reduces each decoded row to a short candidate list inside the decode (the target's verify rows,
-    the draft's rows); False when numpy reads the full logits rows. Logprobs need the raw rows, and
-    LOCALSPEC_BACKEND_SAMPLING=0 turns the backend path off."""
-    if os.environ.get("LOCALSPEC_BACKEND_SAMPLING", "1") == "0":
+def rows_on_backend(ctx, config: GenerationConfig | None = None) -> bool:
+    """The one switch between the two ways of judging a context's rows: True when llama.cpp's backend
+    sampler chain reduces each decoded row to a short candidate list inside the decode; False when
+    numpy reads the full logits rows. The backend path pays where rows are made on a device (a GPU,
+    an RPC server: a row is 151,936 floats to bring back); on the CPU the chain inside the decode
+    costs more than numpy's reading of the row (scripts/bench_controller.py --real), so rows
+    stay in numpy there. Logprobs need the raw rows; LOCALSPEC_BACKEND_SAMPLING=1 or 0 forces the
+    path on or off (tests, benchmarks)."""
+    if config is not None and config.logprobs is not None:
         return False
-    return config is None or config.logprobs is None
+    forced = os.environ.get("LOCALSPEC_BACKEND_SAMPLING")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return bool(getattr(ctx, "rows_offloaded", False))

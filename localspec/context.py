@@ -54,6 +54,7 @@ class Context:
         self.tokens: list[int] = []
         self._rows: list[int] = []  # batch index of each output row of the last decode
         self._chain = None  # the backend sampler chain installed for sequence 0, if any
+        self.rows_offloaded = False  # whether output rows are made off the CPU (set where the model is placed)
         self.chain_key: tuple | None = None  # (temperature, top_k, top_p, min_p) of that chain
 
     def close(self) -> None:

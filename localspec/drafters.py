@@ -82,7 +82,7 @@ class ModelDrafter:
         self.params = params
         # Where a row's top-k logits determine q and the confidence, llama.cpp keeps only those in the
         # decode (a top_k chain on the backend) and numpy reads k floats instead of the whole row.
-        self.top_k = candidates_needed(params) if rows_on_backend() else 0
+        self.top_k = candidates_needed(params) if rows_on_backend(ctx) else 0
         self.sampled = False  # whether this proposal's rows arrive as top-k candidates
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,

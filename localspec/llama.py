@@ -94,6 +94,7 @@ class Model:
             )
         self.vocab = lc.llama_model_get_vocab(self.ptr)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
+        self.n_layer = lc.llama_model_n_layer(self.ptr)
         self._pieces: dict[int, bytes] = {}
 
     def close(self) -> None:

@@ -77,6 +77,10 @@ class Pair:
         target_ctx = Context(target_model, options.n_ctx, options.threads,
                              n_seq_max=MAX_BRANCHES if draft_model else 1)
         draft_ctx = Context(draft_model, options.n_ctx, options.threads) if draft_model else None
+        # the output layer is offloaded with every layer (llama.cpp counts it as one past the last)
+        target_ctx.rows_offloaded = where_t.where != "CPU" and o.ngl_target > target_model.n_layer
+        if draft_ctx is not None:
+            draft_ctx.rows_offloaded = where_d.where != "CPU" and o.ngl_draft > draft_model.n_layer
         self._wrap(target_ctx, draft_ctx, options)
 
     @classmethod

@@ -132,7 +132,7 @@ class _Run:
         self.target, self.planner, self.config, self.stats, self.cancel = target, planner, config, stats, cancel
         self.rng = np.random.default_rng(config.seed)
         self.text, self.stops = TextStream(target.model), StopStrings(config.stop)
-        self.backend = rows_on_backend(config)
+        self.backend = rows_on_backend(target, config)
 
     def loop(self, tokens: list[int]) -> Iterator[Piece]:
         stats = self.stats

@@ -229,6 +229,7 @@ class SampledContext(FakeContext):
     float32 probability row over the vocabulary in a shuffled candidate order, 0 where filtered."""
 
     backend = True
+    rows_offloaded = True  # as a context whose rows are made on a device
 
     def sampled_token(self, row: int) -> int:
         return int(np.argmax(self._row(row)))

@@ -116,11 +116,16 @@ def test_candidates_needed():
 # ---------------------------------------------------------------- the one switch
 
 
-def test_rows_on_backend_unless_logprobs_or_turned_off(monkeypatch):
-    assert rows_on_backend(GenerationConfig()) and rows_on_backend()
-    assert not rows_on_backend(GenerationConfig(logprobs=2))  # logprobs need the raw rows
+def test_rows_on_backend_where_rows_are_made_on_a_device(monkeypatch):
+    monkeypatch.delenv("LOCALSPEC_BACKEND_SAMPLING", raising=False)
+    device, cpu = fake_contexts(context=SampledContext, draft=False)[0], fake_contexts(draft=False)[0]
+    assert rows_on_backend(device, GenerationConfig()) and rows_on_backend(device)
+    assert not rows_on_backend(cpu, GenerationConfig()) and not rows_on_backend(cpu)  # numpy is cheaper there
+    assert not rows_on_backend(device, GenerationConfig(logprobs=2))  # logprobs need the raw rows
     monkeypatch.setenv("LOCALSPEC_BACKEND_SAMPLING", "0")
-    assert not rows_on_backend(GenerationConfig()) and not rows_on_backend()
+    assert not rows_on_backend(device, GenerationConfig())
+    monkeypatch.setenv("LOCALSPEC_BACKEND_SAMPLING", "1")
+    assert rows_on_backend(cpu, GenerationConfig()) and not rows_on_backend(cpu, GenerationConfig(logprobs=2))
 
 
 class SampledRecording(SampledContext, RecordingContext):
