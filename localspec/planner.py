@@ -130,6 +130,8 @@ class Planner:
         self._seen: dict[int, int] = {}    # source -> context length it last drafted after (or was prefilled to)
         self._prefilled: set[int] = set()
         self._length = 0                   # the context length at the last plan
+        self._model = next((i for i, (d, _) in enumerate(self.sources) if d.name == "model"), None)
+        self._since_model: dict[int, int] = {}  # other sources' drafting steps since the model last drafted
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -186,7 +188,7 @@ class Planner:
         plain_s = self.sources[0][1].plain_seconds()
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
         for i, limit, bucket, _ in offers:
-            gamma, rate = self.sources[i][1].plan(limit, bucket)
+            gamma, rate = self.sources[i][1].plan(limit, bucket, self._switches(i))
             if gamma and rate > best.rate and self.sources[i][1].confirmed():
                 best = Choice(i, gamma, bucket, rate)
         probe = max((self._probe(c, best.rate, plain_s) for c in offers), key=lambda c: c.rate)
@@ -200,8 +202,8 @@ class Planner:
         """The γ ≤ offer's limit with the most optimistic tokens/s whose predicted loss fits the budget
         (rate 0 where none does); one token while the drafter's cost is unmeasured, so that a draft
         dearer than predicted can cost at most one token's drafting more than the budget allowed."""
-        tracker = self.sources[offer.source][1]
-        hope, point = tracker.estimate(offer.bucket, optimistic=True), tracker.estimate(offer.bucket)
+        tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
+        hope, point = tracker.estimate(offer.bucket, True, switch), tracker.estimate(offer.bucket, switch=switch)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
         hope_tokens = expected_tokens_upto(hope.accept, offer.gamma)
         point_tokens = expected_tokens_upto(tracker.cautious_acceptance(offer.bucket), offer.gamma)
@@ -223,6 +225,10 @@ class Planner:
         acceptance (CostTracker.acceptance, accept_at), its seconds from its width, as a chain's."""
         est = self.sources[source][1].estimate(bucket)
         return Prediction(tokens, step_seconds(n_drafted, est.draft_s, est.verify_s, est.overhead_s))
+
+    def _switches(self, source: int) -> bool:
+        """Whether a drafting step from source makes the hybrid's draft model catch up later."""
+        return self._model is not None and source != self._model
 
     def _catch_up_s(self, source: int, point: Estimate) -> float:
         """What bringing source up to the context would cost before its first guess: the tokens
@@ -252,6 +258,7 @@ class Planner:
         n = len(proposal.ids)
         if n:
             self._seen[plan.source] = self._length + n_accepted
+            self._charge_switches(plan.source, proposal.catchup_s)
         self.budget.charge(draft_s + verify_s + overhead_s, emitted, self._explored)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
@@ -261,6 +268,18 @@ class Planner:
                                proposal.confidences, plan.bucket, width=width, emitted=emitted)
             else:
                 tracker.verify.add(width, verify_s)
+
+    def _charge_switches(self, source: int, catchup_s: float) -> None:
+        """A hybrid's model draft that had to catch up on tokens other sources' steps emitted charges
+        those seconds to them, shared per step: their steps cost that much more than their verifies."""
+        if source != self._model:
+            self._since_model[source] = self._since_model.get(source, 0) + 1
+            return
+        steps = sum(self._since_model.values())
+        if steps and catchup_s > 0:
+            for i in self._since_model:
+                self.sources[i][1].switch_s.add(catchup_s / steps)
+        self._since_model.clear()
 
     def _record_tree(self, plan: Plan, proposal: Proposal, path: Sequence[int]) -> tuple[Proposal, int]:
         """Record the siblings the target judged; return the tree's chain as a proposal and how many of

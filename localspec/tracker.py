@@ -64,6 +64,9 @@ class CostTracker:
     step_tokens: Ema = field(default_factory=Ema)  # tokens and seconds of drafting steps: the rate achieved
     step_s: Ema = field(default_factory=Ema)
     siblings: SiblingAcceptance = field(default_factory=SiblingAcceptance)  # a tree's next-best guesses
+    # In a hybrid, what one of this drafter's steps costs the draft model later: its catch-up over the
+    # tokens the step emitted, shared among the steps since the model last drafted (Planner.record).
+    switch_s: Ema = field(default_factory=Ema)
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
     own_drafts: int = 0   # drafting steps this tracker has measured itself
 
@@ -161,12 +164,16 @@ class CostTracker:
         """Measured verify time for a batch of k, interpolated or extrapolated otherwise."""
         return self.verify.seconds(k)
 
-    def estimate(self, bucket: int | None = None, optimistic: bool = False) -> Estimate:
-        """The point or the optimistic estimate for a proposal in this bucket (needs verify(1) measured)."""
+    def estimate(self, bucket: int | None = None, optimistic: bool = False, switch: bool = False) -> Estimate:
+        """The point or the optimistic estimate for a proposal in this bucket (needs verify(1) measured);
+        switch: a drafting step also costs switch_s (a hybrid's other drafter catching up later)."""
         overhead, draft = self.overhead_s.value or 0.0, self.draft_s.value or 0.0
-        if optimistic:
-            return Estimate(self.optimistic_acceptance(bucket), draft, self.verify.optimistic, overhead)
-        return Estimate(self.acceptance(bucket), draft, self.verify_seconds, overhead)
+        verify = self.verify.optimistic if optimistic else self.verify_seconds
+        extra = (self.switch_s.value or 0.0) if switch else 0.0
+        if extra:
+            verify = lambda k, base=verify: base(k) + (extra if k > 1 else 0.0)  # noqa: E731 (drafting steps only)
+        accept = self.optimistic_acceptance(bucket) if optimistic else self.acceptance(bucket)
+        return Estimate(accept, draft, verify, overhead)
 
     def could_pay(self, cap: int) -> bool:
         """Whether some γ ≤ cap could beat plain decoding by min_gain, as far as the measurements tell."""
@@ -174,12 +181,12 @@ class CostTracker:
             return True  # not measured yet
         return self.estimate(optimistic=True).best(cap, self.min_gain)[0] > 0
 
-    def plan(self, gamma_max: int, bucket: int | None = None) -> tuple[int, float]:
+    def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False) -> tuple[int, float]:
         """(draft length ≤ gamma_max, predicted tokens/s) by the point estimate; (0, 0.0) before a
         plain step and a draft are measured (exploring beyond the point estimate is the Planner's call)."""
         if gamma_max <= 0 or 1 not in self.verify or self.draft_s.value is None:
             return 0, 0.0
-        return self.estimate(bucket).best(gamma_max, self.min_gain)
+        return self.estimate(bucket, switch=switch).best(gamma_max, self.min_gain)
 
     def choose(self, gamma_cap: int) -> int:
         """The draft length for the next step by the point estimate, at most gamma_cap."""

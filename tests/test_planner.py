@@ -182,3 +182,42 @@ class FakeModelDrafter(NGramDrafter):
 
     def offer(self, context, k: int) -> int:
         return k
+
+
+class Named:
+    """A drafter stub with a name and an offer: what the planner asks of a source."""
+
+    def __init__(self, name: str):
+        self.name, self.last_match = name, 0
+
+    def offer(self, tokens, k: int) -> int:
+        return k
+
+
+def measured(accept: float, draft_s: float) -> CostTracker:
+    """A tracker with a measured verify curve (0.2 s + 0.01 s a row), draft cost and acceptance."""
+    t = CostTracker()
+    for k in range(1, 10):
+        t.verify.add(k, 0.19 + 0.01 * k)
+    t.draft_s.add(draft_s)
+    t.overhead_s.add(0.0)
+    for i in range(200):
+        t.positions.record(1, int(i < accept * 200))
+    t.buckets = {0: t.positions}
+    return t
+
+
+def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
+    # An n-gram step's tokens must later be decoded by the draft model before its next guess; that
+    # catch-up is what the n-gram step cost beyond its verify, so it is charged to n-gram steps.
+    ngram, model = (Named("ngram"), measured(0.5, 0.0)), (Named("model"), measured(0.9, 0.04))
+    planner = Planner([ngram, model], GenerationConfig(gamma=None, sampling=GREEDY))
+    assert planner.plan([1] * 20, 64).source == 0  # n-gram steps look free beside the model's drafts
+    for _ in range(2):
+        planner.record(Plan(0, 3), Proposal([5, 6, 7], []), 1, 0.0, 0.22, 0.0)
+    planner.record(Plan(1, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.3), 4, 0.16, 0.24, 0.0)
+    assert ngram[1].switch_s.value == pytest.approx(0.15)  # 0.3 s over the two n-gram steps
+    assert ngram[1].plan(8, 0, switch=True)[1] < ngram[1].plan(8, 0)[1]
+    assert planner.plan([1] * 40, 64).source == 1  # with the catch-up counted, the model drafts
+    alone = Planner([ngram], GenerationConfig(gamma=None, sampling=GREEDY))
+    assert alone.plan([1] * 40, 64).source == 0  # without a model to catch up, nothing is charged

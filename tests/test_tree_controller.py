@@ -49,7 +49,7 @@ def always_branch(monkeypatch):
 class EagerTracker(CostTracker):
     """A tracker that always drafts 3 under auto γ (the fakes' timings would choose plain decoding)."""
 
-    def plan(self, gamma_max: int, bucket: int | None = None) -> tuple[int, float]:
+    def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False) -> tuple[int, float]:
         return min(3, gamma_max), float("inf")
 
 
