@@ -224,26 +224,33 @@ def test_t1_first_tokens_over_rpc_follow_the_target(server, smol_path, smol_q4_0
     assert fit_pvalue(counts, wrong, N_SAMPLES) < 1e-3
 
 
-@needs_rpc
-def test_server_killed_mid_generation_is_one_line_within_seconds(smol_path):
+def lose_server_mid_generation(smol_path, lose, env=None) -> tuple[str, list[str], int]:
+    """A CLI generation over a loopback rpc-server, and lose(server) once it is generating; the
+    endpoint, the client's non-empty stderr lines and its exit status. The client must end within 10 s."""
     proc = start_server(free_port())
     endpoint, client = proc.endpoint, None
     try:
         client = subprocess.Popen([sys.executable, "-m", "localspec", "generate", "Once upon a time", "--raw",
                                    "-m", str(smol_path), "-d", "none", "--target-only", "-n", "2000", "-c", "2048",
                                    "-t", "1", "--temperature", "0", "--rpc", endpoint],
-                                  env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert client.stdout.read(40)  # it is generating
-        stop(proc)
-        killed = time.monotonic()
+        lose(proc)
+        lost = time.monotonic()
         _, err = client.communicate(timeout=30)
-        assert time.monotonic() - killed < 10
+        assert time.monotonic() - lost < 10
     finally:
+        proc.send_signal(signal.SIGCONT)
         stop(proc)
         if client is not None and client.poll() is None:
             client.kill()
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert client.returncode == 1 and len(lines) == 1, err
+    return endpoint, [line for line in err.splitlines() if line.strip()], client.returncode
+
+
+@needs_rpc
+def test_server_killed_mid_generation_is_one_line_within_seconds(smol_path):
+    endpoint, lines, status = lose_server_mid_generation(smol_path, stop)
+    assert status == 1 and len(lines) == 1, lines
     assert lines[0].startswith("Error: the RPC server") and endpoint in lines[0] and "rpc-server" in lines[0]
 
 
@@ -367,24 +374,8 @@ def test_watchdog_shuts_a_silent_connection_down_past_its_deadline(monkeypatch):
 
 @needs_rpc
 def test_server_that_hangs_mid_generation_is_one_line_within_seconds(smol_path):
-    proc = start_server(free_port())
-    endpoint, client = proc.endpoint, None
-    try:
-        client = subprocess.Popen([sys.executable, "-m", "localspec", "generate", "Once upon a time", "--raw",
-                                   "-m", str(smol_path), "-d", "none", "--target-only", "-n", "2000", "-c", "2048",
-                                   "-t", "1", "--temperature", "0", "--rpc", endpoint],
-                                  env={**ENV, "LOCALSPEC_RPC_TIMEOUT": "2"},
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert client.stdout.read(40)  # it is generating
-        proc.send_signal(signal.SIGSTOP)  # the process hangs; its kernel still acknowledges
-        stopped = time.monotonic()
-        _, err = client.communicate(timeout=30)
-        assert time.monotonic() - stopped < 10
-    finally:
-        proc.send_signal(signal.SIGCONT)
-        stop(proc)
-        if client is not None and client.poll() is None:
-            client.kill()
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert client.returncode == 1 and len(lines) == 1, err
+    # SIGSTOP: the process hangs, its kernel still acknowledges (keepalive cannot tell)
+    endpoint, lines, status = lose_server_mid_generation(smol_path, lambda proc: proc.send_signal(signal.SIGSTOP),
+                                                         {"LOCALSPEC_RPC_TIMEOUT": "2"})
+    assert status == 1 and len(lines) == 1, lines
     assert lines[0].startswith("Error: the RPC server") and endpoint in lines[0] and "did not answer" in lines[0]
