@@ -11,7 +11,6 @@ import numpy as np
 
 from ..config import GenerationConfig
 from ..drafters import ModelDrafter, NGramDrafter, Proposal, StopRule, one_hot
-from ..treeplan import BranchRule
 from ..context import Context
 from ..llama import Model
 from ..planner import CostTracker, source_names
@@ -19,6 +18,7 @@ from ..sampling import SamplingParams, distribution, greedy_token, top_probabili
 from ..session import Pair, make_sources
 from ..speculative import Finished, SpeculativeDecoder
 from ..stats import GenerationStats, pooled_verify
+from ..treeplan import BranchRule
 from .candidates import Candidate, load_draft
 from .options import TuneOptions
 from .replay import Costs, Run, overlap
