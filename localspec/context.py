@@ -7,7 +7,9 @@ Part of the bindings layer with llama.py and devices.py (the only modules that i
 
 from __future__ import annotations
 
-from typing import Sequence
+import time
+from pathlib import Path
+from typing import Callable, Sequence
 
 import llama_cpp as lc  # before numpy: see localspec/__init__.py
 
@@ -273,3 +275,49 @@ def _sampler_chain(key: tuple):
     for link in links:
         lc.llama_sampler_chain_add(chain, link)
     return chain
+
+
+class LazyContext:
+    """A Context made on first use: how a Pair holds a draft model that saved measurements say may
+    not pay (it may never be loaded). Reading any attribute of Context's other than these loads it
+    (load() may raise LlamaError); load_s is the seconds that took."""
+
+    def __init__(self, load: Callable[[], Context], n_ctx: int, path: Path | None = None, where: str = "CPU"):
+        """load: makes the Context (and its model); n_ctx: the size it will have; path: the model file;
+        where: the device it will run on, as --stats names it."""
+        self._load, self._ctx = load, None
+        self._n_ctx, self.path, self.where = n_ctx, path, where
+        self.load_s: float | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._ctx is not None
+
+    @property
+    def rows_offloaded(self) -> bool:
+        return self._ctx.rows_offloaded if self._ctx is not None else False
+
+    @property
+    def n_ctx(self) -> int:
+        return self._ctx.n_ctx if self._ctx is not None else self._n_ctx
+
+    @property
+    def tokens(self) -> list[int]:
+        return self._ctx.tokens if self._ctx is not None else []
+
+    def get(self) -> Context:
+        """The context, loading it now if it is not yet."""
+        if self._ctx is None:
+            t0 = time.perf_counter()
+            self._ctx = self._load()
+            self.load_s = time.perf_counter() - t0
+        return self._ctx
+
+    def __getattr__(self, name: str):
+        return getattr(self.get(), name)
+
+    def close(self) -> None:
+        """Free the context and its model, if they were loaded."""
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx.model.close()

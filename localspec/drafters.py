@@ -80,17 +80,30 @@ class ModelDrafter:
     def __init__(self, ctx: Context, params: SamplingParams):
         self.ctx = ctx
         self.params = params
-        # Where a row's top-k logits determine q and the confidence, llama.cpp keeps only those in the
-        # decode (a top_k chain on the backend) and numpy reads k floats instead of the whole row.
-        self.top_k = candidates_needed(params) if rows_on_backend(ctx) else 0
         self.sampled = False  # whether this proposal's rows arrive as top-k candidates
+        self.load_s = 0.0     # seconds a model held lazily (context.LazyContext) took to load, until read
+
+    @property
+    def ready(self) -> bool:
+        """Whether the draft model is loaded (a lazily held one is loaded by the first prefill or propose)."""
+        return getattr(self.ctx, "loaded", True)
+
+    def _load(self) -> None:
+        """Load a lazily held draft model now, outside any timing of the catch-up; keep its seconds."""
+        if not self.ready:
+            self.ctx.get()
+            self.load_s = self.ctx.load_s
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
                 stop: StopRule | None = None, branch: BranchRule | None = None) -> Proposal:
         k = min(k, self.ctx.n_ctx - len(context) + 1)
         if k <= 0:
             return NO_PROPOSAL
-        self.sampled = self.top_k > 0 and self.ctx.keep_top_k_on_backend(self.top_k)
+        self._load()
+        # Where a row's top-k logits determine q and the confidence, llama.cpp keeps only those in the
+        # decode (a top_k chain on the backend) and numpy reads k floats instead of the whole row.
+        top_k = candidates_needed(self.params) if rows_on_backend(self.ctx) else 0
+        self.sampled = top_k > 0 and self.ctx.keep_top_k_on_backend(top_k)
         catchup_s = self._catch_up(context)
         # (token, q, parent, confidence) per node, parents first: each chain node, then its sibling if any
         nodes: list[tuple[int, Dist, int, float]] = []
@@ -148,6 +161,7 @@ class ModelDrafter:
         pass  # the KV cache is re-synced against the context at the next propose()
 
     def prefill(self, prompt: Sequence[int]) -> None:
+        self._load()
         n = self.ctx.reuse_prefix(prompt[:-1])
         self.ctx.decode(prompt[n:-1], logits="none")
 

@@ -135,13 +135,24 @@ class Planner:
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
-        (as llama.cpp does, the draft is prefilled with the prompt otherwise)."""
+        (CostTracker.worth_preparing; as llama.cpp does, the draft is prefilled with the prompt
+        otherwise). A source not prefilled catches up when first asked, at a price the budget counts."""
         drafter, tracker = self.sources[i]
         cap = cap_of(drafter.name, self.config)
-        wanted = self.config.gamma != 0 and bool(self.config.gamma or tracker.could_pay(cap))
+        wanted = self.config.gamma != 0 and bool(self.config.gamma or tracker.worth_preparing(cap))
         if wanted:
             self._prefilled.add(i)
         return wanted
+
+    def note_load(self, i: int) -> float:
+        """Keep what loading source i's model took, if it was just loaded (by a prefill or a first
+        propose); return those seconds (0.0 if it was not)."""
+        drafter, tracker = self.sources[i]
+        seconds = getattr(drafter, "load_s", 0.0)
+        if seconds:
+            tracker.load_s.add(seconds)
+            drafter.load_s = 0.0
+        return seconds
 
     def plan(self, tokens: Sequence[int], room: int) -> Plan:
         """The next step after tokens, drafting at most `room` tokens (what the context and the tokens
@@ -231,11 +242,14 @@ class Planner:
         return self._model is not None and source != self._model
 
     def _catch_up_s(self, source: int, point: Estimate) -> float:
-        """What bringing source up to the context would cost before its first guess: the tokens
-        generated since it last drafted at its per-token draft cost (a catch-up decodes them in one
-        batch, so this overstates it: a probe's predicted loss errs on the safe side)."""
+        """What bringing source up to the context would cost before its first guess: loading its model
+        where that has not happened yet (as measured when it last did), and the tokens generated since
+        it last drafted at its per-token draft cost (a catch-up decodes them in one batch, so this
+        overstates it: a probe's predicted loss errs on the safe side)."""
         behind = self._length - self._seen.get(source, 0)
-        return behind * point.draft_s if behind > 2 else 0.0
+        drafter, tracker = self.sources[source]
+        load = 0.0 if getattr(drafter, "ready", True) else tracker.load_s.value or 0.0
+        return load + (behind * point.draft_s if behind > 2 else 0.0)
 
     def _stop(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> StopRule | None:
         """The draft model's stop rule: p-min auto from the tracker, a fixed p-min, or none."""
@@ -256,15 +270,16 @@ class Planner:
             emitted = len(path) + 1
             proposal, n_accepted = self._record_tree(plan, proposal, path)
         n = len(proposal.ids)
+        load_s = self.note_load(plan.source) if plan.source is not None else 0.0
         if n:
             self._seen[plan.source] = self._length + n_accepted
             self._charge_switches(plan.source, proposal.catchup_s)
         self.budget.charge(draft_s + verify_s + overhead_s, emitted, self._explored)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
-                # A catch-up over tokens generated while not drafting is a one-off, not the draft's
-                # per-token cost.
-                tracker.record(n, n_accepted, draft_s - proposal.catchup_s, verify_s, overhead_s,
+                # A load, and a catch-up over tokens generated while not drafting, are one-offs, not
+                # the draft's per-token cost.
+                tracker.record(n, n_accepted, draft_s - load_s - proposal.catchup_s, verify_s, overhead_s,
                                proposal.confidences, plan.bucket, width=width, emitted=emitted)
             else:
                 tracker.verify.add(width, verify_s)

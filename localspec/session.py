@@ -19,7 +19,7 @@ from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .devices import keep_alive, local_devices, rpc_endpoints
-from .context import Context
+from .context import Context, LazyContext
 from .llama import Model, common_prefix_len, default_threads, gpu_offload_supported
 from .placement import place_pair
 from .planner import CostTracker, source_names
@@ -65,45 +65,76 @@ class Pair:
         where_t, where_d = place_pair(Path(target), Path(draft) if draft else None, o.ngl_target, o.ngl_draft,
                                      o.device_target, o.device_draft, o.rpc)
         target_model = Model(target, o.ngl_target, devices=where_t.handles, tensor_split=o.tensor_split)
-        draft_model = Model(draft, o.ngl_draft, devices=where_d.handles) if draft else None
         target_model.where = where_t.where
-        if draft_model is not None:
-            draft_model.where = where_d.where
         for endpoint in rpc_endpoints():
             keep_alive(endpoint)  # ggml's own connections have no timeout
-        if draft_model is not None:
-            check_compatible(target_model, draft_model)
         # A model draft's trees are verified in one decode, a branch per sequence of the target's cache.
-        target_ctx = Context(target_model, options.n_ctx, options.threads,
-                             n_seq_max=MAX_BRANCHES if draft_model else 1)
-        draft_ctx = Context(draft_model, options.n_ctx, options.threads) if draft_model else None
+        target_ctx = Context(target_model, options.n_ctx, options.threads, n_seq_max=MAX_BRANCHES if draft else 1)
         # the output layer is offloaded with every layer (llama.cpp counts it as one past the last)
         target_ctx.rows_offloaded = where_t.where != "CPU" and o.ngl_target > target_model.n_layer
-        if draft_ctx is not None:
-            draft_ctx.rows_offloaded = where_d.where != "CPU" and o.ngl_draft > draft_model.n_layer
+        draft_ctx = None
+        if draft:
+            draft_ctx = LazyContext(lambda: self._load_draft(Path(draft), where_d), options.n_ctx, Path(draft),
+                                    where_d.where)
         self._wrap(target_ctx, draft_ctx, options)
+
+    def _load_draft(self, path: Path, where_d) -> Context:
+        """Load the draft model and its context (LazyContext calls this once). The vocabulary check is
+        skipped where a plan was saved for this very pair: only a compatible pair ever generated."""
+        o = self.options
+        model = Model(path, o.ngl_draft, devices=where_d.handles)
+        model.where = where_d.where
+        if not self.warm:
+            try:
+                check_compatible(self.target_model, model)
+            except Exception:
+                model.close()
+                raise
+        ctx = Context(model, o.n_ctx, o.threads)
+        ctx.rows_offloaded = where_d.where != "CPU" and o.ngl_draft > model.n_layer
+        return ctx
+
+    def draft_deferred(self) -> bool:
+        """Whether the draft model is left unloaded until a generation asks for it: only where this
+        setup's saved measurements say it does not pay here (CostTracker.worth_preparing, for each
+        decoding mode saved). Its first use then loads it, at a cost the planner's budget counts."""
+        saved = [t for (name, _), t in self.trackers.items() if name == "model"]
+        cap = GenerationConfig().gamma_max
+        return bool(saved) and not any(t.worth_preparing(cap) for t in saved)
 
     @classmethod
     def from_contexts(cls, target_ctx: Context, draft_ctx: Context | None = None,
                       options: LoadOptions = LoadOptions()) -> Pair:
-        """A Pair over contexts made elsewhere (any objects with Context's surface)."""
+        """A Pair over contexts made elsewhere (any objects with Context's surface; the draft's may be
+        a LazyContext, loaded at once unless saved measurements defer it)."""
         pair = cls.__new__(cls)
         pair._wrap(target_ctx, draft_ctx, options)
         return pair
 
-    def _wrap(self, target_ctx: Context, draft_ctx: Context | None, options: LoadOptions) -> None:
+    def _wrap(self, target_ctx: Context, draft_ctx: Context | LazyContext | None, options: LoadOptions) -> None:
         self.options = options
         self.target_ctx, self.draft_ctx = target_ctx, draft_ctx
         self.target_model = target_ctx.model
-        self.draft_model = draft_ctx.model if draft_ctx is not None else None
-        models = {"target": self.target_model, "draft": self.draft_model}
+        if draft_ctx is not None and not isinstance(draft_ctx, LazyContext):
+            draft_ctx.path, draft_ctx.where = draft_ctx.model.path, getattr(draft_ctx.model, "where", "CPU")
+        self.draft_path: Path | None = draft_ctx.path if draft_ctx is not None else None
         # where each model runs, as --stats and --json name it ("CPU", "CUDA0", "RPC0[host:port]")
-        self.placement = {role: getattr(m, "where", "CPU") for role, m in models.items() if m is not None}
+        self.placement = {"target": getattr(self.target_model, "where", "CPU")}
+        if draft_ctx is not None:
+            self.placement["draft"] = draft_ctx.where
         self.ngram = NGramDrafter()
         self.plan_key = self._plan_key() if options.warm_start and warmstart.enabled() else None
         # measured costs and acceptance, kept across generations (and processes, with a plan key)
         self.trackers: dict[tuple, CostTracker] = warmstart.load(self.plan_key) if self.plan_key else {}
         self.warm = bool(self.trackers)
+        if isinstance(draft_ctx, LazyContext) and not self.draft_deferred():
+            draft_ctx.get()  # as llama.cpp does: load errors surface now, not in a first generation
+
+    @property
+    def draft_model(self) -> Model | None:
+        """The draft Model once loaded (None without a draft, or while it is deferred: see draft_path)."""
+        ctx = self.draft_ctx
+        return ctx.model if ctx is not None and getattr(ctx, "loaded", True) else None
 
     def _plan_key(self) -> dict:
         o = self.options
@@ -112,8 +143,7 @@ class Pair:
                      "threads": o.threads or default_threads()}
         if o.rpc or o.device_target or o.device_draft or o.tensor_split:  # other devices, other costs
             placement.update(where=self.placement, tensor_split=list(o.tensor_split or ()))
-        return warmstart.plan_key(self.target_model.path, self.draft_model.path if self.draft_model else None,
-                                  placement)
+        return warmstart.plan_key(self.target_model.path, self.draft_path, placement)
 
     def sources(self, config: GenerationConfig) -> list[tuple[Drafter, CostTracker]]:
         """The drafters this config runs on this pair, each with the tracker it keeps."""
@@ -165,6 +195,7 @@ class Pair:
         for item in self.decoder(config).generate(prompt, config, cancel):
             if isinstance(item, Finished):
                 item.stats.warm_start = self.warm
+                item.stats.draft_loaded = getattr(self.draft_ctx, "loaded", True) if self.draft_ctx else None
                 if self.plan_key and item.stats.steps:
                     warmstart.save(self.plan_key, self.trackers)
                 yield Reply.of(self, "".join(parts), item.stats, config, reused_draft)
@@ -174,7 +205,8 @@ class Pair:
 
     def close(self) -> None:
         """Free contexts, then models."""
-        for obj in (self.target_ctx, self.draft_ctx, self.target_model, self.draft_model):
+        draft_model = self.draft_model
+        for obj in (self.target_ctx, self.draft_ctx, self.target_model, draft_model):
             if obj is not None:
                 obj.close()
 
@@ -312,7 +344,7 @@ class Chat:
         path = Path(path).expanduser()
         system = [{"role": "system", "content": self.system}] if self.system else []
         data = {"target": str(self.pair.target_model.path),
-                "draft": str(self.pair.draft_model.path) if self.pair.draft_model else None,
+                "draft": str(self.pair.draft_path) if self.pair.draft_path else None,
                 "messages": system + self.messages, "turns": [r.to_dict() for r in self.replies]}
         path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return path

@@ -30,6 +30,9 @@ class GenerationStats:
     by_drafter: dict[str, list[int]] = field(default_factory=dict)  # name -> [drafted, accepted]
     gamma_mode: str = ""   # "auto" or the fixed draft length
     warm_start: bool = False  # the planner started from measurements saved by an earlier process
+    # whether the draft model was loaded by the generation's end (None: no draft model); a warm start
+    # whose saved measurements say the draft does not pay leaves it unloaded (session.Pair)
+    draft_loaded: bool | None = None
     verify_at: dict[int, list] = field(default_factory=dict)  # verify batch size -> [steps, seconds]
     trace: list[tuple[int, list[int], int]] = field(default_factory=list)  # (start, batch, kept) when traced
     _verify_counted: float = field(default=0.0, repr=False)   # verify_s already attributed to a batch size
@@ -114,6 +117,7 @@ class GenerationStats:
             "reused_tokens": self.reused_tokens, "finish_reason": self.finish_reason,
             "drafter": self.drafter_flag, "sources": [n for n in self.drafter.split("+") if n != "none"],
             "gamma": self.gamma_value, "warm_start": self.warm_start,
+            "draft_loaded": self.draft_loaded,
             "by_drafter": {k: {"drafted": d, "accepted": a} for k, (d, a) in self.by_drafter.items()},
             "steps": self.steps, "tree_steps": self.tree_steps, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
@@ -134,7 +138,8 @@ class GenerationStats:
             f"speed: {self.tokens_per_s:.1f} tok/s over {self.total_s:.2f} s (prefill {self.prefill_s:.2f} s)",
             ("drafter: none (target only)" if self.drafter == "none" else
              f"speculation ({self.drafter_flag} drafter, gamma {self.gamma_mode}, "
-             f"{'warm start' if self.warm_start else 'cold start'}): {self.steps} steps "
+             f"{'warm start' if self.warm_start else 'cold start'}"
+             f"{', draft model not loaded' if self.draft_loaded is False else ''}): {self.steps} steps "
             f"({self.tree_steps} trees), "
             f"{self.drafted} drafted, {self.accepted} accepted, "
             f"alpha {alpha}, mean accepted length {self.mean_accepted_length:.2f}"),

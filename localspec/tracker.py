@@ -67,7 +67,11 @@ class CostTracker:
     # In a hybrid, what one of this drafter's steps costs the draft model later: its catch-up over the
     # tokens the step emitted, shared among the steps since the model last drafted (Planner.record).
     switch_s: Ema = field(default_factory=Ema)
+    # Seconds to load the drafter's model where it is loaded on first use (session.Pair): part of
+    # what a first step from it costs.
+    load_s: Ema = field(default_factory=Ema)
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
+    saved_verify: VerifyCurve = field(default_factory=VerifyCurve)  # the curve as saved, plain step too
     own_drafts: int = 0   # drafting steps this tracker has measured itself
 
     def confirmed(self) -> bool:
@@ -181,6 +185,20 @@ class CostTracker:
             return True  # not measured yet
         return self.estimate(optimistic=True).best(cap, self.min_gain)[0] > 0
 
+    def worth_preparing(self, cap: int) -> bool:
+        """Whether the drafter should be made ready before it is asked (its model loaded, the prompt
+        taken in): unless the measurements rule it out. Saved ones that this process has not yet
+        confirmed are judged by their point estimate, its own by the optimistic one: a drafter that
+        saved measurements say does not pay costs a new process nothing until the planner's budget
+        lets it be tried again."""
+        if self.draft_s.value is None:
+            return True  # not measured yet
+        if not self.confirmed():  # the saved curve: this process's plain step is not measured yet
+            saved = Estimate(self.acceptance(), self.draft_s.value, self.saved_verify.seconds,
+                             self.overhead_s.value or 0.0)
+            return 1 not in self.saved_verify or saved.best(cap, self.min_gain)[0] > 0
+        return self.could_pay(cap)
+
     def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False) -> tuple[int, float]:
         """(draft length ≤ gamma_max, predicted tokens/s) by the point estimate; (0, 0.0) before a
         plain step and a draft are measured (exploring beyond the point estimate is the Planner's call)."""
@@ -195,7 +213,7 @@ class CostTracker:
     def to_dict(self) -> dict:
         """The measurements as JSON-ready data, for a warm start."""
         ema = lambda e: [e.value, e.n]  # noqa: E731
-        return {"draft_s": ema(self.draft_s), "overhead_s": ema(self.overhead_s),
+        return {"draft_s": ema(self.draft_s), "overhead_s": ema(self.overhead_s), "load_s": ema(self.load_s),
                 "step_tokens": ema(self.step_tokens), "step_s": ema(self.step_s),
                 "verify": {str(k): ema(e) for k, e in self.verify.points.items()},
                 "positions": self.positions.to_rows(),
@@ -212,7 +230,9 @@ class CostTracker:
             _load_ema(getattr(t, name), data[name])
         # The plain step is measured afresh by the first step of each process: while drafting pays,
         # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
+        _load_ema(t.load_s, data.get("load_s", [None, 0]))
         for k, e in data["verify"].items():
+            _load_ema(t.saved_verify.points.setdefault(int(k), Ema()), e)
             if int(k) != 1:
                 _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
         t.positions = PositionAcceptance.from_rows(_scaled(data["positions"], max_count))

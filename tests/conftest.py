@@ -99,13 +99,16 @@ class FakeFiles:
         self.loaded: list = []             # the Pairs the commands loaded, in order
 
     def load(self, target: Path, draft: Path | None, options):
-        """Stands in for Pair(target, draft, options): fake contexts of options.n_ctx tokens."""
+        """Stands in for Pair(target, draft, options): fake contexts of options.n_ctx tokens, the draft's
+        held as Pair holds it (loaded on first use where saved measurements defer it)."""
         from fakes import FakeContext, FakeModel
 
+        from localspec.context import LazyContext
         from localspec.session import Pair
 
         target_ctx = FakeContext(FakeModel(target, reply_len=self.reply_len), options.n_ctx)
-        draft_ctx = FakeContext(FakeModel(draft, noise=0.3, reply_len=self.reply_len), options.n_ctx) if draft else None
+        load = lambda: FakeContext(FakeModel(draft, noise=0.3, reply_len=self.reply_len), options.n_ctx)  # noqa: E731
+        draft_ctx = LazyContext(load, options.n_ctx, Path(draft)) if draft else None
         self.loaded.append(Pair.from_contexts(target_ctx, draft_ctx, options))
         return self.loaded[-1]
 

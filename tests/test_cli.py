@@ -156,3 +156,36 @@ def test_generation_config_from_the_shared_flags():
     load = load_options(params)
     assert (load.n_ctx, load.threads, load.ngl_target, load.ngl_draft) == (512, 3, 3, 2)
     assert load_options(parse("tune", []), ngl_draft=0).ngl_draft == 0
+
+
+def test_a_fresh_process_leaves_a_draft_that_does_not_pay_here_unloaded(smol_f16, smol_q4_0, tmp_path):
+    # As a CLI user runs it, twice: the first process (nothing saved) loads the draft and saves its
+    # plan; where that plan says the draft does not pay, the next process never loads it, and greedy
+    # output is still the target's own (F16: batched and single-token logits agree).
+    import json
+
+    from localspec.planner import CostTracker
+
+    env = {**os.environ, "LOCALSPEC_MODELS": str(tmp_path)}
+
+    def generate(*flags):
+        proc = subprocess.run([sys.executable, "-m", "localspec", "generate", "def square(x):", "--target",
+                               str(smol_f16), "--draft", str(smol_q4_0), "--raw", "--temperature", "0", "-n", "24",
+                               "--json", "--threads", "1", *flags], capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    first = generate()
+    assert first["stats"]["draft_loaded"] is True and first["stats"]["warm_start"] is False
+    (plan,) = (tmp_path / ".plans").glob("*.json")
+    saved = json.loads(plan.read_text())
+    poor = CostTracker()
+    poor.record(0, 0, 0.0, 0.10, 0.001)
+    for _ in range(50):
+        poor.record(4, 0, 4 * 0.08, 0.16, 0.001, [0.9, 0.8, 0.7, 0.6])
+    saved["trackers"]["model/greedy"] = poor.to_dict()
+    plan.write_text(json.dumps(saved))
+    second = generate()
+    assert second["stats"]["warm_start"] is True and second["stats"]["draft_loaded"] is False
+    assert second["stats"]["by_drafter"].get("model") is None
+    assert second["text"] == generate("--target-only")["text"]

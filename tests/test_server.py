@@ -184,7 +184,7 @@ class FakePair:
 
     def __init__(self, tmp_path, error: Exception | None, n_tokens: int = 3):
         self.target_model = type("M", (), {"path": tmp_path / f"{MODEL}.gguf"})()
-        self.draft_model = None
+        self.draft_path = None
         self.target_ctx = type("C", (), {"n_ctx": 8})()
         self.error, self.n_tokens = error, n_tokens
 

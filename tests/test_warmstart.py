@@ -136,3 +136,93 @@ def test_stale_saved_costs_are_explored_under_the_budget_not_exploited():
         planner.record(plan, Proposal([0] * plan.gamma, []), plan.gamma, 0.1 * plan.gamma, 0.15, 0.001)
         steps += 1
     assert steps <= 2 and planner.plan(tokens, 400).source is None
+
+
+# --- a draft that the saved measurements say does not pay is not loaded -------------------------
+
+def not_paying() -> CostTracker:
+    """Measurements of a draft that costs most of a target step and is seldom accepted."""
+    t = CostTracker()
+    t.record(0, 0, 0.0, 0.10, 0.001)
+    for _ in range(50):
+        t.record(4, 0, 4 * 0.08, 0.16, 0.001, [0.9, 0.8, 0.7, 0.6])
+    return t
+
+
+class CountingLoads:
+    """A draft held as Pair holds it (context.LazyContext), counting its loads."""
+
+    def __init__(self):
+        self.loads = 0
+
+    def lazy(self):
+        from fakes import FakeContext, FakeModel
+
+        from localspec.context import LazyContext
+
+        def load():
+            self.loads += 1
+            return FakeContext(FakeModel("fake-draft.gguf", noise=0.3), 512)
+        return LazyContext(load, 512, FakeModel("fake-draft.gguf").path)
+
+
+def lazy_pair(draft: CountingLoads) -> Pair:
+    target, _ = fake_contexts(reply_len=None, draft=False)
+    return Pair.from_contexts(target, draft.lazy(), LoadOptions(threads=2))
+
+
+def test_saved_measurements_judge_whether_a_draft_is_worth_loading():
+    def saved(t):
+        return CostTracker.from_dict(json.loads(json.dumps(t.to_dict())))
+    assert CostTracker().worth_preparing(8)                 # nothing known: load it, as llama.cpp does
+    assert saved(measured()).worth_preparing(8)             # saved, and it pays
+    assert not saved(not_paying()).worth_preparing(8)       # saved, and it does not: before any step here
+    assert not_paying().could_pay(8) is False and not_paying().worth_preparing(8) is False
+
+
+def test_a_draft_that_does_not_pay_here_is_never_loaded_by_the_next_process():
+    cold = CountingLoads()
+    first = lazy_pair(cold)
+    assert cold.loads == 1 and not first.warm                 # nothing saved: loaded at once
+    warmstart.save(first.plan_key, {("model", True): not_paying()})
+    warm = CountingLoads()
+    second = lazy_pair(warm)
+    assert second.warm and warm.loads == 0 and second.draft_model is None
+    assert second.draft_path.name == "fake-draft.gguf" and second.placement["draft"] == "CPU"
+    out = reply(second)
+    assert warm.loads == 0 and out.stats.draft_loaded is False and out.reused_draft == 0
+    assert "draft model not loaded" in out.stats.summary() and out.stats.to_dict()["draft_loaded"] is False
+    target_only, _ = fake_contexts(reply_len=None, draft=False)
+    assert out.text == reply(Pair.from_contexts(target_only, None, LoadOptions(threads=2))).text
+    warmstart.save(first.plan_key, {("model", True): measured()})  # saved as paying: loaded at once
+    paying = CountingLoads()
+    lazy_pair(paying)
+    assert paying.loads == 1
+
+
+def test_a_deferred_draft_loads_when_first_asked_and_its_load_is_priced_not_counted_as_drafting():
+    import time
+
+    from fakes import FakeContext, FakeModel
+
+    from localspec.context import LazyContext
+    from localspec.drafters import ModelDrafter
+
+    def slow_load():
+        time.sleep(0.2)
+        return FakeContext(FakeModel("fake-draft.gguf", noise=0.3), 512)
+    lazy = LazyContext(slow_load, 512)
+    assert not lazy.loaded and lazy.tokens == [] and lazy.n_ctx == 512 and not lazy.rows_offloaded
+    lazy_tracker = CostTracker()
+    lazy_tracker.load_s.add(0.2)
+    drafter = ModelDrafter(lazy, GREEDY)
+    planner = Planner([(drafter, lazy_tracker)], GenerationConfig(max_tokens=64, gamma=None))
+    context = [5, 6, 7, 8]
+    planner.plan(context, 8)
+    assert planner._catch_up_s(0, lazy_tracker.estimate()) >= 0.2  # a first step pays the load
+    proposal = drafter.propose(context, 2, None)
+    assert lazy.loaded and lazy.load_s >= 0.2 and len(proposal.ids) == 2
+    planner.record(planner._plan(planner._offers(context, 2)[0]), proposal, 1, 0.25, 0.01, 0.0)
+    assert lazy_tracker.draft_s.value < 0.05 and lazy_tracker.load_s.n == 2  # the load is not a draft cost
+    assert planner._catch_up_s(0, lazy_tracker.estimate()) < 0.2             # loaded: no load to price
+    lazy.close()

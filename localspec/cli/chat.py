@@ -42,12 +42,12 @@ def chat(system, show_drafts, show_stats, as_json, **options):
         session = Chat(pair, config, system)
         session.prompt([{"role": "user", "content": "hi"}])  # no chat template: a one-line error, now
         colour = use_colour(show_drafts)
-        draft_name = pair.draft_model.path.name if pair.draft_model else "no draft"
+        draft_name = pair.draft_path.name if pair.draft_path else "no draft"
         click.echo(f"localspec chat: {pair.target_model.path.name} + {draft_name}. {CHAT_HELP}", err=True)
         if colour:
             click.echo(f"{GREEN}green{PLAIN}: tokens the draft guessed and the target accepted", err=True)
-        shown = {**settings(config, options["draft_reason"]), "draft": str(pair.draft_model.path)
-                 if pair.draft_model else None} if as_json else None
+        shown = {**settings(config, options["draft_reason"]), "draft": str(pair.draft_path)
+                 if pair.draft_path else None} if as_json else None
         chat_loop(session, colour and not as_json, show_stats, shown)
     finally:
         pair.close()

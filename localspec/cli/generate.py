@@ -63,10 +63,10 @@ def report(pair: Pair, reply: Reply, as_json: dict | None, show_stats: bool) -> 
     """--json (as_json: the settings to echo) and --stats output."""
     if as_json is not None:
         info = {"target": str(pair.target_model.path),
-                "draft": str(pair.draft_model.path) if pair.draft_model else None,
+                "draft": str(pair.draft_path) if pair.draft_path else None,
                 "draft_reason": as_json.pop("draft_reason"), "placement": pair.placement}
         click.echo(json.dumps({"text": reply.text, **info, "settings": as_json,
                                 "stats": reply.stats.to_dict()}))
     if show_stats:
-        draft = pair.draft_model.path.name if pair.draft_model else "none"
+        draft = pair.draft_path.name if pair.draft_path else "none"
         click.echo(f"{reply.stats.summary()}\ndraft: {draft} ({pair.draft_reason})\n{where(pair)}", err=True)

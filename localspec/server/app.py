@@ -93,11 +93,11 @@ class Server:
         path, pair = self.pair.target_model.path, self.pair
         return {"id": self.model_id, "object": "model", "created": int(path.stat().st_mtime),
                 "owned_by": "localspec", "target": path.name, "n_ctx": pair.target_ctx.n_ctx,
-                "draft": pair.draft_model.path.name if pair.draft_model else None, "placement": pair.placement}
+                "draft": pair.draft_path.name if pair.draft_path else None, "placement": pair.placement}
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """x-localspec-* headers naming the pair."""
-        draft = self.pair.draft_model.path.name if self.pair.draft_model else "none"
+        draft = self.pair.draft_path.name if self.pair.draft_path else "none"
         return [(b"x-localspec-target", self.pair.target_model.path.name.encode()),
                 (b"x-localspec-draft", draft.encode()), (b"x-localspec-version", __version__.encode())]
 
@@ -264,7 +264,7 @@ def serve(pair: Pair, defaults: GenerationConfig, host: str = "127.0.0.1", port:
           outage: Outage | None = None) -> None:
     """Serve until interrupted (Ctrl-C or SIGTERM) on sock (bound by `bind`), or on host:port."""
     app = create_app(pair, defaults, api_key, max_queue, max_body, cors_origins, outage)
-    draft = pair.draft_model.path.name if pair.draft_model else "no draft"
+    draft = pair.draft_path.name if pair.draft_path else "no draft"
     log(f"localspec: serving {app.state.server.model_id} (draft: {draft}) at http://{host}:{port}/v1, "
         f"web chat at http://{host}:{port}/" + ("" if api_key else "  [no API key]"))
     logger = logging.getLogger("localspec")  # the request lines (localspec.server.metrics), as uvicorn's look
