@@ -288,6 +288,7 @@ class LazyContext:
         self._load, self._ctx = load, None
         self._n_ctx, self.path, self.where = n_ctx, path, where
         self.load_s: float | None = None
+        self._unreported = False
 
     @property
     def loaded(self) -> bool:
@@ -311,7 +312,13 @@ class LazyContext:
             t0 = time.perf_counter()
             self._ctx = self._load()
             self.load_s = time.perf_counter() - t0
+            self._unreported = True
         return self._ctx
+
+    def take_load_s(self) -> float:
+        """The load's seconds the first time asked after it happened, 0.0 otherwise."""
+        seconds, self._unreported = (self.load_s or 0.0) if self._unreported else 0.0, False
+        return seconds
 
     def __getattr__(self, name: str):
         return getattr(self.get(), name)

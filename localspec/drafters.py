@@ -82,6 +82,7 @@ class ModelDrafter:
         self.params = params
         self.sampled = False  # whether this proposal's rows arrive as top-k candidates
         self.load_s = 0.0     # seconds a model held lazily (context.LazyContext) took to load, until read
+        self.prefill_s = 0.0  # seconds the last prefill took (without a load)
 
     @property
     def ready(self) -> bool:
@@ -89,10 +90,12 @@ class ModelDrafter:
         return getattr(self.ctx, "loaded", True)
 
     def _load(self) -> None:
-        """Load a lazily held draft model now, outside any timing of the catch-up; keep its seconds."""
+        """Load a lazily held draft model now, outside any timing of the catch-up; keep the seconds of
+        a load not reported yet (also one made before this drafter existed)."""
         if not self.ready:
             self.ctx.get()
-            self.load_s = self.ctx.load_s
+        take = getattr(self.ctx, "take_load_s", None)
+        self.load_s = take() if take is not None else 0.0
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
                 stop: StopRule | None = None, branch: BranchRule | None = None) -> Proposal:
@@ -162,8 +165,10 @@ class ModelDrafter:
 
     def prefill(self, prompt: Sequence[int]) -> None:
         self._load()
+        t0 = time.perf_counter()
         n = self.ctx.reuse_prefix(prompt[:-1])
         self.ctx.decode(prompt[n:-1], logits="none")
+        self.prefill_s = time.perf_counter() - t0
 
     def offer(self, context: Sequence[int], k: int) -> int:
         return max(0, min(k, self.ctx.n_ctx - len(context) + 1))

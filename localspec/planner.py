@@ -28,6 +28,16 @@ def source_names(kind: str | None) -> tuple[str, ...]:
     return SOURCES.get(kind, ()) if kind else ()
 
 
+def worth_preparing(tracker: CostTracker, cap: int, fraction: float = EXPLORE_FRACTION) -> bool:
+    """Whether a drafter should be made ready before it is asked (its model loaded, the prompt taken
+    in): where its measurements do not rule it out (CostTracker.worth_preparing), and where they do,
+    again once ε of the generation seconds spent without it cover what making it ready cost last
+    time. So a draft that did not pay on one kind of text is tried on whatever comes later, at a
+    cost of at most ε of the time between tries (the try itself then explores under the budget)."""
+    entry = tracker.entry_s()
+    return tracker.worth_preparing(cap) or (entry is not None and fraction * tracker.idle_s >= entry)
+
+
 def cap_of(drafter_name: str, config: GenerationConfig) -> int:
     """The most that auto γ may draft from this drafter."""
     return config.ngram_gamma_max if drafter_name == "ngram" else config.gamma_max
@@ -135,11 +145,10 @@ class Planner:
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
-        (CostTracker.worth_preparing; as llama.cpp does, the draft is prefilled with the prompt
-        otherwise). A source not prefilled catches up when first asked, at a price the budget counts."""
+        (worth_preparing; as llama.cpp does, the draft is prefilled with the prompt otherwise). A source not prefilled catches up when first asked, at a price the budget counts."""
         drafter, tracker = self.sources[i]
         cap = cap_of(drafter.name, self.config)
-        wanted = self.config.gamma != 0 and bool(self.config.gamma or tracker.worth_preparing(cap))
+        wanted = self.config.gamma != 0 and bool(self.config.gamma or worth_preparing(tracker, cap))
         if wanted:
             self._prefilled.add(i)
         return wanted
@@ -153,6 +162,14 @@ class Planner:
             tracker.load_s.add(seconds)
             drafter.load_s = 0.0
         return seconds
+
+    def note_prefill(self, i: int) -> None:
+        """Keep what source i's prefill took and, apart, a load it made (a drafter that has no model
+        to load reports neither)."""
+        drafter, tracker = self.sources[i]
+        self.note_load(i)
+        if hasattr(drafter, "prefill_s"):
+            tracker.prefill_s.add(drafter.prefill_s)
 
     def plan(self, tokens: Sequence[int], room: int) -> Plan:
         """The next step after tokens, drafting at most `room` tokens (what the context and the tokens

@@ -22,7 +22,7 @@ from .devices import keep_alive, local_devices, rpc_endpoints
 from .context import Context, LazyContext
 from .llama import Model, common_prefix_len, default_threads, gpu_offload_supported
 from .placement import place_pair
-from .planner import CostTracker, source_names
+from .planner import CostTracker, source_names, worth_preparing
 from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
 from .treeplan import MAX_BRANCHES
@@ -96,11 +96,11 @@ class Pair:
 
     def draft_deferred(self) -> bool:
         """Whether the draft model is left unloaded until a generation asks for it: only where this
-        setup's saved measurements say it does not pay here (CostTracker.worth_preparing, for each
+        setup's saved measurements say it does not pay here (planner.worth_preparing, for each
         decoding mode saved). Its first use then loads it, at a cost the planner's budget counts."""
         saved = [t for (name, _), t in self.trackers.items() if name == "model"]
         cap = GenerationConfig().gamma_max
-        return bool(saved) and not any(t.worth_preparing(cap) for t in saved)
+        return bool(saved) and not any(worth_preparing(t, cap) for t in saved)
 
     @classmethod
     def from_contexts(cls, target_ctx: Context, draft_ctx: Context | None = None,
@@ -196,12 +196,21 @@ class Pair:
             if isinstance(item, Finished):
                 item.stats.warm_start = self.warm
                 item.stats.draft_loaded = getattr(self.draft_ctx, "loaded", True) if self.draft_ctx else None
+                self._count_idle(prompt, config, item.stats)
                 if self.plan_key and item.stats.steps:
                     warmstart.save(self.plan_key, self.trackers)
                 yield Reply.of(self, "".join(parts), item.stats, config, reused_draft)
                 return
             parts.append(item.text)
             yield item
+
+    def _count_idle(self, prompt: Sequence[int], config: GenerationConfig, stats: GenerationStats) -> None:
+        """Add a generation's seconds to the draft model's idle time unless it took in this prompt."""
+        tracker = self.trackers.get(("model", config.sampling.greedy))
+        if tracker is None or self.draft_ctx is None:
+            return
+        ready = common_prefix_len(self.draft_ctx.tokens, prompt[:-1]) >= len(prompt) - 1
+        tracker.idle_s = 0.0 if ready else tracker.idle_s + stats.prefill_s + stats.total_s
 
     def close(self) -> None:
         """Free contexts, then models."""

@@ -122,7 +122,7 @@ class SpeculativeDecoder:
         for i, (drafter, _) in enumerate(self.sources):
             if planner.wants_prefill(i):
                 drafter.prefill(prompt)
-                planner.note_load(i)
+                planner.note_prefill(i)
 
 
 class _Run:

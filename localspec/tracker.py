@@ -70,6 +70,10 @@ class CostTracker:
     # Seconds to load the drafter's model where it is loaded on first use (session.Pair): part of
     # what a first step from it costs.
     load_s: Ema = field(default_factory=Ema)
+    prefill_s: Ema = field(default_factory=Ema)  # ... and to take in a prompt (without the load)
+    # Seconds of generation on this setup since the drafter was last made ready (it was not worth it
+    # meanwhile); Planner's worth_preparing gives it another try once ε of them cover entry_s().
+    idle_s: float = 0.0
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
     saved_verify: VerifyCurve = field(default_factory=VerifyCurve)  # the curve as saved, plain step too
     own_drafts: int = 0   # drafting steps this tracker has measured itself
@@ -199,6 +203,10 @@ class CostTracker:
             return 1 not in self.saved_verify or saved.best(cap, self.min_gain)[0] > 0
         return self.could_pay(cap)
 
+    def entry_s(self) -> float | None:
+        """What making the drafter ready cost when it last was: its model's load and a prompt's prefill."""
+        return None if self.load_s.value is None else self.load_s.value + (self.prefill_s.value or 0.0)
+
     def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False) -> tuple[int, float]:
         """(draft length ≤ gamma_max, predicted tokens/s) by the point estimate; (0, 0.0) before a
         plain step and a draft are measured (exploring beyond the point estimate is the Planner's call)."""
@@ -214,6 +222,7 @@ class CostTracker:
         """The measurements as JSON-ready data, for a warm start."""
         ema = lambda e: [e.value, e.n]  # noqa: E731
         return {"draft_s": ema(self.draft_s), "overhead_s": ema(self.overhead_s), "load_s": ema(self.load_s),
+                "prefill_s": ema(self.prefill_s), "idle_s": self.idle_s,
                 "step_tokens": ema(self.step_tokens), "step_s": ema(self.step_s),
                 "verify": {str(k): ema(e) for k, e in self.verify.points.items()},
                 "positions": self.positions.to_rows(),
@@ -231,6 +240,8 @@ class CostTracker:
         # The plain step is measured afresh by the first step of each process: while drafting pays,
         # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
         _load_ema(t.load_s, data.get("load_s", [None, 0]))
+        _load_ema(t.prefill_s, data.get("prefill_s", [None, 0]))
+        t.idle_s = float(data.get("idle_s", 0.0))
         for k, e in data["verify"].items():
             _load_ema(t.saved_verify.points.setdefault(int(k), Ema()), e)
             if int(k) != 1:

@@ -226,3 +226,39 @@ def test_a_deferred_draft_loads_when_first_asked_and_its_load_is_priced_not_coun
     assert lazy_tracker.draft_s.value < 0.05 and lazy_tracker.load_s.n == 2  # the load is not a draft cost
     assert planner._catch_up_s(0, lazy_tracker.estimate()) < 0.2             # loaded: no load to price
     lazy.close()
+    prefilled, tracker = ModelDrafter(LazyContext(slow_load, 512), GREEDY), CostTracker()
+    prefilled.prefill(context)   # a load made by a prefill: kept apart from the prefill's seconds
+    Planner([(prefilled, tracker)], GenerationConfig(max_tokens=64)).note_prefill(0)
+    assert tracker.load_s.value >= 0.2 and tracker.prefill_s.value < 0.05
+    assert tracker.entry_s() == pytest.approx(tracker.load_s.value + tracker.prefill_s.value)
+
+
+def test_a_deferred_draft_is_tried_again_once_the_time_spent_without_it_pays_for_the_try():
+    from localspec.planner import EXPLORE_FRACTION, worth_preparing
+
+    poor = not_paying()
+    poor.load_s.add(0.3)
+    poor.prefill_s.add(0.2)
+    assert poor.entry_s() == pytest.approx(0.5) and not worth_preparing(poor, 8)
+    poor.idle_s = 0.99 * 0.5 / EXPLORE_FRACTION
+    assert not worth_preparing(poor, 8)
+    poor.idle_s = 0.5 / EXPLORE_FRACTION
+    assert worth_preparing(poor, 8)        # ε of the idle time covers a load and a prefill
+
+    first = lazy_pair(CountingLoads())
+    poor.idle_s = 0.0
+    warmstart.save(first.plan_key, {("model", True): poor})
+    draft = CountingLoads()
+    deferred = lazy_pair(draft)
+    out = reply(deferred)
+    assert draft.loads == 0 and out.stats.draft_loaded is False
+    spent = out.stats.prefill_s + out.stats.total_s
+    assert deferred.trackers[("model", True)].idle_s == pytest.approx(spent)  # saved with the plan
+    assert warmstart.load(first.plan_key)[("model", True)].idle_s == pytest.approx(spent)
+    poor.idle_s = 0.5 / EXPLORE_FRACTION
+    warmstart.save(first.plan_key, {("model", True): poor})
+    again = CountingLoads()
+    retried = lazy_pair(again)
+    assert again.loads == 1                 # tried again: loaded, and the prompt taken in
+    reply(retried)
+    assert retried.trackers[("model", True)].idle_s == 0.0
