@@ -145,7 +145,8 @@ class Planner:
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
-        (worth_preparing; as llama.cpp does, the draft is prefilled with the prompt otherwise). A source not prefilled catches up when first asked, at a price the budget counts."""
+        (worth_preparing; as llama.cpp does, the draft is prefilled with the prompt otherwise). A
+        source not prefilled catches up when first asked, at a price the budget counts."""
         drafter, tracker = self.sources[i]
         cap = cap_of(drafter.name, self.config)
         wanted = self.config.gamma != 0 and bool(self.config.gamma or worth_preparing(tracker, cap))

@@ -115,13 +115,12 @@ class Pair:
         self.options = options
         self.target_ctx, self.draft_ctx = target_ctx, draft_ctx
         self.target_model = target_ctx.model
-        if draft_ctx is not None and not isinstance(draft_ctx, LazyContext):
-            draft_ctx.path, draft_ctx.where = draft_ctx.model.path, getattr(draft_ctx.model, "where", "CPU")
-        self.draft_path: Path | None = draft_ctx.path if draft_ctx is not None else None
+        # the draft's file and where it runs, known before it is loaded (a LazyContext says them)
+        draft = draft_ctx if isinstance(draft_ctx, LazyContext) else getattr(draft_ctx, "model", None)
+        self.draft_path: Path | None = draft.path if draft is not None else None
         # where each model runs, as --stats and --json name it ("CPU", "CUDA0", "RPC0[host:port]")
-        self.placement = {"target": getattr(self.target_model, "where", "CPU")}
-        if draft_ctx is not None:
-            self.placement["draft"] = draft_ctx.where
+        self.placement = {role: getattr(m, "where", "CPU") for role, m in
+                          (("target", self.target_model), ("draft", draft)) if m is not None}
         self.ngram = NGramDrafter()
         self.plan_key = self._plan_key() if options.warm_start and warmstart.enabled() else None
         # measured costs and acceptance, kept across generations (and processes, with a plan key)
