@@ -270,12 +270,15 @@ class Planner:
         return load + (behind * point.draft_s if behind > 2 else 0.0)
 
     def _stop(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> StopRule | None:
-        """The draft model's stop rule: p-min auto from the tracker, a fixed p-min, or none."""
+        """The draft model's stop rule: p-min auto from the tracker, a fixed p-min, or none. Under auto
+        γ a draft whose cost is unmeasured always drafts its first token (as p-min auto's first probe
+        does): a probe the fixed p-min declined would cost a catch-up and teach nothing."""
         if drafter.name != "model":
             return None
         if self.p_min is None:
             return tracker.draft_stop(gamma)
-        return FixedStop(self.p_min) if self.p_min > 0 else None
+        probe = self.config.gamma is None and tracker.draft_s.value is None
+        return FixedStop(self.p_min, first=probe) if self.p_min > 0 else None
 
     def record(self, plan: Plan, proposal: Proposal, n_accepted: int, draft_s: float, verify_s: float,
                overhead_s: float, path: Sequence[int] = ()) -> None:

@@ -221,3 +221,20 @@ def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
     assert planner.plan([1] * 40, 64).source == 1  # with the catch-up counted, the model drafts
     alone = Planner([ngram], GenerationConfig(gamma=None, sampling=GREEDY))
     assert alone.plan([1] * 40, 64).source == 0  # without a model to catch up, nothing is charged
+
+
+def test_at_t_above_0_a_draft_of_unmeasured_cost_drafts_its_first_token():
+    # A fixed p-min (T>0's) would let a probe decline its only token: a catch-up paid, nothing learnt.
+    from localspec.drafters import ModelDrafter
+
+    sampled = SamplingParams(temperature=1.0)
+    drafter = ModelDrafter(None, sampled)
+    auto = Planner([(drafter, CostTracker())], GenerationConfig(max_tokens=64, sampling=sampled))
+    stop = auto._stop(drafter, auto.sources[0][1], 4)
+    assert stop.keep(0, 0.01) and not stop.keep(1, 0.01) and stop.keep(1, 0.99)
+    fixed = Planner([(drafter, CostTracker())], GenerationConfig(max_tokens=64, gamma=4, sampling=sampled))
+    assert not fixed._stop(drafter, fixed.sources[0][1], 4).keep(0, 0.01)  # --gamma N: llama.cpp's p-min
+    measured = CostTracker()
+    measured.draft_s.add(0.04)
+    auto = Planner([(drafter, measured)], GenerationConfig(max_tokens=64, sampling=sampled))
+    assert not auto._stop(drafter, measured, 4).keep(0, 0.01)             # measured: p-min as set
