@@ -193,8 +193,8 @@ class CostTracker:
         """Whether the drafter should be made ready before it is asked (its model loaded, the prompt
         taken in): unless the measurements rule it out. Saved ones that this process has not yet
         confirmed are judged by their point estimate, its own by the optimistic one: a drafter that
-        saved measurements say does not pay costs a new process nothing until the planner's budget
-        lets it be tried again."""
+        saved measurements say does not pay costs a new process nothing (planner.worth_preparing
+        says when it is tried again)."""
         if self.draft_s.value is None:
             return True  # not measured yet
         if not self.confirmed():  # the saved curve: this process's plain step is not measured yet
@@ -237,11 +237,12 @@ class CostTracker:
         t = cls(loaded=True)
         for name in ("draft_s", "overhead_s", "step_tokens", "step_s"):
             _load_ema(getattr(t, name), data[name])
-        # The plain step is measured afresh by the first step of each process: while drafting pays,
-        # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
-        _load_ema(t.load_s, data.get("load_s", [None, 0]))
+        _load_ema(t.load_s, data.get("load_s", [None, 0]))  # files from before lazy drafts: unmeasured
         _load_ema(t.prefill_s, data.get("prefill_s", [None, 0]))
         t.idle_s = float(data.get("idle_s", 0.0))
+        # The plain step is measured afresh by the first step of each process: while drafting pays,
+        # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
+        # Only the decision to load a draft at all reads it (saved_verify, worth_preparing).
         for k, e in data["verify"].items():
             _load_ema(t.saved_verify.points.setdefault(int(k), Ema()), e)
             if int(k) != 1:
