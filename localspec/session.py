@@ -57,6 +57,16 @@ def make_sources(names: Sequence[str], draft_ctx: Context | None, config: Genera
     return sources
 
 
+def rows_on_gpu(where: str, n_gpu_layers: int, n_layer: int) -> bool:
+    """Whether a model's output rows are made on a GPU of this machine, where llama.cpp's backend
+    sampler chain should judge them (config.rows_on_backend): every layer there, the output layer
+    with them (llama.cpp counts it as one past the last). Not on the CPU (numpy reads a row faster
+    than the chain runs) and not on an RPC server: there the chain's results come back in round
+    trips of their own, and at T=1 over a 10 ms link a plain step took 158 ms with it against 123 ms
+    with numpy reading the row (scripts/bench_rpc.py, README)."""
+    return where != "CPU" and not where.startswith("RPC") and n_gpu_layers > n_layer
+
+
 class Pair:
     """A target model, an optional draft model, their contexts and the controller over them."""
 
@@ -70,8 +80,7 @@ class Pair:
             keep_alive(endpoint)  # ggml's own connections have no timeout
         # A model draft's trees are verified in one decode, a branch per sequence of the target's cache.
         target_ctx = Context(target_model, options.n_ctx, options.threads, n_seq_max=MAX_BRANCHES if draft else 1)
-        # the output layer is offloaded with every layer (llama.cpp counts it as one past the last)
-        target_ctx.rows_offloaded = where_t.where != "CPU" and o.ngl_target > target_model.n_layer
+        target_ctx.rows_offloaded = rows_on_gpu(where_t.where, o.ngl_target, target_model.n_layer)
         draft_ctx = None
         if draft:
             draft_ctx = LazyContext(lambda: self._load_draft(Path(draft), where_d), options.n_ctx, Path(draft),
@@ -91,7 +100,7 @@ class Pair:
                 model.close()
                 raise
         ctx = Context(model, o.n_ctx, o.threads)
-        ctx.rows_offloaded = where_d.where != "CPU" and o.ngl_draft > model.n_layer
+        ctx.rows_offloaded = rows_on_gpu(where_d.where, o.ngl_draft, model.n_layer)
         return ctx
 
     def draft_deferred(self) -> bool:

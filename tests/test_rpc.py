@@ -379,3 +379,12 @@ def test_server_that_hangs_mid_generation_is_one_line_within_seconds(smol_path):
                                                          {"LOCALSPEC_RPC_TIMEOUT": "2"})
     assert status == 1 and len(lines) == 1, lines
     assert lines[0].startswith("Error: the RPC server") and endpoint in lines[0] and "did not answer" in lines[0]
+
+
+def test_rows_are_judged_by_the_backend_chain_only_on_a_local_gpu():
+    from localspec.session import rows_on_gpu
+
+    assert rows_on_gpu("CUDA0", 999, 28)                       # every layer and the output layer there
+    assert not rows_on_gpu("CUDA0", 28, 28)                    # the output layer stays on the CPU
+    assert not rows_on_gpu("CPU", 999, 28)
+    assert not rows_on_gpu("RPC0[127.0.0.1:50052]", 999, 28)   # the chain's results cost round trips
