@@ -80,8 +80,8 @@ def rows_on_backend(ctx, config: GenerationConfig | None = None) -> bool:
     sampler chain reduces each decoded row to a short candidate list inside the decode; False when
     numpy reads the full logits rows. The backend path is for rows made on a GPU (a row is 151,936
     floats to bring back, session.rows_on_gpu); on the CPU the chain inside the decode costs more
-    than numpy's reading of the row (scripts/bench_controller.py --real), and over RPC its results
-    cost round trips of their own, so rows stay in numpy there. Logprobs need the raw rows; LOCALSPEC_BACKEND_SAMPLING=1 or 0 forces the
+    than numpy's reading of the row (scripts/bench_controller.py --real), and over RPC it measured
+    slower too, so rows stay in numpy there. Logprobs need the raw rows; LOCALSPEC_BACKEND_SAMPLING=1 or 0 forces the
     path on or off (tests, benchmarks)."""
     if config is not None and config.logprobs is not None:
         return False

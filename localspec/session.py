@@ -61,9 +61,9 @@ def rows_on_gpu(where: str, n_gpu_layers: int, n_layer: int) -> bool:
     """Whether a model's output rows are made on a GPU of this machine, where llama.cpp's backend
     sampler chain should judge them (config.rows_on_backend): every layer there, the output layer
     with them (llama.cpp counts it as one past the last). Not on the CPU (numpy reads a row faster
-    than the chain runs) and not on an RPC server: there the chain's results come back in round
-    trips of their own, and at T=1 over a 10 ms link a plain step took 158 ms with it against 123 ms
-    with numpy reading the row (scripts/bench_rpc.py, README)."""
+    than the chain runs) and not on an RPC server: at T=1 over a 10 ms link a plain step took 158 ms
+    with the chain against 123 ms with numpy reading the row (scripts/bench_rpc.py, README), likely
+    because the chain's results are read back in round trips of their own (not traced)."""
     return where != "CPU" and not where.startswith("RPC") and n_gpu_layers > n_layer
 
 
