@@ -29,6 +29,11 @@ class Placement:
     def handles(self) -> list[int] | None:
         return None if self.devices is None else [d.ptr for d in self.devices]
 
+    @property
+    def remote(self) -> bool:
+        """Whether some of its devices are RPC servers."""
+        return self.devices is not None and any(d.is_rpc for d in self.devices)
+
 
 def split_names(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
     """'CUDA0,RPC0' (or a tuple of such) -> ('CUDA0', 'RPC0'); None or empty -> None."""

@@ -21,7 +21,7 @@ from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .devices import keep_alive, local_devices, rpc_endpoints
 from .context import Context, LazyContext
 from .llama import Model, common_prefix_len, default_threads, gpu_offload_supported
-from .placement import place_pair
+from .placement import Placement, place_pair
 from .planner import CostTracker, source_names, worth_preparing
 from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
@@ -57,14 +57,14 @@ def make_sources(names: Sequence[str], draft_ctx: Context | None, config: Genera
     return sources
 
 
-def rows_on_gpu(where: str, n_gpu_layers: int, n_layer: int) -> bool:
+def rows_on_gpu(placed: Placement, n_gpu_layers: int, n_layer: int) -> bool:
     """Whether a model's output rows are made on a GPU of this machine, where llama.cpp's backend
     sampler chain should judge them (config.rows_on_backend): every layer there, the output layer
     with them (llama.cpp counts it as one past the last). Not on the CPU (numpy reads a row faster
     than the chain runs) and not on an RPC server: at T=1 over a 10 ms link a plain step took 158 ms
     with the chain against 123 ms with numpy reading the row (scripts/bench_rpc.py, README), likely
     because the chain's results are read back in round trips of their own (not traced)."""
-    return where != "CPU" and not where.startswith("RPC") and n_gpu_layers > n_layer
+    return placed.where != "CPU" and not placed.remote and n_gpu_layers > n_layer
 
 
 class Pair:
@@ -80,14 +80,14 @@ class Pair:
             keep_alive(endpoint)  # ggml's own connections have no timeout
         # A model draft's trees are verified in one decode, a branch per sequence of the target's cache.
         target_ctx = Context(target_model, options.n_ctx, options.threads, n_seq_max=MAX_BRANCHES if draft else 1)
-        target_ctx.rows_offloaded = rows_on_gpu(where_t.where, o.ngl_target, target_model.n_layer)
+        target_ctx.rows_offloaded = rows_on_gpu(where_t, o.ngl_target, target_model.n_layer)
         draft_ctx = None
         if draft:
             draft_ctx = LazyContext(lambda: self._load_draft(Path(draft), where_d), options.n_ctx, Path(draft),
                                     where_d.where)
         self._wrap(target_ctx, draft_ctx, options)
 
-    def _load_draft(self, path: Path, where_d) -> Context:
+    def _load_draft(self, path: Path, where_d: Placement) -> Context:
         """Load the draft model and its context (LazyContext calls this once). The vocabulary check is
         skipped where a plan was saved for this very pair: only a compatible pair ever generated."""
         o = self.options
@@ -100,7 +100,7 @@ class Pair:
                 model.close()
                 raise
         ctx = Context(model, o.n_ctx, o.threads)
-        ctx.rows_offloaded = rows_on_gpu(where_d.where, o.ngl_draft, model.n_layer)
+        ctx.rows_offloaded = rows_on_gpu(where_d, o.ngl_draft, model.n_layer)
         return ctx
 
     def draft_deferred(self) -> bool:

@@ -382,9 +382,13 @@ def test_server_that_hangs_mid_generation_is_one_line_within_seconds(smol_path):
 
 
 def test_rows_are_judged_by_the_backend_chain_only_on_a_local_gpu():
+    from localspec.placement import Placement
     from localspec.session import rows_on_gpu
 
-    assert rows_on_gpu("CUDA0", 999, 28)                       # every layer and the output layer there
-    assert not rows_on_gpu("CUDA0", 28, 28)                    # the output layer stays on the CPU
-    assert not rows_on_gpu("CPU", 999, 28)
-    assert not rows_on_gpu("RPC0[127.0.0.1:50052]", 999, 28)   # the chain's results cost round trips
+    gpu = devices.Device(1, "CUDA0", "GPU", "H100", 0, 0)
+    rpc = devices.Device(2, "RPC0", "RPC", "127.0.0.1:50052", 0, 0)
+    assert rows_on_gpu(Placement((gpu,), "CUDA0"), 999, 28)                # every layer and the output layer there
+    assert not rows_on_gpu(Placement((gpu,), "CUDA0"), 28, 28)             # the output layer stays on the CPU
+    assert not rows_on_gpu(Placement(None, "CPU"), 999, 28)
+    assert not rows_on_gpu(Placement((rpc,), "RPC0[127.0.0.1:50052]"), 999, 28)  # measured slower over RPC
+    assert not rows_on_gpu(Placement((gpu, rpc), "CUDA0,RPC0[127.0.0.1:50052]"), 999, 28)  # the last layers there
