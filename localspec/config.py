@@ -81,8 +81,8 @@ def rows_on_backend(ctx, config: GenerationConfig | None = None) -> bool:
     numpy reads the full logits rows. The backend path is for rows made on a GPU (a row is 151,936
     floats to bring back, session.rows_on_gpu); on the CPU the chain inside the decode costs more
     than numpy's reading of the row (scripts/bench_controller.py --real), and over RPC it measured
-    slower too, so rows stay in numpy there. Logprobs need the raw rows; LOCALSPEC_BACKEND_SAMPLING=1 or 0 forces the
-    path on or off (tests, benchmarks)."""
+    slower too, so rows stay in numpy there. Logprobs need the raw rows; LOCALSPEC_BACKEND_SAMPLING=1
+    or 0 forces the path on or off (tests, benchmarks)."""
     if config is not None and config.logprobs is not None:
         return False
     forced = os.environ.get("LOCALSPEC_BACKEND_SAMPLING")

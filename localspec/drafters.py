@@ -81,7 +81,6 @@ class ModelDrafter:
         self.ctx = ctx
         self.params = params
         self.sampled = False  # whether this proposal's rows arrive as top-k candidates
-        self.load_s = 0.0     # seconds a model held lazily (context.LazyContext) took to load, until read
         self.prefill_s = 0.0  # seconds the last prefill took (without a load)
 
     @property
@@ -90,12 +89,15 @@ class ModelDrafter:
         return getattr(self.ctx, "loaded", True)
 
     def _load(self) -> None:
-        """Load a lazily held draft model now, outside any timing of the catch-up; keep the seconds of
-        a load not reported yet (also one made before this drafter existed)."""
+        """Load a lazily held draft model now, outside any timing of the catch-up."""
         if not self.ready:
             self.ctx.get()
+
+    def take_load_s(self) -> float:
+        """The seconds its model's load took, the first time asked after the load (also one made
+        before this drafter existed); 0.0 otherwise and for a model not held lazily."""
         take = getattr(self.ctx, "take_load_s", None)
-        self.load_s = take() if take is not None else 0.0
+        return take() if take is not None else 0.0
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
                 stop: StopRule | None = None, branch: BranchRule | None = None) -> Proposal:

@@ -158,10 +158,10 @@ class Planner:
         """Keep what loading source i's model took, if it was just loaded (by a prefill or a first
         propose); return those seconds (0.0 if it was not)."""
         drafter, tracker = self.sources[i]
-        seconds = getattr(drafter, "load_s", 0.0)
+        take = getattr(drafter, "take_load_s", None)  # a drafter with a model to load
+        seconds = take() if take is not None else 0.0
         if seconds:
             tracker.load_s.add(seconds)
-            drafter.load_s = 0.0
         return seconds
 
     def note_prefill(self, i: int) -> None:
