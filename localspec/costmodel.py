@@ -19,6 +19,7 @@ That is the stopping rule that maximises a renewal process's long-run rate E[tok
 from __future__ import annotations
 
 import bisect
+import statistics
 from typing import Callable, NamedTuple, Sequence
 
 
@@ -138,19 +139,29 @@ class FixedStop:
 
 
 class Ema:
-    """A moving average: the mean of the first 1/weight samples, then exponential. A value loaded
-    from an earlier process counts as `n` samples (see tracker.from_dict), so this run's first
-    measurements move it at once."""
+    """A moving average: the median of the first 1/weight samples, then exponential from there. The
+    median because first measurements are the least typical: a model's first decodes fault its
+    weights in, and one such sample, seconds long, would hold a mean of ten far above the rest (the
+    planner then stops drafting and never measures again). A value loaded from an earlier process
+    counts as one sample (load, tracker.from_dict), so this run's first measurements move it at once."""
 
     def __init__(self, weight: float = 0.1):
         self.weight, self.value, self.n = weight, None, 0
+        self._first: list[float] = []  # the samples so far, while n ≤ 1/weight
 
     def add(self, x: float) -> None:
         self.n += 1
-        w = max(self.weight, 1.0 / self.n)
-        self.value = x if self.value is None else self.value + w * (x - self.value)
+        if self.n * self.weight <= 1.0:
+            self._first.append(x)
+            self.value = statistics.median(self._first)
+            return
+        self._first = []
+        self.value += self.weight * (x - self.value)
 
-
+    def load(self, value: float | None, n: int) -> None:
+        """Start from a saved average that weighs as n samples (at most one)."""
+        self.n = 0 if value is None else min(n, 1)
+        self.value, self._first = value, [value] * self.n
 
 
 class VerifyCurve:

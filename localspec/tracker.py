@@ -264,7 +264,7 @@ def _overall(counts: PositionAcceptance, prior: float, weight: float) -> float:
 def _load_ema(ema: Ema, saved: Sequence) -> None:
     """A saved average, weighing as one sample: this run's own measurements soon replace it."""
     value, n = saved
-    ema.value, ema.n = (None if value is None else float(value)), min(int(n), 1)
+    ema.load(None if value is None else float(value), int(n))
 
 
 def _scaled(rows: Sequence[Sequence[int]], max_count: int) -> list[list[int]]:

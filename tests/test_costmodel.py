@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.costmodel import FALLBACK_P_MIN, DraftStop, FixedStop, best_gamma, expected_tokens
+from localspec.costmodel import FALLBACK_P_MIN, DraftStop, Ema, FixedStop, best_gamma, expected_tokens
 from localspec.planner import CostTracker
 
 # Target verify time for a batch of k tokens on a 2-core CPU (a Python probe), in ms.
@@ -86,6 +86,33 @@ def test_tracker_switches_on_when_drafting_pays():
     for _ in range(20):
         t.record(3, 3, draft_s=3 * 0.001, verify_s=0.0105, overhead_s=0.0)
     assert t.choose(8) >= 3
+
+
+def test_a_cold_first_draft_does_not_price_drafting_out():
+    # A model's first decodes fault its weights in: here the first step's draft took 1.5 s a token,
+    # the next ones 10 ms. A mean of the first samples would price the draft at ~0.5 s for ten steps
+    # and turn drafting off, with nothing left to measure it again; the median keeps the typical cost.
+    t = CostTracker()
+    t.record(0, 0, 0.0, 0.050, 0.0)
+    for draft_s in (1.5, 0.010, 0.010):
+        t.record(3, 3, draft_s=3 * draft_s, verify_s=0.060, overhead_s=0.0)
+    assert t.draft_s.value == pytest.approx(0.010)
+    assert t.choose(8) > 0
+
+
+def test_first_samples_take_their_median_then_an_exponential_average():
+    e = Ema()
+    for x in (9.0, 1.0, 2.0):
+        e.add(x)
+    assert e.value == 2.0
+    for x in (2.0,) * 7:
+        e.add(x)
+    e.add(12.0)  # the eleventh: a weight of 1/10 from the median of the first ten
+    assert e.value == pytest.approx(3.0)
+    loaded = Ema()
+    loaded.load(4.0, 25)  # a saved average weighs as one sample
+    loaded.add(2.0)
+    assert loaded.value == 3.0 and loaded.n == 2
 
 
 def test_acceptance_is_conditional_per_position():
