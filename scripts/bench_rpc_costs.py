@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""What one decode costs with the target over llama.cpp's RPC backend, per batch width, against the
+same decode with the target local; and the local draft's cost per token beside the server.
+
+These are the inputs of the bound on speculation over a link: a step of γ drafts at acceptance α
+yields (1 − α^(γ+1)) / (1 − α) tokens in γ·c + v(γ+1) seconds (c: the draft's cost per token, v(k):
+a verify of k rows), at most γ + 1 of them; plain decoding yields one in t = v(1). So with every
+draft accepted a step of width k = γ + 1 runs k·t / ((k − 1)·c + v(k)) times plain decoding, and no
+draft can do better. Prints that bound for the widths measured.
+
+Starts a loopback `localspec rpc-server` behind scripts/delay_proxy.py (the added RTT), loads the
+pair twice (target over RPC, then local) and times each width in a steady run and alternating with
+width 1 (the verify widths a run alternates between), rows read for every token (a verify) or the
+last only (llama-bench's tg), medians of --reps.
+
+    python scripts/bench_rpc_costs.py --rtt-ms 10 --target T.gguf --draft D.gguf --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import delay_proxy  # noqa: E402
+from bench_rpc import free_port, wait_listening  # noqa: E402
+from localspec.session import LoadOptions, Pair  # noqa: E402
+
+PROMPT = list(range(1000, 1060))  # any 60 tokens: costs, not text, are measured
+
+
+def timed(ctx, width: int, rows: str) -> float:
+    """Seconds to decode `width` tokens and read their output rows ('all' or 'last'); then rolled back."""
+    n = len(ctx.tokens)
+    t0 = time.perf_counter()
+    ctx.decode([1234] * width, logits=rows)
+    for r in range(width if rows == "all" else 1):
+        ctx.logits(r).max()
+    seconds = time.perf_counter() - t0
+    ctx.truncate(n + 1)
+    return seconds
+
+
+def median_ms(ctx, widths: list[int], rows: str, reps: int) -> dict[int, float]:
+    """Median milliseconds per width, the widths decoded in turn `reps` times."""
+    seen: dict[int, list[float]] = {}
+    for _ in range(reps):
+        for w in widths:
+            seen.setdefault(w, []).append(timed(ctx, w, rows))
+    return {w: 1000 * statistics.median(v) for w, v in seen.items()}
+
+
+def measure(pair: Pair, widths: list[int], reps: int) -> dict:
+    target, draft = pair.target_ctx, pair.draft_ctx.get()
+    target.decode(PROMPT, logits="none")
+    draft.decode(PROMPT, logits="none")
+    out = {"draft": median_ms(draft, [1], "last", reps)[1]}
+    for w in widths:
+        out[("steady", w)] = median_ms(target, [w], "all", reps)[w]
+        out[("alternating", w)] = median_ms(target, [1, w], "all", reps)[w]
+        out[("last row", w)] = median_ms(target, [w], "last", reps)[w]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--rtt-ms", type=float, default=10.0, help="round-trip time the proxy adds")
+    ap.add_argument("--threads", type=int, default=2, help="the server's threads and this side's")
+    ap.add_argument("--widths", default="1,2,5,9")
+    ap.add_argument("--reps", type=int, default=12)
+    args = ap.parse_args()
+    widths = [int(w) for w in args.widths.split(",")]
+    port, proxy_port = free_port(), free_port()
+    server = subprocess.Popen([sys.executable, "-m", "localspec", "rpc-server", "--port", str(port),
+                               "--threads", str(args.threads)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stop = None
+    try:
+        wait_listening(port, server, "localspec rpc-server")
+        stop = delay_proxy.start_in_thread(proxy_port, "127.0.0.1", port, args.rtt_ms / 1000)
+        results = {}
+        for where, rpc in (("over RPC", (f"127.0.0.1:{proxy_port}",)), ("local", ())):
+            pair = Pair(args.target, args.draft, LoadOptions(n_ctx=1024, threads=args.threads, rpc=rpc,
+                                                             warm_start=False))
+            results[where] = measure(pair, widths, args.reps)
+            pair.close()
+    finally:
+        if stop is not None:
+            stop.set()
+        server.terminate()
+        server.wait(10)
+    report(results, widths, args.rtt_ms)
+
+
+def report(results: dict, widths: list[int], rtt_ms: float) -> None:
+    print(f"\nms per decode, target over RPC with {rtt_ms:g} ms added RTT vs local (the server idle beside it):\n")
+    print("| width | " + " | ".join(f"{kind}, {where}" for where in results for kind in ("steady", "alternating", "last row"))
+          + " |")
+    print("|---" * (1 + 3 * len(results)) + "|")
+    for w in widths:
+        print(f"| {w} | " + " | ".join(f"{results[where][(kind, w)]:.1f}" for where in results
+                                       for kind in ("steady", "alternating", "last row")) + " |")
+    for where, r in results.items():
+        t, c = r[("steady", 1)], r["draft"]
+        bound = {k: k * t / ((k - 1) * c + r[("steady", k)]) for k in widths}
+        print(f"\n{where}: plain step t = {t:.1f} ms, draft token c = {c:.1f} ms; with every draft accepted, "
+              "k·t / ((k − 1)·c + v(k)): " + ", ".join(f"k={k} {b:.2f}x" for k, b in bound.items()))
+
+
+if __name__ == "__main__":
+    main()
