@@ -30,12 +30,12 @@ def source_names(kind: str | None) -> tuple[str, ...]:
 
 def worth_preparing(tracker: CostTracker, cap: int, fraction: float = EXPLORE_FRACTION) -> bool:
     """Whether a drafter should be made ready before it is asked (its model loaded, the prompt taken
-    in): where its measurements do not rule it out (CostTracker.worth_preparing), and where they do,
+    in): where its measurements leave it a chance to pay (CostTracker.may_pay), and where not,
     again once ε of the generation seconds spent without it cover what making it ready cost last
     time. So a draft that did not pay on one kind of text is tried on whatever comes later, at a
     cost of at most ε of the time between tries (the try itself then explores under the budget)."""
     entry = tracker.entry_s()
-    return tracker.worth_preparing(cap) or (entry is not None and fraction * tracker.idle_s >= entry)
+    return tracker.may_pay(cap) or (entry is not None and fraction * tracker.idle_s >= entry)
 
 
 def cap_of(drafter_name: str, config: GenerationConfig) -> int:

@@ -72,7 +72,7 @@ class CostTracker:
     load_s: Ema = field(default_factory=Ema)
     prefill_s: Ema = field(default_factory=Ema)  # ... and to take in a prompt (without the load)
     # Seconds of generation on this setup since the drafter was last made ready (it was not worth it
-    # meanwhile); Planner's worth_preparing gives it another try once ε of them cover entry_s().
+    # meanwhile); planner.worth_preparing gives it another try once ε of them cover entry_s().
     idle_s: float = 0.0
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
     saved_verify: VerifyCurve = field(default_factory=VerifyCurve)  # the curve as saved, plain step too
@@ -172,11 +172,13 @@ class CostTracker:
         """Measured verify time for a batch of k, interpolated or extrapolated otherwise."""
         return self.verify.seconds(k)
 
-    def estimate(self, bucket: int | None = None, optimistic: bool = False, switch: bool = False) -> Estimate:
+    def estimate(self, bucket: int | None = None, optimistic: bool = False, switch: bool = False,
+                 curve: VerifyCurve | None = None) -> Estimate:
         """The point or the optimistic estimate for a proposal in this bucket (needs verify(1) measured);
-        switch: a drafting step also costs switch_s (a hybrid's other drafter catching up later)."""
+        switch: a drafting step also costs switch_s (a hybrid's other drafter catching up later);
+        curve: the verify costs to read instead of this process's (the point estimate's only)."""
         overhead, draft = self.overhead_s.value or 0.0, self.draft_s.value or 0.0
-        verify = self.verify.optimistic if optimistic else self.verify_seconds
+        verify = self.verify.optimistic if optimistic else (curve if curve is not None else self.verify).seconds
         extra = (self.switch_s.value or 0.0) if switch else 0.0
         if extra:
             verify = lambda k, base=verify: base(k) + (extra if k > 1 else 0.0)  # noqa: E731 (drafting steps only)
@@ -189,17 +191,16 @@ class CostTracker:
             return True  # not measured yet
         return self.estimate(optimistic=True).best(cap, self.min_gain)[0] > 0
 
-    def worth_preparing(self, cap: int) -> bool:
-        """Whether the drafter should be made ready before it is asked (its model loaded, the prompt
-        taken in): unless the measurements rule it out. Saved ones that this process has not yet
-        confirmed are judged by their point estimate, its own by the optimistic one: a drafter that
-        saved measurements say does not pay costs a new process nothing (planner.worth_preparing
-        says when it is tried again)."""
+    def may_pay(self, cap: int) -> bool:
+        """Whether the measurements leave the drafter a chance to pay, which makes it worth making
+        ready before it is asked (its model loaded, the prompt taken in). Saved ones that this
+        process has not yet confirmed are judged by their point estimate, its own by the optimistic
+        one: a drafter that saved measurements say does not pay costs a new process nothing
+        (planner.worth_preparing says when it is tried again)."""
         if self.draft_s.value is None:
             return True  # not measured yet
         if not self.confirmed():  # the saved curve: this process's plain step is not measured yet
-            saved = Estimate(self.acceptance(), self.draft_s.value, self.saved_verify.seconds,
-                             self.overhead_s.value or 0.0)
+            saved = self.estimate(curve=self.saved_verify)
             return 1 not in self.saved_verify or saved.best(cap, self.min_gain)[0] > 0
         return self.could_pay(cap)
 
@@ -242,7 +243,7 @@ class CostTracker:
         t.idle_s = float(data.get("idle_s", 0.0))
         # The plain step is measured afresh by the first step of each process: while drafting pays,
         # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
-        # Only the decision to load a draft at all reads it (saved_verify, worth_preparing).
+        # Only the decision to load a draft at all reads it (saved_verify, may_pay).
         for k, e in data["verify"].items():
             _load_ema(t.saved_verify.points.setdefault(int(k), Ema()), e)
             if int(k) != 1:

@@ -174,10 +174,10 @@ def lazy_pair(draft: CountingLoads) -> Pair:
 def test_saved_measurements_judge_whether_a_draft_is_worth_loading():
     def saved(t):
         return CostTracker.from_dict(json.loads(json.dumps(t.to_dict())))
-    assert CostTracker().worth_preparing(8)                 # nothing known: load it, as llama.cpp does
-    assert saved(measured()).worth_preparing(8)             # saved, and it pays
-    assert not saved(not_paying()).worth_preparing(8)       # saved, and it does not: before any step here
-    assert not_paying().could_pay(8) is False and not_paying().worth_preparing(8) is False
+    assert CostTracker().may_pay(8)                 # nothing known: load it, as llama.cpp does
+    assert saved(measured()).may_pay(8)             # saved, and it pays
+    assert not saved(not_paying()).may_pay(8)       # saved, and it does not: before any step here
+    assert not_paying().could_pay(8) is False and not_paying().may_pay(8) is False
 
 
 def test_a_draft_that_does_not_pay_here_is_never_loaded_by_the_next_process():
