@@ -140,10 +140,11 @@ class FixedStop:
 
 class Ema:
     """A moving average: the median of the first 1/weight samples, then exponential from there. The
-    median because first measurements are the least typical: a model's first decodes fault its
-    weights in, and one such sample, seconds long, would hold a mean of ten far above the rest (the
-    planner then stops drafting and never measures again). A value loaded from an earlier process
-    counts as one sample (load, tracker.from_dict), so this run's first measurements move it at once."""
+    median because first measurements are the least typical (a model's first decodes may still be
+    faulting its weights in): one sample several times the rest would hold a mean of ten far above
+    them, and a planner that stops drafting on it never measures the draft again. A value loaded
+    from an earlier process counts as one sample (load, tracker.from_dict), so this run's first
+    measurements move it at once."""
 
     def __init__(self, weight: float = 0.1):
         self.weight, self.value, self.n = weight, None, 0

@@ -89,9 +89,10 @@ def test_tracker_switches_on_when_drafting_pays():
 
 
 def test_a_cold_first_draft_does_not_price_drafting_out():
-    # A model's first decodes fault its weights in: here the first step's draft took 1.5 s a token,
-    # the next ones 10 ms. A mean of the first samples would price the draft at ~0.5 s for ten steps
-    # and turn drafting off, with nothing left to measure it again; the median keeps the typical cost.
+    # A first step can be slow (a model's first decodes may still be faulting its weights in): here
+    # the first step's draft took 1.5 s a token, the next ones 10 ms. A mean of the first samples
+    # would price the draft at ~0.5 s for ten steps and turn drafting off, with nothing left to
+    # measure it again; the median keeps the typical cost.
     t = CostTracker()
     t.record(0, 0, 0.0, 0.050, 0.0)
     for draft_s in (1.5, 0.010, 0.010):
