@@ -217,7 +217,7 @@ class Planner:
         plain_s = self.sources[0][1].plain_seconds()
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
         for i, limit, bucket, _ in offers:
-            gamma, rate = self.sources[i][1].plan(limit, bucket, self._switches(i))
+            gamma, rate = self._known(i, limit, bucket)
             if gamma and rate > best.rate and self.sources[i][1].confirmed():
                 best = Choice(i, gamma, bucket, rate)
         probe = max((self._probe(c, best.rate, plain_s) for c in offers), key=lambda c: c.rate)
@@ -226,6 +226,17 @@ class Planner:
             self.explored += 1
             return probe
         return best
+
+    def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
+        """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
+        model far behind (after a long run of n-gram steps) first decodes what it has not seen."""
+        tracker, switch = self.sources[source][1], self._switches(source)
+        gamma, rate = tracker.plan(limit, bucket, switch)
+        if not gamma:
+            return gamma, rate
+        point = tracker.estimate(bucket, switch=switch)
+        seconds = _seconds(point, gamma)
+        return gamma, rate * seconds / (seconds + self._catch_up_s(source, point))
 
     def _probe(self, offer: Choice, r_best: float, plain_s: float) -> Choice:
         """The γ ≤ offer's limit with the most optimistic tokens/s whose predicted loss fits the budget
@@ -262,12 +273,21 @@ class Planner:
     def _catch_up_s(self, source: int, point: Estimate) -> float:
         """What bringing source up to the context would cost before its first guess: loading its model
         where that has not happened yet (as measured when it last did), and the tokens generated since
-        it last drafted at its per-token draft cost (a catch-up decodes them in one batch, so this
-        overstates it: a probe's predicted loss errs on the safe side)."""
-        behind = self._length - self._seen.get(source, 0)
+        it last drafted, at the measured cost of a catch-up's token (catchup_s), or until one is
+        measured at its per-token draft cost (a catch-up decodes them in one batch, so that
+        overstates it: the prediction errs on the safe side). Only a draft model catches up (an
+        n-gram drafter's lookup is part of its drafting)."""
+        if source != self._model:
+            return 0.0
+        behind = self._behind(source)
         drafter, tracker = self.sources[source]
         load = 0.0 if getattr(drafter, "ready", True) else tracker.load_s.value or 0.0
-        return load + (behind * point.draft_s if behind > 2 else 0.0)
+        per_token = tracker.catchup_s.value if tracker.catchup_s.value is not None else point.draft_s
+        return load + (behind * per_token if behind > 2 else 0.0)
+
+    def _behind(self, source: int) -> int:
+        """Tokens generated since source last drafted (or took in the prompt)."""
+        return self._length - self._seen.get(source, 0)
 
     def _stop(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> StopRule | None:
         """The draft model's stop rule: p-min auto from the tracker, a fixed p-min, or none. Under auto
@@ -293,6 +313,8 @@ class Planner:
         n = len(proposal.ids)
         load_s = self.note_load(plan.source) if plan.source is not None else 0.0
         if n:
+            if proposal.catchup_s > 0 and self._behind(plan.source) > 2:
+                self.sources[plan.source][1].catchup_s.add(proposal.catchup_s / self._behind(plan.source))
             self._seen[plan.source] = self._length + n_accepted
             self._charge_switches(plan.source, proposal.catchup_s)
         self.budget.charge(draft_s + verify_s + overhead_s, emitted, self._explored)

@@ -67,6 +67,9 @@ class CostTracker:
     # In a hybrid, what one of this drafter's steps costs the draft model later: its catch-up over the
     # tokens the step emitted, shared among the steps since the model last drafted (Planner.record).
     switch_s: Ema = field(default_factory=Ema)
+    # Seconds per token of a catch-up: the draft model decoding in one batch the tokens generated
+    # since it last drafted (Planner.record); what a step from it costs beyond its own drafting.
+    catchup_s: Ema = field(default_factory=Ema)
     # Seconds to load the drafter's model where it is loaded on first use (session.Pair): part of
     # what a first step from it costs.
     load_s: Ema = field(default_factory=Ema)
@@ -223,7 +226,7 @@ class CostTracker:
         """The measurements as JSON-ready data, for a warm start."""
         ema = lambda e: [e.value, e.n]  # noqa: E731
         return {"draft_s": ema(self.draft_s), "overhead_s": ema(self.overhead_s), "load_s": ema(self.load_s),
-                "prefill_s": ema(self.prefill_s), "idle_s": self.idle_s,
+                "prefill_s": ema(self.prefill_s), "catchup_s": ema(self.catchup_s), "idle_s": self.idle_s,
                 "step_tokens": ema(self.step_tokens), "step_s": ema(self.step_s),
                 "verify": {str(k): ema(e) for k, e in self.verify.points.items()},
                 "positions": self.positions.to_rows(),
@@ -240,6 +243,7 @@ class CostTracker:
             _load_ema(getattr(t, name), data[name])
         _load_ema(t.load_s, data.get("load_s", [None, 0]))  # files from before lazy drafts: unmeasured
         _load_ema(t.prefill_s, data.get("prefill_s", [None, 0]))
+        _load_ema(t.catchup_s, data.get("catchup_s", [None, 0]))
         t.idle_s = float(data.get("idle_s", 0.0))
         # The plain step is measured afresh by the first step of each process: while drafting pays,
         # nothing else measures it, and a saved one from a busier moment would keep drafting paying.

@@ -211,7 +211,8 @@ def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
     # An n-gram step's tokens must later be decoded by the draft model before its next guess; that
     # catch-up is what the n-gram step cost beyond its verify, so it is charged to n-gram steps.
     ngram, model = (Named("ngram"), measured(0.5, 0.0)), (Named("model"), measured(0.9, 0.04))
-    planner = Planner([ngram, model], GenerationConfig(gamma=None, sampling=GREEDY))
+    no_probes = ExploreBudget(fraction=0.0)  # known choices only: a long match's bucket is unmeasured
+    planner = Planner([ngram, model], GenerationConfig(gamma=None, sampling=GREEDY), no_probes)
     assert planner.plan([1] * 20, 64).source == 0  # n-gram steps look free beside the model's drafts
     for _ in range(2):
         planner.record(Plan(0, 3), Proposal([5, 6, 7], []), 1, 0.0, 0.22, 0.0)
@@ -221,6 +222,19 @@ def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
     assert planner.plan([1] * 40, 64).source == 1  # with the catch-up counted, the model drafts
     alone = Planner([ngram], GenerationConfig(gamma=None, sampling=GREEDY))
     assert alone.plan([1] * 40, 64).source == 0  # without a model to catch up, nothing is charged
+
+
+def test_a_draft_model_far_behind_prices_its_catch_up_into_its_step():
+    # After a long run of n-gram steps (a copy) the draft model must first decode every token it has
+    # not seen: its step costs that much more, and plain decoding may be the better known choice.
+    model = measured(0.9, 0.03)
+    planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    assert planner.plan([1] * 20, 64).source == 0    # not prefilled: 20 behind, at its draft cost
+    planner.record(Plan(0, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.1), 4, 0.22, 0.24, 0.0)
+    assert model.catchup_s.value == pytest.approx(0.1 / 20)  # a catch-up's token, measured
+    assert planner.plan([1] * 25, 64).source == 0    # 1 behind: no catch-up
+    assert planner.plan([1] * 400, 64).source is None  # 376 behind: 1.9 s first, plain pays more
+    assert planner.plan([1] * 60, 64).source == 0    # 36 behind: 0.18 s first, drafting still pays
 
 
 def test_at_t_above_0_a_draft_of_unmeasured_cost_drafts_its_first_token():
