@@ -232,11 +232,11 @@ class Planner:
         model far behind (after a long run of n-gram steps) first decodes what it has not seen."""
         tracker, switch = self.sources[source][1], self._switches(source)
         gamma, rate = tracker.plan(limit, bucket, switch)
-        if not gamma:
+        catch_up = self._catch_up_s(source)
+        if not gamma or not catch_up:
             return gamma, rate
-        point = tracker.estimate(bucket, switch=switch)
-        seconds = _seconds(point, gamma)
-        return gamma, rate * seconds / (seconds + self._catch_up_s(source, point))
+        seconds = _seconds(tracker.estimate(bucket, switch=switch), gamma)
+        return gamma, rate * seconds / (seconds + catch_up)
 
     def _probe(self, offer: Choice, r_best: float, plain_s: float) -> Choice:
         """The γ ≤ offer's limit with the most optimistic tokens/s whose predicted loss fits the budget
@@ -247,7 +247,7 @@ class Planner:
         best = Choice(offer.source, 0, offer.bucket, 0.0)
         hope_tokens = expected_tokens_upto(hope.accept, offer.gamma)
         point_tokens = expected_tokens_upto(tracker.cautious_acceptance(offer.bucket), offer.gamma)
-        catch_up = self._catch_up_s(offer.source, point)
+        catch_up = self._catch_up_s(offer.source)
         loss = lambda gamma: catch_up + _seconds(point, gamma) - point_tokens[gamma] / r_best  # noqa: E731
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
             rate = max(hope_tokens[g] / max(_seconds(hope, g), 1e-300) for g in range(1, offer.gamma + 1))
@@ -270,7 +270,7 @@ class Planner:
         """Whether a drafting step from source makes the hybrid's draft model catch up later."""
         return self._model is not None and source != self._model
 
-    def _catch_up_s(self, source: int, point: Estimate) -> float:
+    def _catch_up_s(self, source: int) -> float:
         """What bringing source up to the context would cost before its first guess: loading its model
         where that has not happened yet (as measured when it last did), and the tokens generated since
         it last drafted, at the measured cost of a catch-up's token (catchup_s), or until one is
@@ -282,7 +282,7 @@ class Planner:
         behind = self._behind(source)
         drafter, tracker = self.sources[source]
         load = 0.0 if getattr(drafter, "ready", True) else tracker.load_s.value or 0.0
-        per_token = tracker.catchup_s.value if tracker.catchup_s.value is not None else point.draft_s
+        per_token = tracker.catchup_s.value if tracker.catchup_s.value is not None else tracker.draft_s.value or 0.0
         return load + (behind * per_token if behind > 2 else 0.0)
 
     def _behind(self, source: int) -> int:

@@ -219,12 +219,12 @@ def test_a_deferred_draft_loads_when_first_asked_and_its_load_is_priced_not_coun
     planner = Planner([(drafter, lazy_tracker)], GenerationConfig(max_tokens=64, gamma=None))
     context = [5, 6, 7, 8]
     planner.plan(context, 8)
-    assert planner._catch_up_s(0, lazy_tracker.estimate()) >= 0.2  # a first step pays the load
+    assert planner._catch_up_s(0) >= 0.2  # a first step pays the load
     proposal = drafter.propose(context, 2, None)
     assert lazy.loaded and lazy.load_s >= 0.2 and len(proposal.ids) == 2
     planner.record(planner._plan(planner._offers(context, 2)[0]), proposal, 1, 0.25, 0.01, 0.0)
     assert lazy_tracker.draft_s.value < 0.05 and lazy_tracker.load_s.n == 2  # the load is not a draft cost
-    assert planner._catch_up_s(0, lazy_tracker.estimate()) < 0.2             # loaded: no load to price
+    assert planner._catch_up_s(0) < 0.2             # loaded: no load to price
     lazy.close()
     prefilled, tracker = ModelDrafter(LazyContext(slow_load, 512), GREEDY), CostTracker()
     prefilled.prefill(context)   # a load made by a prefill: kept apart from the prefill's seconds
