@@ -156,7 +156,8 @@ class Ema:
             self._first.append(x)
             self.value = statistics.median(self._first)
             return
-        self._first = []
+        if self._first:
+            self._first = []  # the median is taken: the samples are no longer needed
         self.value += self.weight * (x - self.value)
 
     def load(self, value: float | None, n: int) -> None:

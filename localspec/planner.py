@@ -313,8 +313,9 @@ class Planner:
         n = len(proposal.ids)
         load_s = self.note_load(plan.source) if plan.source is not None else 0.0
         if n:
-            if proposal.catchup_s > 0 and self._behind(plan.source) > 2:
-                self.sources[plan.source][1].catchup_s.add(proposal.catchup_s / self._behind(plan.source))
+            behind = self._behind(plan.source)
+            if proposal.catchup_s > 0 and behind > 2:
+                self.sources[plan.source][1].catchup_s.add(proposal.catchup_s / behind)
             self._seen[plan.source] = self._length + n_accepted
             self._charge_switches(plan.source, proposal.catchup_s)
         self.budget.charge(draft_s + verify_s + overhead_s, emitted, self._explored)
