@@ -1,7 +1,8 @@
 """Drafters propose tokens AND the probabilities they drew them with, so the p/q rule stays exact.
 
-The protocol: propose(context, k, rng, stop, branch) -> Proposal; observe(n_accepted); prefill(prompt);
-offer(context, k). The planner decides k, the stop rule and the tree's shape; a drafter only follows them.
+The protocol: propose(context, k, rng, stop, branch, handoff) -> Proposal; observe(n_accepted);
+prefill(prompt); offer(context, k). The planner decides k, the stop rule, the tree's shape and where a
+model draft hands over to a copy; a drafter only follows them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Proposal(NamedTuple):
     confidences: tuple[float, ...] = ()  # the drafter's confidence per guess, where a stop rule judged it
     catchup_s: float = 0.0               # seconds spent catching up on the context before the first guess
     parents: list[int] | None = None     # a token tree (rule_tree.Tree's parents); None: ids are a chain
+    tail: int = 0                        # the last `tail` guesses continue the chain from an n-gram lookup (Handoff)
 
 
 NO_PROPOSAL = Proposal([], [])
@@ -43,16 +45,26 @@ class StopRule(Protocol):
         ...
 
 
+class Handoff(Protocol):
+    """Where a model draft hands over to a copy: after(context, draft) is asked after each token the
+    model drafts and returns the tokens that continue the draft instead of the model (none: go on)."""
+
+    def after(self, context: Sequence[int], draft: Sequence[int]) -> list[int]:
+        ...
+
+
 class Drafter(Protocol):
     """What the controller needs from a source of guesses."""
 
     name: str
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
-                stop: StopRule | None = None, branch: BranchRule | None = None) -> Proposal:
+                stop: StopRule | None = None, branch: BranchRule | None = None,
+                handoff: Handoff | None = None) -> Proposal:
         """Up to k guesses for the tokens after context, each with the distribution it came from;
         stop (when given) may end the draft early, judging the drafter's confidence; branch (when
-        given, and the drafter can) may add next-best guesses beside the chain's, making a tree."""
+        given, and the drafter can) may add next-best guesses beside the chain's, making a tree;
+        handoff (when given, and the drafter can) may end a chain with a copy's tokens instead."""
         ...
 
     def observe(self, n_accepted: int) -> None:
@@ -100,7 +112,8 @@ class ModelDrafter:
         return take() if take is not None else 0.0
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator,
-                stop: StopRule | None = None, branch: BranchRule | None = None) -> Proposal:
+                stop: StopRule | None = None, branch: BranchRule | None = None,
+                handoff: Handoff | None = None) -> Proposal:
         k = min(k, self.ctx.n_ctx - len(context) + 1)
         if k <= 0:
             return NO_PROPOSAL
@@ -112,7 +125,8 @@ class ModelDrafter:
         catchup_s = self._catch_up(context)
         # (token, q, parent, confidence) per node, parents first: each chain node, then its sibling if any
         nodes: list[tuple[int, Dist, int, float]] = []
-        tip = -1  # the chain's last node
+        chain: list[int] = []  # the chain's tokens
+        tip, tail = -1, []     # the chain's last node; a copy that continues it (handoff)
         for i in range(k):
             candidates, logits = self.ctx.sampled_logits(-1) if self.sampled else (None, self.ctx.logits(-1))
             # the top 10 of a top-k row are the row's top 10: the confidence is the same
@@ -121,7 +135,13 @@ class ModelDrafter:
                 break
             token, q = self._draw(candidates, logits, rng)
             nodes.append((token, q, tip, confidence))
+            chain.append(token)
             parent, tip = tip, len(nodes) - 1
+            # a copy continues a chain only (a tree's siblings judge the draft's own guesses)
+            tail = handoff.after(context, chain) if handoff is not None and len(nodes) == len(chain) else []
+            if tail:
+                nodes += [(t, one_hot(t), tip + j, 1.0) for j, t in enumerate(tail)]  # each the child of the last
+                break
             if branch is not None and branch.siblings(i, confidence):
                 sibling = self._next_best(candidates, logits, q, token)
                 if sibling is not None:
@@ -131,7 +151,7 @@ class ModelDrafter:
         ids, dists, parents, confidences = (list(column) for column in zip(*nodes)) if nodes else ([], [], [], [])
         judged = tuple(confidences) if stop is not None or branch is not None else ()
         is_tree = len(set(parents)) < len(parents)  # some node has a sibling
-        return Proposal(ids, dists, judged, catchup_s, parents if is_tree else None)
+        return Proposal(ids, dists, judged, catchup_s, parents if is_tree else None, len(tail))
 
     def _next_best(self, candidates: np.ndarray | None, logits: np.ndarray, q: Dist, token: int) -> int | None:
         """The draft's likeliest token other than token, a deterministic guess: by logit at T=0 (logits
@@ -203,24 +223,43 @@ class NGramDrafter:
         self.accepted_at: dict[int, int] = {}         # match length -> tokens accepted
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator | None = None,
-                stop: StopRule | None = None, branch: BranchRule | None = None) -> Proposal:
+                stop: StopRule | None = None, branch: BranchRule | None = None,
+                handoff: Handoff | None = None) -> Proposal:
         self._sync(context)
-        self.last_n = self.last_match = 0
-        end = len(self.tokens)
+        ids, self.last_n, self.last_match = self._lookup((), k)
+        if not ids:
+            return NO_PROPOSAL
+        self.last_len = len(ids)
+        return Proposal(ids, [one_hot(t) for t in ids])
+
+    def continuation(self, context: Sequence[int], draft: Sequence[int], k: int) -> tuple[list[int], int]:
+        """(up to k tokens that continue context + draft, how far their match reaches back): the
+        lookup of propose() at the end of a draft, which is not indexed (the target has not judged
+        it), so a copy that begins inside a model's draft can continue it (planner.Handoff)."""
+        self._sync(context)
+        ids, _, reach = self._lookup(draft, k)
+        return ids, reach
+
+    def _lookup(self, extra: Sequence[int], k: int) -> tuple[list[int], int, int]:
+        """(up to k tokens that followed the latest earlier occurrence of the longest n-gram ending
+        the indexed tokens + extra, n, how far the match reaches back); ([], 0, 0) without a match."""
+        end = len(self.tokens) + len(extra)
+        tail = (self.tokens[-self.n_max:] + list(extra))[-self.n_max:] if extra else self.tokens[-self.n_max:]
         for n in range(min(self.n_max, end), self.n_min - 1, -1):
             self.probes += 1
-            pos = self.index.get(tuple(self.tokens[end - n:]))
+            pos = self.index.get(tuple(tail[len(tail) - n:]))
             if pos is not None:
                 ids = self.tokens[pos + 1: pos + 1 + k]  # may run into the end of the context
-                self.last_n, self.last_len, self.last_match = n, len(ids), self._reach(pos, n)
-                return Proposal(ids, [one_hot(t) for t in ids])
-        return NO_PROPOSAL
+                return ids, n, self._reach(pos, n, extra)
+        return [], 0, 0
 
-    def _reach(self, pos: int, n: int) -> int:
-        """How many tokens the earlier occurrence ending at pos shares with the context's end (≥ n,
-        at most match_cap): O(match_cap) comparisons."""
-        tokens, last = self.tokens, len(self.tokens) - 1
-        while n < self.match_cap and pos - n >= 0 and tokens[pos - n] == tokens[last - n]:
+    def _reach(self, pos: int, n: int, extra: Sequence[int] = ()) -> int:
+        """How many tokens the earlier occurrence ending at pos shares with the end of the indexed
+        tokens + extra (≥ n, at most match_cap): O(match_cap) comparisons."""
+        tokens, size = self.tokens, len(self.tokens)
+        at = lambda j: tokens[j] if j < size else extra[j - size]  # noqa: E731
+        last = size + len(extra) - 1
+        while n < self.match_cap and pos - n >= 0 and tokens[pos - n] == at(last - n):
             n += 1
         return n
 

@@ -14,7 +14,7 @@ from typing import NamedTuple, Sequence
 
 from .config import GenerationConfig
 from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
-from .drafters import Drafter, Proposal, StopRule
+from .drafters import Drafter, NGramDrafter, Proposal, StopRule
 from .tracker import CostTracker, Estimate  # noqa: F401  (CostTracker: others import it from here)
 from .treeplan import BranchRule, branch_rule, tree_outcome
 
@@ -62,6 +62,7 @@ class Plan(NamedTuple):
     stop: StopRule | None = None
     bucket: int = 0
     branch: BranchRule | None = None  # where the draft adds next-best guesses (a tree); None: a chain
+    handoff: Handoff | None = None    # where a model draft may hand over to the n-gram lookup (a hybrid)
 
 
 class Choice(NamedTuple):
@@ -71,6 +72,36 @@ class Choice(NamedTuple):
     gamma: int
     bucket: int
     rate: float
+
+
+class Handoff:
+    """Where a hybrid's model draft hands over to the n-gram lookup, within one step.
+
+    After each token the draft model drafts, the lookup is asked what continues the context and the
+    draft so far (NGramDrafter.continuation). Where it has a match, and an n-gram step in the
+    match's bucket, priced as the planner prices one by the point estimate, would run faster than
+    the model's step was predicted to, the model stops and the draft goes on with that step's γ of
+    the lookup's tokens: one verify takes both. So a copy that begins inside a model draft is drafted
+    from where it begins, not after the model's γ (the n-gram step's γ is chosen for a verify of its
+    own width: the combined one is wider by the model's tokens, an approximation). The choice depends
+    on the draft only, never on the target, so the rule stays exact."""
+
+    def __init__(self, ngram: NGramDrafter, tracker: CostTracker, cap: int, room: int, model_rate: float):
+        self.ngram, self.tracker, self.cap, self.room, self.model_rate = ngram, tracker, cap, room, model_rate
+        self.bucket = 0  # the acceptance bucket of the continuation handed over to
+
+    def after(self, context: Sequence[int], draft: Sequence[int]) -> list[int]:
+        """The lookup's tokens that continue context + draft, where they pay more than the model; []."""
+        limit = min(self.cap, self.room - len(draft))
+        ids, reach = self.ngram.continuation(context, draft, limit) if limit > 0 else ([], 0)
+        if not ids:
+            return []
+        bucket = match_bucket(reach)
+        gamma, rate = self.tracker.plan(len(ids), bucket, switch=True)
+        if not gamma or rate <= self.model_rate:
+            return []
+        self.bucket = bucket
+        return ids[:gamma]
 
 
 class ExploreBudget:
@@ -141,6 +172,8 @@ class Planner:
         self._prefilled: set[int] = set()
         self._length = 0                   # the context length at the last plan
         self._model = next((i for i, (d, _) in enumerate(self.sources) if d.name == "model"), None)
+        self._ngram = next((i for i, (d, _) in enumerate(self.sources) if d.name == "ngram"), None)
+        self._room = 0                     # the most the last plan could draft
         self._since_model: dict[int, int] = {}  # other sources' drafting steps since the model last drafted
 
     def wants_prefill(self, i: int) -> bool:
@@ -176,7 +209,7 @@ class Planner:
         """The next step after tokens, drafting at most `room` tokens (what the context and the tokens
         still wanted allow). Fixed γ: the first source with a guess to offer. Auto: see the class."""
         self._explored = None
-        self._length = len(tokens)
+        self._length, self._room = len(tokens), room
         for i in range(len(self.sources)):
             self._seen.setdefault(i, len(tokens) if i in self._prefilled else 0)
         offers = self._offers(tokens, room)
@@ -201,7 +234,18 @@ class Planner:
             return Plan(None, 0)
         drafter, tracker = self.sources[choice.source]
         return Plan(choice.source, choice.gamma, self._stop(drafter, tracker, choice.gamma), choice.bucket,
-                    self._branch(drafter, tracker, choice.gamma))
+                    self._branch(drafter, tracker, choice.gamma), self._handoff(choice))
+
+    def _handoff(self, choice: Choice) -> Handoff | None:
+        """A hybrid's model step under auto γ may hand over to the n-gram lookup, once this process
+        has measured n-gram steps (their point estimate decides; no exploring inside a step)."""
+        ngram = self._ngram
+        if self.config.gamma is not None or choice.source != self._model or ngram is None:
+            return None
+        drafter, tracker = self.sources[ngram]
+        if not tracker.confirmed():
+            return None
+        return Handoff(drafter, tracker, cap_of(drafter.name, self.config), self._room, choice.rate)
 
     def _branch(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> BranchRule | None:
         """The tree's shape for a model draft under auto γ, once its costs are measured (treeplan.py)."""
@@ -310,6 +354,9 @@ class Planner:
         if proposal.parents is not None:
             emitted = len(path) + 1
             proposal, n_accepted = self._record_tree(plan, proposal, path)
+        copied = proposal.tail
+        if copied:
+            proposal, n_accepted = self._record_tail(plan, proposal, n_accepted)
         n = len(proposal.ids)
         load_s = self.note_load(plan.source) if plan.source is not None else 0.0
         if n:
@@ -318,6 +365,8 @@ class Planner:
                 self.sources[plan.source][1].catchup_s.add(proposal.catchup_s / behind)
             self._seen[plan.source] = self._length + n_accepted
             self._charge_switches(plan.source, proposal.catchup_s)
+            if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
+                self._since_model[self._ngram] = 1
         self.budget.charge(draft_s + verify_s + overhead_s, emitted, self._explored)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
@@ -339,6 +388,15 @@ class Planner:
             for i in self._since_model:
                 self.sources[i][1].switch_s.add(catchup_s / steps)
         self._since_model.clear()
+
+    def _record_tail(self, plan: Plan, proposal: Proposal, n_accepted: int) -> tuple[Proposal, int]:
+        """Teach the n-gram tracker how much of a handoff's copy was accepted, where the target got to
+        judge it; return the model's own part as the proposal and how much of it was accepted."""
+        own = len(proposal.ids) - proposal.tail
+        if n_accepted >= own:
+            self.sources[self._ngram][1].record_tail(proposal.tail, n_accepted - own, plan.handoff.bucket)
+        confidences = proposal.confidences[:own]
+        return Proposal(proposal.ids[:own], proposal.q[:own], confidences, proposal.catchup_s), min(n_accepted, own)
 
     def _record_tree(self, plan: Plan, proposal: Proposal, path: Sequence[int]) -> tuple[Proposal, int]:
         """Record the siblings the target judged; return the tree's chain as a proposal and how many of

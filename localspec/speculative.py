@@ -180,7 +180,8 @@ class _Run:
         that judged each emitted token)."""
         drafter = self.planner.sources[plan.source][0] if plan.source is not None else None
         t0 = time.perf_counter()
-        proposal = drafter.propose(tokens, plan.gamma, self.rng, plan.stop, plan.branch) if drafter else NO_PROPOSAL
+        proposal = (drafter.propose(tokens, plan.gamma, self.rng, plan.stop, plan.branch, plan.handoff)
+                    if drafter else NO_PROPOSAL)
         t1 = time.perf_counter()
         start = len(tokens) - 1
         sampled = False
@@ -211,7 +212,7 @@ class _Run:
         self.stats.draft_s += t1 - t0
         self.stats.verify_s += t2 - t1
         self.stats.tree_steps += proposal.parents is not None
-        self.stats.record_step(len(proposal.ids), len(path), drafter.name if proposal.ids else None)
+        self.stats.record_step(len(proposal.ids), len(path), drafter.name if proposal.ids else None, proposal.tail)
         self.planner.record(plan, proposal, len(path), t1 - t0, t2 - t1, t3 - t2, path)
 
     def _sampled(self, n_rows: int) -> bool:

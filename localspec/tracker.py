@@ -108,6 +108,12 @@ class CostTracker:
             self.conf_judged[b] += 1
             self.conf_accepted[b] += i < n_accepted
 
+    def record_tail(self, n_drafted: int, n_accepted: int, bucket: int) -> None:
+        """Add the acceptance of guesses that continued another drafter's draft in its verify (a
+        hybrid's handoff, planner.Handoff): the step's costs are that drafter's to record."""
+        self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
+        self.positions.record(n_drafted, n_accepted)
+
     @staticmethod
     def _bin(confidence: float) -> int:
         return min(max(int(confidence * CONFIDENCE_BINS), 0), CONFIDENCE_BINS - 1)

@@ -103,7 +103,7 @@ class SimDrafter:
         n, self.last_match = self.world.ngram_offer()
         return min(n, k)
 
-    def propose(self, context, k, rng: np.random.Generator, stop=None, branch=None) -> Proposal:
+    def propose(self, context, k, rng: np.random.Generator, stop=None, branch=None, handoff=None) -> Proposal:
         r, _ = self.world.region()
         a = r.model_accept if self.name == "model" else r.ngram_accept
         ids, conf = [], []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 from scipy.stats import chi2_contingency
 
@@ -93,6 +94,55 @@ def test_every_drafter_kind_keeps_greedy_output(drafter, gamma):
         drafted.update({name: d for name, (d, _) in reply.stats.by_drafter.items()})
     if gamma is not None:  # under auto, who drafts follows live timings (a loaded machine may skip one)
         assert set(+drafted) == set(reply.stats.drafter.split("+"))  # each source drafted (+: counts above 0)
+
+
+class ScriptedHandoff:
+    """Hands a model draft over to `copy` tokens after its `after_tokens`-th guess: the target's own
+    greedy continuation, except that the copy's token at index `wrong` (if any) is the draft's last
+    guess instead. Deterministic given the context and the draft, as an n-gram lookup's copy is."""
+
+    bucket = 1  # the n-gram tracker's bucket its copies are counted in
+
+    def __init__(self, target_model, after_tokens: int, copy: int, wrong: int | None = None):
+        self.model, self.after_tokens, self.copy, self.wrong = target_model, after_tokens, copy, wrong
+
+    def after(self, context, draft) -> list[int]:
+        if len(draft) != self.after_tokens:
+            return []
+        text, tail = list(context) + list(draft), []
+        for i in range(self.copy):
+            token = draft[-1] if i == self.wrong else int(self.model.logits_at(text).argmax())
+            tail.append(token)
+            text.append(token)
+        return tail
+
+
+class CopiesOnly(NGramDrafter):
+    """An n-gram source that never offers a step of its own: its guesses come by handoffs only."""
+
+    def offer(self, context, k: int) -> int:
+        return 0
+
+
+def scripted_handoffs(monkeypatch, handoff) -> None:
+    """Every model step of every planner hands over as `handoff` says (fixed γ included)."""
+    import localspec.planner as planner_mod
+
+    monkeypatch.setattr(planner_mod.Planner, "_handoff", lambda self, choice: handoff)
+
+
+def test_a_handoff_to_a_copy_keeps_greedy_output(contexts, monkeypatch):
+    # The model drafts 2 tokens, then 4 copied ones continue its draft in the same verify; the third
+    # copied token is wrong, so the target rejects it and the step emits its own token there.
+    target, draft = contexts
+    prompt = tokenize(target, "Here is a short story about a robot:")
+    baseline, _ = generate(target, [], prompt, GenerationConfig(64, 0, GREEDY))
+    scripted_handoffs(monkeypatch, ScriptedHandoff(target.model, after_tokens=2, copy=4, wrong=2))
+    sources = [(CopiesOnly(), CostTracker()), (ModelDrafter(draft, GREEDY), CostTracker())]
+    spec, stats = generate(target, sources, prompt, GenerationConfig(64, 3, GREEDY, drafter="hybrid", p_min=0.0))
+    assert spec == baseline
+    assert stats.handoffs > 0 and stats.by_drafter["ngram"][0] == 4 * stats.handoffs
+    assert 0 < stats.by_drafter["ngram"][1] <= 2 * stats.handoffs  # two right copies before the wrong one
 
 
 # --- the verify batches and rollbacks ----------------------------------------------------------------
@@ -218,6 +268,29 @@ def test_ngram_proposals_keep_the_distribution():
                               range(N, 2 * N))
     assert drafted > N
     assert same_distribution_pvalue(plain, spec) > 1e-3
+
+
+@pytest.mark.parametrize("break_copy_q", [False, True], ids=["exact", "power-wrong-copy-q"])
+def test_a_handoff_to_a_copy_keeps_the_distribution(plain_t1, monkeypatch, break_copy_q):
+    # A sampled draft token, then a copied one (the target's argmax after it, as a lookup's copy may
+    # be): one-hot q, accepted with probability p(x). Power: the same test must reject a copy given the
+    # wrong q (uniform: p(x)/q(x) > 1, always accepted), the mistake a mixed chain invites.
+    import localspec.drafters as drafters_mod
+    from localspec.sampling import Dist
+
+    target, draft = fake_contexts()
+    prompt, plain = plain_t1
+    scripted_handoffs(monkeypatch, ScriptedHandoff(target.model, after_tokens=1, copy=1))
+    if break_copy_q:
+        uniform = Dist(np.arange(target.model.n_vocab), np.full(target.model.n_vocab, 1 / target.model.n_vocab))
+        monkeypatch.setattr(drafters_mod, "one_hot", lambda token: uniform)
+    sources = lambda: [(CopiesOnly(), CostTracker()), (ModelDrafter(draft, HOT), CostTracker())]  # noqa: E731
+    spec, drafted = first_two(target, sources, prompt, PURE_T1, 1, range(N, 2 * N))
+    assert drafted >= 2 * N  # every first step drafted a token and copied one
+    if break_copy_q:
+        assert same_distribution_pvalue(plain, spec) < 1e-6
+    else:
+        assert same_distribution_pvalue(plain, spec) > 1e-3
 
 
 def broken_accept_all(ids, q, p, rng):

@@ -127,3 +127,20 @@ def test_the_default_lookup_finds_the_longer_match_of_a_copy():
     context = [9, 8] + base + [50] + [7, 6] + base + [60] + [9, 8] + base
     assert NGramDrafter().propose(context, 1).ids == [50]            # n_max 8 finds "9 8 1 2 3 4"
     assert NGramDrafter(n_max=4).propose(context, 1).ids == [60]     # 4-grams take the latest "1 2 3 4"
+
+
+def test_a_continuation_reads_into_a_draft_without_indexing_it():
+    # The context ends just before a copy begins; a model's draft of [5, 6] starts it. The lookup of
+    # context + draft finds the line, says how far it reaches (across the draft's boundary), and
+    # leaves the index as it was: the target has not judged the draft yet.
+    d = NGramDrafter(n_min=2, n_max=3, match_cap=10)
+    line = [5, 6, 7, 8, 9, 10, 11]
+    context = [1] + line + [2, 3, 4]
+    assert d.propose(context, 4).ids == []                           # nothing matches "2 3 4"
+    index = dict(d.index)
+    assert d.continuation(context, [5, 6], 4) == ([7, 8, 9, 10], 2)  # "5 6" recurs, after 1 and after 4
+    assert d.continuation(context, [6, 1], 4) == ([], 0)            # "6 1" never occurred
+    assert d.index == index and d.tokens == context
+    # the target took 5: it is indexed now, and the match of "5 6 7" reaches over both parts
+    assert d.continuation(context + [5], [6, 7], 3) == ([8, 9, 10], 3)
+    assert d.propose(context + [5], 2).ids == []                      # "4 5" never occurred

@@ -252,3 +252,48 @@ def test_at_t_above_0_a_draft_of_unmeasured_cost_drafts_its_first_token():
     measured.draft_s.add(0.04)
     auto = Planner([(drafter, measured)], GenerationConfig(max_tokens=64, sampling=sampled))
     assert not auto._stop(drafter, measured, 4).keep(0, 0.01)             # measured: p-min as set
+
+
+def copy_tracker(accepted: int, bucket: int) -> CostTracker:
+    """An n-gram tracker on a GPU-like flat verify curve whose steps in bucket drafted 8 tokens and
+    had the first `accepted` of them accepted, a hundred times."""
+    t = CostTracker()
+    for k in range(1, 50):
+        t.verify.add(k, 0.2 + 0.002 * k)
+    t.draft_s.add(0.0)
+    t.overhead_s.add(0.0)
+    for _ in range(100):
+        t.record(8, accepted, 0.0, 0.216, 0.0, bucket=bucket)
+    return t
+
+
+def test_a_hybrids_model_draft_hands_over_to_a_copy_that_pays_more():
+    # The lookup has nothing at the context's end, so the model drafts. Once its draft begins a copy
+    # of earlier text, the lookup continues it in the same verify, as long as an n-gram step in that
+    # match's bucket would be: the planner's point estimate, against the model step's predicted rate.
+    line = list(range(100, 160))
+    tokens = [7] + line + [8, 9]                 # "8 9" never occurred: no n-gram offer
+    bucket = match_bucket(3)                     # a draft of line[:3] matches "100 101 102", 3 tokens back
+    ngram, model = copy_tracker(8, bucket), measured(0.7, 0.05)
+    config = GenerationConfig(gamma=None, sampling=GREEDY)
+    planner = Planner([(NGramDrafter(), ngram), (FakeModelDrafter(), model)], config, ExploreBudget(fraction=0.0))
+    assert planner.wants_prefill(1)  # the model took in the prompt: no catch-up
+    plan = planner.plan(tokens, 64)
+    assert plan.source == 1 and plan.handoff is not None
+    assert plan.handoff.after(tokens, [8]) == []                 # "9 8": no copy yet, the model goes on
+    copied = plan.handoff.after(tokens, line[:3])
+    assert copied == line[3:3 + len(copied)] and len(copied) > config.gamma_max
+    assert len(copied) == ngram.plan(48, bucket, switch=True)[0] and plan.handoff.bucket == bucket
+    # The step's accounting: the model's three guesses are the model's, the copy's five accepted are
+    # the n-gram tracker's, in the handoff's bucket.
+    judged = list(ngram.buckets[bucket].judged[:7])
+    proposal = Proposal(line[:3] + copied, [], (0.9, 0.9, 0.9) + (1.0,) * len(copied), tail=len(copied))
+    planner.record(plan, proposal, 3 + 5, 0.15, 0.3, 0.0)
+    assert ngram.buckets[bucket].judged[:7] == [n + 1 for n in judged[:6]] + [judged[6]]
+    assert len(model.positions.drafted) == 3 and model.draft_s.value == pytest.approx(0.05)  # 0.15 s / 3
+    # Where a copy's guesses are seldom accepted, or γ is fixed, the model keeps its draft.
+    poor = Planner([(NGramDrafter(), copy_tracker(0, bucket)), (FakeModelDrafter(), measured(0.7, 0.05))],
+                   config, ExploreBudget(fraction=0.0))
+    assert poor.wants_prefill(1) and poor.plan(tokens, 64).handoff.after(tokens, line[:3]) == []
+    fixed = Planner([(NGramDrafter(), ngram), (FakeModelDrafter(), model)], GenerationConfig(gamma=4))
+    assert fixed.plan(tokens, 64).handoff is None

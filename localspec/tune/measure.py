@@ -34,7 +34,7 @@ class ProbeDrafter:
         self.token = token
 
     def propose(self, context: Sequence[int], k: int, rng=None, stop: StopRule | None = None,
-                branch: BranchRule | None = None) -> Proposal:
+                branch: BranchRule | None = None, handoff=None) -> Proposal:
         return Proposal([self.token] * k, [one_hot(self.token)] * k)
 
     def observe(self, n_accepted: int) -> None:
@@ -57,12 +57,12 @@ class TimedDrafter:
         self.seconds, self.decodes = 0.0, 0
 
     def propose(self, context: Sequence[int], k: int, rng=None, stop: StopRule | None = None,
-                branch: BranchRule | None = None) -> Proposal:
+                branch: BranchRule | None = None, handoff=None) -> Proposal:
         t0 = time.perf_counter()
-        proposal = self.inner.propose(context, k, rng, stop, branch)
+        proposal = self.inner.propose(context, k, rng, stop, branch, handoff)
         self.seconds += time.perf_counter() - t0
-        n = len(proposal.ids)
-        self.decodes += k if n == k else n + 1
+        n = len(proposal.ids) - proposal.tail  # a handoff stops the draft after its last token, undecoded
+        self.decodes += n if proposal.tail else k if n == k else n + 1
         return proposal
 
     def observe(self, n_accepted: int) -> None:
