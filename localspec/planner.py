@@ -273,14 +273,17 @@ class Planner:
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
-        model far behind (after a long run of n-gram steps) first decodes what it has not seen."""
+        model behind (after plain or n-gram steps) first decodes what it has not seen. That is paid
+        once, and the steps after it draft at their own rate, so it is spread over the tokens the
+        generation may still take (at most W = GRACE_STEPS): a rate over that horizon. Charged to one
+        step, it would grow with every plain step and keep the model out for good."""
         tracker, switch = self.sources[source][1], self._switches(source)
         gamma, rate = tracker.plan(limit, bucket, switch)
         catch_up = self._catch_up_s(source)
         if not gamma or not catch_up:
             return gamma, rate
-        seconds = _seconds(tracker.estimate(bucket, switch=switch), gamma)
-        return gamma, rate * seconds / (seconds + catch_up)
+        horizon = min(self._room + 1, GRACE_STEPS)
+        return gamma, horizon / (horizon / rate + catch_up)
 
     def _probe(self, offer: Choice, r_best: float, plain_s: float) -> Choice:
         """The γ ≤ offer's limit with the most optimistic tokens/s whose predicted loss fits the budget

@@ -213,7 +213,7 @@ def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
     ngram, model = (Named("ngram"), measured(0.5, 0.0)), (Named("model"), measured(0.9, 0.04))
     no_probes = ExploreBudget(fraction=0.0)  # known choices only: a long match's bucket is unmeasured
     planner = Planner([ngram, model], GenerationConfig(gamma=None, sampling=GREEDY), no_probes)
-    assert planner.plan([1] * 20, 64).source == 0  # n-gram steps look free beside the model's drafts
+    assert planner.plan([1] * 20, 8).source == 0  # n-gram steps look free beside a model 20 behind
     for _ in range(2):
         planner.record(Plan(0, 3), Proposal([5, 6, 7], []), 1, 0.0, 0.22, 0.0)
     planner.record(Plan(1, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.3), 4, 0.16, 0.24, 0.0)
@@ -226,15 +226,27 @@ def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
 
 def test_a_draft_model_far_behind_prices_its_catch_up_into_its_step():
     # After a long run of n-gram steps (a copy) the draft model must first decode every token it has
-    # not seen: its step costs that much more, and plain decoding may be the better known choice.
-    model = measured(0.9, 0.03)
+    # not seen. That is paid once, for the rest of the generation: where little of it is left, plain
+    # decoding is the better known choice; where much is, the catch-up pays for itself.
+    model = measured(0.9, 0.03)  # a step of 8 drafts: ~6.1 tokens in 0.52 s, 2.3x plain's 0.2 s a token
     planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
     assert planner.plan([1] * 20, 64).source == 0    # not prefilled: 20 behind, at its draft cost
     planner.record(Plan(0, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.1), 4, 0.22, 0.24, 0.0)
     assert model.catchup_s.value == pytest.approx(0.1 / 20)  # a catch-up's token, measured
-    assert planner.plan([1] * 25, 64).source == 0    # 1 behind: no catch-up
-    assert planner.plan([1] * 400, 64).source is None  # 376 behind: 1.9 s first, plain pays more
-    assert planner.plan([1] * 60, 64).source == 0    # 36 behind: 0.18 s first, drafting still pays
+    assert planner.plan([1] * 25, 4).source == 0     # 1 behind: no catch-up
+    assert planner.plan([1] * 400, 8).source is None  # 376 behind: 1.9 s first, for 9 tokens at most
+    assert planner.plan([1] * 400, 64).source == 0   # ... for 65: 5.6 s for them against 13 s plain
+    assert planner.plan([1] * 60, 8).source == 0     # 36 behind: 0.18 s first, drafting still pays
+
+
+def test_plain_steps_do_not_shut_a_draft_model_out():
+    # Each plain step leaves the draft model one token further behind. Charged to one step, the catch-up
+    # would soon price every draft out, and the model would never draft again in the generation.
+    model = measured(0.6, 0.03)
+    planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    model.catchup_s.add(0.01)
+    assert planner.wants_prefill(0) and planner.plan([1] * 20, 500).source == 0
+    assert all(planner.plan([1] * n, 500).source == 0 for n in range(20, 120, 10))  # up to 99 behind
 
 
 def test_at_t_above_0_a_draft_of_unmeasured_cost_drafts_its_first_token():

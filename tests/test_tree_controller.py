@@ -52,6 +52,9 @@ class EagerTracker(CostTracker):
     def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False) -> tuple[int, float]:
         return min(3, gamma_max), float("inf")
 
+    def may_pay(self, cap: int) -> bool:
+        return True  # so the draft takes in every prompt: no catch-up to price
+
 
 def run(target, sources, prompt, config):
     *pieces, finished = SpeculativeDecoder(target, sources).generate(prompt, config)
