@@ -397,7 +397,7 @@ class Planner:
         judge it; return the model's own part as the proposal and how much of it was accepted."""
         own = len(proposal.ids) - proposal.tail
         if n_accepted >= own:
-            self.sources[self._ngram][1].record_tail(proposal.tail, n_accepted - own, plan.handoff.bucket)
+            self.sources[self._ngram][1].record_acceptance(proposal.tail, n_accepted - own, plan.handoff.bucket)
         confidences = proposal.confidences[:own]
         return Proposal(proposal.ids[:own], proposal.q[:own], confidences, proposal.catchup_s), min(n_accepted, own)
 

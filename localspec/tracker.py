@@ -101,18 +101,19 @@ class CostTracker:
             self.draft_s.add(draft_s / n_drafted)
             self.step_tokens.add(emitted or n_accepted + 1)
             self.step_s.add(draft_s + verify_s + overhead_s)
-            self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
-        self.positions.record(n_drafted, n_accepted)
+        self.record_acceptance(n_drafted, n_accepted, bucket)
         for i, c in enumerate(confidences[: n_accepted + 1]):  # the drafts the target judged
             b = self._bin(c)
             self.conf_judged[b] += 1
             self.conf_accepted[b] += i < n_accepted
 
-    def record_tail(self, n_drafted: int, n_accepted: int, bucket: int) -> None:
-        """Add the acceptance of guesses that continued another drafter's draft in its verify (a
-        hybrid's handoff, planner.Handoff): the step's costs are that drafter's to record."""
-        self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
-        self.positions.record(n_drafted, n_accepted)
+    def record_acceptance(self, n_drafted: int, n_accepted: int, bucket: int = 0) -> None:
+        """Count n_drafted guesses in bucket, the first n_accepted accepted: a step's own (record), or
+        guesses that continued another drafter's draft in its verify (a hybrid's handoff,
+        planner.Handoff), whose costs are that drafter's to record."""
+        if n_drafted:
+            self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
+            self.positions.record(n_drafted, n_accepted)
 
     @staticmethod
     def _bin(confidence: float) -> int:
