@@ -192,6 +192,10 @@ class VerifyCurve:
     def __contains__(self, k: int) -> bool:
         return k in self.points
 
+    def samples(self, k: int) -> int:
+        """How many verifies of k tokens the estimate rests on (a saved one counts as one)."""
+        return self.points[k].n if k in self.points else 0
+
     def known(self) -> list[tuple[int, float]]:
         """Measured (k, seconds), by k."""
         return sorted((k, e.value) for k, e in self.points.items())

@@ -20,6 +20,10 @@ from .treeplan import BranchRule, branch_rule, tree_outcome
 
 EXPLORE_FRACTION = 0.01  # ε: exploration may cost at most this fraction of a generation's time ...
 GRACE_STEPS = 128         # ... counting a generation as at least this many plain steps long
+# Plain steps that measure the baseline before any drafting. Every choice is priced against the plain
+# step, and while drafting pays nothing measures it again: a process's first target decode can cost
+# several times the next ones (its weights still faulting in), and the median of three drops it.
+PLAIN_SAMPLES = 3
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -256,7 +260,7 @@ class Planner:
 
     def _choose(self, offers: Sequence[Choice]) -> Choice:
         """The best known choice, or the exploratory one where it beats it and the budget allows."""
-        if not offers or 1 not in self.sources[0][1].verify:
+        if not offers or self.sources[0][1].verify.samples(1) < PLAIN_SAMPLES:
             return Choice(None, 0, 0, 0.0)  # plain decoding measures a one-token verify first
         plain_s = self.sources[0][1].plain_seconds()
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))

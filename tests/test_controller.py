@@ -220,7 +220,7 @@ def eager_costs() -> CostTracker:
     """A cost tracker that has seen a cheap draft and a flat verify: auto mode drafts 1..8 tokens,
     changing its choice as the run's own acceptance comes in."""
     t = CostTracker()
-    for k in (1, 3, 5, 9):
+    for k in (1, 1, 1, 3, 5, 9):  # three plain steps: what the planner measures before it drafts
         t.record(k - 1, 0 if k == 1 else 1, draft_s=0.0005 * (k - 1), verify_s=0.010, overhead_s=0.0)
     return t
 

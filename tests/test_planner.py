@@ -10,7 +10,7 @@ import pytest
 from localspec.config import GenerationConfig
 from localspec.costmodel import VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal
-from localspec.planner import EXPLORE_FRACTION, CostTracker, ExploreBudget, Plan, Planner
+from localspec.planner import EXPLORE_FRACTION, PLAIN_SAMPLES, CostTracker, ExploreBudget, Plan, Planner
 from localspec.sampling import SamplingParams
 from plannersim import COPY, CPU_LIGHT, GPU_FLAT, PROSE, Region, curve, generate, run_set, set_ratio
 
@@ -94,11 +94,17 @@ def test_budget_ledger():
     assert b.spent[0] == pytest.approx(1.0)
 
 
+def measure_plain(t: CostTracker, seconds: float) -> None:
+    """The plain steps a planner measures before it drafts (PLAIN_SAMPLES of them)."""
+    for _ in range(PLAIN_SAMPLES):
+        t.record(0, 0, 0.0, seconds, 0.0)
+
+
 def cheap_wide_tracker(accept_short: float) -> CostTracker:
     """A tracker that knows verify(1), verify(2) and verify(4) on a GPU-like flat curve, and a free
     draft accepted at accept_short in the bucket of short matches."""
     t = CostTracker()
-    t.record(0, 0, 0.0, 0.010, 0.0)
+    measure_plain(t, 0.010)
     for _ in range(40):
         t.record(3, int(accept_short * 3), 0.0, 0.0102, 0.0, bucket=match_bucket(2))
         t.record(1, 1, 0.0, 0.0101, 0.0, bucket=match_bucket(2))
@@ -164,7 +170,7 @@ def test_a_probe_counts_the_catch_up_of_a_drafter_left_behind():
     # tokens: a probe would first decode them all, far beyond any budget. Freshly prefilled, one fits.
     def planner(prefilled: bool) -> Planner:
         t = CostTracker()
-        t.record(0, 0, 0.0, 0.010, 0.0)
+        measure_plain(t, 0.010)
         t.record(1, 1, 0.008, 0.0101, 0.0)
         p = Planner([(FakeModelDrafter(), t)], GenerationConfig(sampling=GREEDY))
         if prefilled:
@@ -197,7 +203,8 @@ class Named:
 def measured(accept: float, draft_s: float) -> CostTracker:
     """A tracker with a measured verify curve (0.2 s + 0.01 s a row), draft cost and acceptance."""
     t = CostTracker()
-    for k in range(1, 10):
+    measure_plain(t, 0.2)
+    for k in range(2, 10):
         t.verify.add(k, 0.19 + 0.01 * k)
     t.draft_s.add(draft_s)
     t.overhead_s.add(0.0)
@@ -270,7 +277,8 @@ def copy_tracker(accepted: int, bucket: int) -> CostTracker:
     """An n-gram tracker on a GPU-like flat verify curve whose steps in bucket drafted 8 tokens and
     had the first `accepted` of them accepted, a hundred times."""
     t = CostTracker()
-    for k in range(1, 50):
+    measure_plain(t, 0.202)
+    for k in range(2, 50):
         t.verify.add(k, 0.2 + 0.002 * k)
     t.draft_s.add(0.0)
     t.overhead_s.add(0.0)
@@ -309,3 +317,21 @@ def test_a_hybrids_model_draft_hands_over_to_a_copy_that_pays_more():
     assert poor.wants_prefill(1) and poor.plan(tokens, 64).handoff.after(tokens, line[:3]) == []
     fixed = Planner([(NGramDrafter(), ngram), (FakeModelDrafter(), model)], GenerationConfig(gamma=4))
     assert fixed.plan(tokens, 64).handoff is None
+
+
+def test_the_plain_step_is_measured_three_times_before_any_draft():
+    # A process's first target decode can cost several times the next (its weights still faulting in).
+    # Measured once, that plain step would make every draft look good, and while drafting pays nothing
+    # measures plain decoding again. The median of three plain steps drops it.
+    t = CostTracker()
+    t.draft_s.add(0.04)
+    for _ in range(20):
+        t.record(1, 1, 0.04, 0.1, 0.0)  # a draft of 1 accepted: 2 tokens in 0.14 s
+    planner = Planner([(Named("model"), t)], GenerationConfig(gamma=None, sampling=GREEDY), ExploreBudget(fraction=0.0))
+    assert planner.wants_prefill(0)
+    for seconds in (0.25, 0.062, 0.062):  # the cold first decode, then two warm ones
+        plan = planner.plan([1] * 50, 64)
+        assert plan.source is None
+        planner.record(plan, Proposal([], []), 0, 0.0, seconds, 0.0)
+    assert t.plain_seconds() == pytest.approx(0.062)
+    assert planner.plan([1] * 53, 64).source is None  # 2 tokens in 0.14 s lose to plain's 0.062 a token

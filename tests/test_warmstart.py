@@ -10,7 +10,7 @@ from fakes import fake_contexts
 from localspec import warmstart
 from localspec.config import GenerationConfig
 from localspec.drafters import NGramDrafter, Proposal
-from localspec.planner import CostTracker, Planner
+from localspec.planner import PLAIN_SAMPLES, CostTracker, Planner
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair, Reply
 
@@ -120,9 +120,10 @@ def test_stale_saved_costs_are_explored_under_the_budget_not_exploited():
 
     def planner_over(tracker):
         planner = Planner([(NGramDrafter(), tracker)], GenerationConfig(max_tokens=500))
-        plain = planner.plan(tokens, 400)
-        assert plain.source is None                       # the plain step is measured afresh first
-        planner.record(plain, Proposal([], []), 0, 0.0, 0.10, 0.001)
+        for _ in range(PLAIN_SAMPLES):
+            plain = planner.plan(tokens, 400)
+            assert plain.source is None                   # the plain step is measured afresh first
+            planner.record(plain, Proposal([], []), 0, 0.0, 0.10, 0.001)
         return planner
 
     saved = json.loads(json.dumps(measured().to_dict()))
