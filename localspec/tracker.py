@@ -252,7 +252,7 @@ class CostTracker:
         _load_ema(t.prefill_s, data.get("prefill_s", [None, 0]))
         _load_ema(t.catchup_s, data.get("catchup_s", [None, 0]))
         t.idle_s = float(data.get("idle_s", 0.0))
-        # The plain step is measured afresh by the first step of each process: while drafting pays,
+        # The plain step is measured afresh by the first steps of each process: while drafting pays,
         # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
         # Only the decision to load a draft at all reads it (saved_verify, may_pay).
         for k, e in data["verify"].items():
