@@ -215,8 +215,8 @@ def smol_contexts(smol_path, smol_q4_0):
     from localspec.llama import Model
 
     model = Model(smol_path)
-    return (model, Context(model, n_ctx=256, n_threads=1), Context(model, n_ctx=256, n_threads=1),
-            Context(Model(smol_q4_0), n_ctx=256, n_threads=1))
+    return (model, Context(model, n_ctx=256, n_threads=2), Context(model, n_ctx=256, n_threads=2),
+            Context(Model(smol_q4_0), n_ctx=256, n_threads=2))
 
 
 @pytest.mark.slow

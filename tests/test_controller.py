@@ -186,7 +186,7 @@ def first_two(target_ctx, sources, prompt, sampling, gamma, seeds):
     sources: a function returning fresh (drafter, tracker) pairs per seed, or None for plain decoding."""
     out, drafted = [], 0
     for seed in seeds:
-        cfg = GenerationConfig(max_tokens=max(2, (gamma or 3) + 1), gamma=gamma, sampling=sampling, seed=seed,
+        cfg = GenerationConfig(max_tokens=2 if gamma == 0 else max(2, (gamma or 3) + 1), gamma=gamma, sampling=sampling, seed=seed,
                                p_min=0.0 if gamma else None)
         tokens, stats = generate(target_ctx, sources() if sources else [], prompt, cfg)
         drafted += stats.drafted
@@ -394,7 +394,7 @@ def smol(smol_path, smol_q4_0):
     from localspec.llama import Model
 
     target = Model(smol_path)
-    return target, Context(target, n_ctx=256, n_threads=1), Context(Model(smol_q4_0), n_ctx=256, n_threads=1)
+    return target, Context(target, n_ctx=256, n_threads=2), Context(Model(smol_q4_0), n_ctx=256, n_threads=2)
 
 
 @pytest.mark.slow

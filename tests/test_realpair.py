@@ -21,11 +21,12 @@ from localspec.sampling import SamplingParams
 from localspec.planner import CostTracker
 from localspec.config import GenerationConfig
 from localspec.speculative import Finished, SpeculativeDecoder
+from localspec.treeplan import MAX_BRANCHES
 
 pytestmark = [pytest.mark.realpair, pytest.mark.slow]
 GREEDY = SamplingParams(temperature=0)
 N_TOKENS = 64
-GAMMAS = (1, 4, 8)
+GAMMAS = (None, 8)  # auto (what users run: widths vary step by step) and the widest fixed draft
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +40,25 @@ def draft_ctx(real_pair):
     return Context(Model(real_pair["draft"]), n_ctx=1024)
 
 
+@pytest.fixture(scope="module")
+def f16(real_pair):
+    """The F16 target's context, with a sequence per tree branch as a Pair with a draft makes it,
+    and baseline(prompt): its target-only reply, generated once for both F16 tests."""
+    ctx = Context(Model(real_pair["target_f16"]), n_ctx=1024, n_seq_max=MAX_BRANCHES)
+    replies: dict[tuple, list[int]] = {}
+
+    def baseline(prompt) -> list[int]:
+        if tuple(prompt) not in replies:
+            replies[tuple(prompt)] = generate(ctx, None, prompt, 0)[0]
+        return replies[tuple(prompt)]
+    return ctx, baseline
+
+
 def generate(ctx, draft_ctx, prompt, gamma):
     """A fresh greedy run (cold caches, so each prefill is computed the same way); returns tokens and trace."""
     ctx.truncate(0)
     drafter = None
-    if gamma:
+    if gamma != 0:  # None: auto
         draft_ctx.truncate(0)
         drafter = ModelDrafter(draft_ctx, GREEDY)
     decoder = SpeculativeDecoder(ctx, [(drafter, CostTracker())] if drafter else [])
@@ -53,12 +68,11 @@ def generate(ctx, draft_ctx, prompt, gamma):
     return [p.token for p in pieces if p.token >= 0], finished.stats.trace, finished.stats
 
 
-def test_f16_target_speculative_is_token_identical(real_pair, draft_ctx, prompts):
-    model = Model(real_pair["target_f16"])
-    ctx = Context(model, n_ctx=1024)
+def test_f16_target_speculative_is_token_identical(f16, draft_ctx, prompts):
+    ctx, reply = f16
     for text in prompts:
-        prompt = model.tokenize(text, True)
-        baseline, _, _ = generate(ctx, None, prompt, 0)
+        prompt = ctx.model.tokenize(text, True)
+        baseline = reply(prompt)
         for gamma in GAMMAS:
             spec, _, stats = generate(ctx, draft_ctx, prompt, gamma)
             assert spec == baseline, f"gamma={gamma} diverged at {first_divergence(spec, baseline)}"
@@ -125,24 +139,22 @@ def test_incompatible_draft_is_refused(real_pair, smol_path):
     check_compatible(target, Model(real_pair["draft"], vocab_only=True))  # the default pair is fine
 
 
-def test_f16_target_tree_is_token_identical(real_pair, prompts, monkeypatch):
+def test_f16_target_tree_is_token_identical(f16, draft_ctx, prompts, monkeypatch):
     # Trees wherever the target context allows (AlwaysBranch), verified through llama.cpp's
     # multi-sequence cache: the F16 target's greedy output is still target-only's, token for token.
     import localspec.planner as planner_mod
     from test_tree_controller import AlwaysBranch, EagerTracker
 
     monkeypatch.setattr(planner_mod, "branch_rule", lambda *args: AlwaysBranch(args[-1] - 1))
-    model = Model(real_pair["target_f16"])
-    ctx = Context(model, n_ctx=1024, n_threads=1, n_seq_max=4)
-    draft = Context(Model(real_pair["draft"]), n_ctx=1024, n_threads=1)
+    ctx, reply = f16
     for text in prompts[:2]:
-        prompt = model.tokenize(text, True)
-        baseline, _, _ = generate(ctx, None, prompt, 0)
+        prompt = ctx.model.tokenize(text, True)
+        baseline = reply(prompt)
         ctx.truncate(0)
-        draft.truncate(0)
+        draft_ctx.truncate(0)
         tracker = EagerTracker()
         cfg = GenerationConfig(max_tokens=N_TOKENS, gamma=None, sampling=GREEDY, p_min=0.0)
-        *pieces, finished = SpeculativeDecoder(ctx, [(ModelDrafter(draft, GREEDY), tracker)]).generate(prompt, cfg)
+        *pieces, finished = SpeculativeDecoder(ctx, [(ModelDrafter(draft_ctx, GREEDY), tracker)]).generate(prompt, cfg)
         spec = [p.token for p in pieces if p.token >= 0]
         assert spec == baseline, f"the tree run diverged at {first_divergence(spec, baseline)}"
         assert finished.stats.tree_steps > 3 and sum(tracker.siblings.judged) > 0

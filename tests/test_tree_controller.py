@@ -182,8 +182,8 @@ def smol(smol_f16, smol_q4_0):
     from localspec.context import Context
     from localspec.llama import Model
 
-    target = Context(Model(smol_f16), n_ctx=256, n_threads=1, n_seq_max=4)
-    draft = Context(Model(smol_q4_0), n_ctx=256, n_threads=1)
+    target = Context(Model(smol_f16), n_ctx=256, n_threads=2, n_seq_max=4)
+    draft = Context(Model(smol_q4_0), n_ctx=256, n_threads=2)
     return target, draft
 
 
