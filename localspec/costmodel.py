@@ -43,10 +43,18 @@ class Prediction(NamedTuple):
         return self.tokens / max(self.seconds, 1e-300)
 
 
-def match_bucket(length: int) -> int:
+MATCH_LENGTH_BUCKETS = 6
+
+
+def match_bucket(length: int, in_output: bool = False) -> int:
     """The acceptance bucket of an n-gram match of this many tokens: 1, 2-3, 4-7, 8-15, 16-31, 32+
-    (buckets 1..6; bucket 0 is a drafter without match lengths)."""
-    return min(max(length, 1).bit_length(), 6)
+    (buckets 1..6) where the earlier occurrence lies in the prompt, 7..12 where it lies in the
+    generation's own output (bucket 0 is a drafter without match lengths). A reply that copies its
+    input and a reply that repeats itself are different bets: a short match of "```" at a code
+    block's end against the block's opening "```python" reaches back as far as a copy's first match
+    does, and is wrong where the copy is right."""
+    bucket = min(max(length, 1).bit_length(), MATCH_LENGTH_BUCKETS)
+    return bucket + MATCH_LENGTH_BUCKETS if in_output else bucket
 
 
 def expected_tokens_upto(accept: Sequence[float], gamma_max: int) -> list[float]:

@@ -219,6 +219,7 @@ class NGramDrafter:
         self.probes = 0                               # dict lookups made by propose (tests count them)
         self.last_n = self.last_len = 0               # n-gram size and length of the last proposal
         self.last_match = 0                           # tokens the last match agrees on, ≤ match_cap
+        self.last_at = 0                              # where the last match's occurrence ends (a position)
         self.proposed_at: dict[int, int] = {}         # match length -> tokens proposed
         self.accepted_at: dict[int, int] = {}         # match length -> tokens accepted
 
@@ -226,23 +227,25 @@ class NGramDrafter:
                 stop: StopRule | None = None, branch: BranchRule | None = None,
                 handoff: Handoff | None = None) -> Proposal:
         self._sync(context)
-        ids, self.last_n, self.last_match = self._lookup((), k)
+        ids, self.last_n, self.last_match, self.last_at = self._lookup((), k)
         if not ids:
             return NO_PROPOSAL
         self.last_len = len(ids)
         return Proposal(ids, [one_hot(t) for t in ids])
 
-    def continuation(self, context: Sequence[int], draft: Sequence[int], k: int) -> tuple[list[int], int]:
-        """(up to k tokens that continue context + draft, how far their match reaches back): the
-        lookup of propose() at the end of a draft, which is not indexed (the target has not judged
-        it), so a copy that begins inside a model's draft can continue it (planner.Handoff)."""
+    def continuation(self, context: Sequence[int], draft: Sequence[int], k: int) -> tuple[list[int], int, int]:
+        """(up to k tokens that continue context + draft, how far their match reaches back, where its
+        occurrence ends): the lookup of propose() at the end of a draft, which is not indexed (the
+        target has not judged it), so a copy that begins inside a model's draft can continue it
+        (planner.Handoff)."""
         self._sync(context)
-        ids, _, reach = self._lookup(draft, k)
-        return ids, reach
+        ids, _, reach, at = self._lookup(draft, k)
+        return ids, reach, at
 
-    def _lookup(self, extra: Sequence[int], k: int) -> tuple[list[int], int, int]:
+    def _lookup(self, extra: Sequence[int], k: int) -> tuple[list[int], int, int, int]:
         """(up to k tokens that followed the latest earlier occurrence of the longest n-gram ending
-        the indexed tokens + extra, n, how far the match reaches back); ([], 0, 0) without a match."""
+        the indexed tokens + extra, n, how far the match reaches back, the position the occurrence
+        ends at); ([], 0, 0, 0) without a match."""
         end = len(self.tokens) + len(extra)
         tail = (self.tokens[-self.n_max:] + list(extra))[-self.n_max:] if extra else self.tokens[-self.n_max:]
         for n in range(min(self.n_max, end), self.n_min - 1, -1):
@@ -250,8 +253,8 @@ class NGramDrafter:
             pos = self.index.get(tuple(tail[len(tail) - n:]))
             if pos is not None:
                 ids = self.tokens[pos + 1: pos + 1 + k]  # may run into the end of the context
-                return ids, n, self._reach(pos, n, extra)
-        return [], 0, 0
+                return ids, n, self._reach(pos, n, extra), pos
+        return [], 0, 0, 0
 
     def _reach(self, pos: int, n: int, extra: Sequence[int] = ()) -> int:
         """How many tokens the earlier occurrence ending at pos shares with the end of the indexed

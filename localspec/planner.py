@@ -90,17 +90,19 @@ class Handoff:
     own width: the combined one is wider by the model's tokens, an approximation). The choice depends
     on the draft only, never on the target, so the rule stays exact."""
 
-    def __init__(self, ngram: NGramDrafter, tracker: CostTracker, cap: int, room: int, model_rate: float):
+    def __init__(self, ngram: NGramDrafter, tracker: CostTracker, cap: int, room: int, model_rate: float,
+                 prompt_len: int):
         self.ngram, self.tracker, self.cap, self.room, self.model_rate = ngram, tracker, cap, room, model_rate
+        self.prompt_len = prompt_len  # where the generation's output begins (see match_bucket)
         self.bucket = 0  # the acceptance bucket of the continuation handed over to
 
     def after(self, context: Sequence[int], draft: Sequence[int]) -> list[int]:
         """The lookup's tokens that continue context + draft, where they pay more than the model; []."""
         limit = min(self.cap, self.room - len(draft))
-        ids, reach = self.ngram.continuation(context, draft, limit) if limit > 0 else ([], 0)
+        ids, reach, at = self.ngram.continuation(context, draft, limit) if limit > 0 else ([], 0, 0)
         if not ids:
             return []
-        bucket = match_bucket(reach)
+        bucket = match_bucket(reach, in_output=at >= self.prompt_len)
         gamma, rate = self.tracker.plan(len(ids), bucket, switch=True)
         if not gamma or rate <= self.model_rate:
             return []
@@ -175,6 +177,7 @@ class Planner:
         self._seen: dict[int, int] = {}    # source -> context length it last drafted after (or was prefilled to)
         self._prefilled: set[int] = set()
         self._length = 0                   # the context length at the last plan
+        self._prompt_len: int | None = None  # the context length at the first: where the output begins
         self._model = next((i for i, (d, _) in enumerate(self.sources) if d.name == "model"), None)
         self._ngram = next((i for i, (d, _) in enumerate(self.sources) if d.name == "ngram"), None)
         self._room = 0                     # the most the last plan could draft
@@ -214,6 +217,8 @@ class Planner:
         still wanted allow). Fixed γ: the first source with a guess to offer. Auto: see the class."""
         self._explored = None
         self._length, self._room = len(tokens), room
+        if self._prompt_len is None:
+            self._prompt_len = len(tokens)
         for i in range(len(self.sources)):
             self._seen.setdefault(i, len(tokens) if i in self._prefilled else 0)
         offers = self._offers(tokens, room)
@@ -229,7 +234,8 @@ class Planner:
             limit = min(room, cap_of(drafter.name, self.config) if fixed is None else fixed,
                         drafter.offer(tokens, room))
             if limit > 0:
-                bucket = match_bucket(drafter.last_match) if drafter.name == "ngram" else 0
+                bucket = (match_bucket(drafter.last_match, in_output=drafter.last_at >= self._prompt_len)
+                          if drafter.name == "ngram" else 0)
                 offers.append(Choice(i, limit, bucket, 0.0))
         return offers
 
@@ -249,7 +255,8 @@ class Planner:
         drafter, tracker = self.sources[ngram]
         if not tracker.confirmed():
             return None
-        return Handoff(drafter, tracker, cap_of(drafter.name, self.config), self._room, choice.rate)
+        return Handoff(drafter, tracker, cap_of(drafter.name, self.config), self._room, choice.rate,
+                       self._prompt_len)
 
     def _branch(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> BranchRule | None:
         """The tree's shape for a model draft under auto γ, once its costs are measured (treeplan.py)."""

@@ -3,8 +3,9 @@ the planner reads from them.
 
 Measured: the target's verify seconds per batch size (VerifyCurve), the draft's seconds per token,
 the controller's overhead, and acceptance per draft position, kept separately per acceptance bucket
-(an n-gram drafter's match length, see costmodel.match_bucket; 0 for a draft model) and per draft
-confidence (the draft model's stop rule reads that).
+(an n-gram drafter's match length, and whether the match lies in the prompt or the output: see
+costmodel.match_bucket; 0 for a draft model) and per draft confidence (the draft model's stop rule
+reads that).
 
 The point estimate is what the planner expects of a known choice: a bucket's counts smoothed towards
 all buckets' counts, those towards `prior_accept` (0: a choice is known by its counts, and few

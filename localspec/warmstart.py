@@ -16,7 +16,7 @@ from . import __version__, models
 from .llama import build_info
 from .planner import CostTracker
 
-FORMAT = 1
+FORMAT = 2  # 2: n-gram acceptance buckets tell a match in the prompt from one in the output
 
 
 def enabled() -> bool:

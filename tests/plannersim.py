@@ -95,6 +95,7 @@ class SimDrafter:
     world: World
     draft_s: float  # seconds per drafted token
     last_match: int = 0
+    last_at: int = 0  # every match lies in the prompt: the scenarios say how far it reaches only
     accept: list[bool] = field(default_factory=list)
 
     def offer(self, context, k: int) -> int:

@@ -115,6 +115,7 @@ def test_a_match_measures_how_far_back_it_reaches():
     line = [5, 6, 7, 8, 9, 10, 11]
     # a copy of the whole line so far: the match reaches back over all 5 tokens repeated
     assert d.propose([1] + line + [2] + line[:5], 4).ids == [10, 11, 2, 5] and d.last_match == 5
+    assert d.last_at == 5  # the occurrence of "7 8 9" it continues ends at position 5
     # only "8 9" recurs (after different tokens): a short match, as a phrase that merely recurs
     assert d.propose([1] + line + [3, 8, 9], 2).ids == [10, 11] and d.last_n == 2 and d.last_match == 2
     # a long repeat is measured up to the cap only: O(match_cap) comparisons per lookup
@@ -138,9 +139,9 @@ def test_a_continuation_reads_into_a_draft_without_indexing_it():
     context = [1] + line + [2, 3, 4]
     assert d.propose(context, 4).ids == []                           # nothing matches "2 3 4"
     index = dict(d.index)
-    assert d.continuation(context, [5, 6], 4) == ([7, 8, 9, 10], 2)  # "5 6" recurs, after 1 and after 4
-    assert d.continuation(context, [6, 1], 4) == ([], 0)            # "6 1" never occurred
+    assert d.continuation(context, [5, 6], 4) == ([7, 8, 9, 10], 2, 2)  # "5 6" recurs, after 1, ending at 2
+    assert d.continuation(context, [6, 1], 4) == ([], 0, 0)         # "6 1" never occurred
     assert d.index == index and d.tokens == context
     # the target took 5: it is indexed now, and the match of "5 6 7" reaches over both parts
-    assert d.continuation(context + [5], [6, 7], 3) == ([8, 9, 10], 3)
+    assert d.continuation(context + [5], [6, 7], 3) == ([8, 9, 10], 3, 3)
     assert d.propose(context + [5], 2).ids == []                      # "4 5" never occurred

@@ -153,6 +153,7 @@ def test_optimistic_verify_is_flat_beyond_the_widest_measured_only():
 
 def test_match_buckets():
     assert [match_bucket(n) for n in (0, 1, 2, 3, 4, 7, 8, 16, 31, 32, 64)] == [1, 1, 2, 2, 3, 3, 4, 5, 5, 6, 6]
+    assert [match_bucket(n, in_output=True) for n in (1, 2, 64)] == [7, 8, 12]  # a match in the output
 
 
 def test_any_candidate_step_is_priced_by_its_width():
@@ -194,7 +195,7 @@ class Named:
     """A drafter stub with a name and an offer: what the planner asks of a source."""
 
     def __init__(self, name: str):
-        self.name, self.last_match = name, 0
+        self.name, self.last_match, self.last_at = name, 0, 0
 
     def offer(self, tokens, k: int) -> int:
         return k
@@ -317,6 +318,27 @@ def test_a_hybrids_model_draft_hands_over_to_a_copy_that_pays_more():
     assert poor.wants_prefill(1) and poor.plan(tokens, 64).handoff.after(tokens, line[:3]) == []
     fixed = Planner([(NGramDrafter(), ngram), (FakeModelDrafter(), model)], GenerationConfig(gamma=4))
     assert fixed.plan(tokens, 64).handoff is None
+
+
+def test_a_match_in_the_output_is_counted_apart_from_a_match_in_the_prompt():
+    # A reply that copies its input and a reply that repeats itself are different bets: the short match
+    # that begins a copy of the prompt is right where a short match of the reply's own opening (a code
+    # block's closing fence against its "```python") is wrong. Each is counted and priced on its own.
+    prompt = [7, 8] + list(range(100, 160)) + [9]
+    tracker = copy_tracker(8, match_bucket(2))   # short matches in the prompt: every guess accepted
+    for _ in range(100):
+        tracker.record(8, 0, 0.0, 0.216, 0.0, bucket=match_bucket(2, in_output=True))  # in the output: none
+    planner = Planner([(NGramDrafter(), tracker)], GenerationConfig(gamma=None, sampling=GREEDY),
+                      ExploreBudget(fraction=0.0))
+    assert planner.plan(prompt, 64).source is None                # "159 9": no earlier occurrence
+    output = [30, 31, 100, 101]                                   # "100 101" is in the prompt, 2 tokens back
+    plan = planner.plan(prompt + output, 64)
+    assert plan.source == 0 and plan.bucket == match_bucket(2) and plan.gamma > 8
+    output += [40, 41, 30, 31]                                    # "30 31" is in the output, 2 tokens back
+    plan = planner.plan(prompt + output, 64)
+    assert plan.source is None
+    planner.record(plan, Proposal([], []), 0, 0.0, 0.2, 0.0)
+    assert tracker.buckets[match_bucket(2, in_output=True)].judged[0] == 100  # nothing drafted, nothing counted
 
 
 def test_the_plain_step_is_measured_three_times_before_any_draft():
