@@ -42,6 +42,12 @@ def worth_preparing(tracker: CostTracker, cap: int, fraction: float = EXPLORE_FR
     return tracker.may_pay(cap) or (entry is not None and fraction * tracker.idle_s >= entry)
 
 
+def ngram_bucket(reach: int, at: int, prompt_len: int) -> int:
+    """The acceptance bucket of an n-gram match that reaches back `reach` tokens to an occurrence
+    ending at position `at`, in a generation whose output begins at position prompt_len."""
+    return match_bucket(reach, in_output=at >= prompt_len)
+
+
 def cap_of(drafter_name: str, config: GenerationConfig) -> int:
     """The most that auto γ may draft from this drafter."""
     return config.ngram_gamma_max if drafter_name == "ngram" else config.gamma_max
@@ -93,7 +99,7 @@ class Handoff:
     def __init__(self, ngram: NGramDrafter, tracker: CostTracker, cap: int, room: int, model_rate: float,
                  prompt_len: int):
         self.ngram, self.tracker, self.cap, self.room, self.model_rate = ngram, tracker, cap, room, model_rate
-        self.prompt_len = prompt_len  # where the generation's output begins (see match_bucket)
+        self.prompt_len = prompt_len  # where the generation's output begins (see ngram_bucket)
         self.bucket = 0  # the acceptance bucket of the continuation handed over to
 
     def after(self, context: Sequence[int], draft: Sequence[int]) -> list[int]:
@@ -102,7 +108,7 @@ class Handoff:
         ids, reach, at = self.ngram.continuation(context, draft, limit) if limit > 0 else ([], 0, 0)
         if not ids:
             return []
-        bucket = match_bucket(reach, in_output=at >= self.prompt_len)
+        bucket = ngram_bucket(reach, at, self.prompt_len)
         gamma, rate = self.tracker.plan(len(ids), bucket, switch=True)
         if not gamma or rate <= self.model_rate:
             return []
@@ -234,7 +240,7 @@ class Planner:
             limit = min(room, cap_of(drafter.name, self.config) if fixed is None else fixed,
                         drafter.offer(tokens, room))
             if limit > 0:
-                bucket = (match_bucket(drafter.last_match, in_output=drafter.last_at >= self._prompt_len)
+                bucket = (ngram_bucket(drafter.last_match, drafter.last_at, self._prompt_len)
                           if drafter.name == "ngram" else 0)
                 offers.append(Choice(i, limit, bucket, 0.0))
         return offers
