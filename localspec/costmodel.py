@@ -14,6 +14,16 @@ what drafting on to some length within γ is expected to add, reach × (a + a² 
 a = a(confidence), costs less time than those tokens take at the rate the loop achieves (the draft
 decodes plus the verify batch's growth, which can be negative where a wider batch verifies faster).
 That is the stopping rule that maximises a renewal process's long-run rate E[tokens] / E[seconds].
+
+A step whose draft such a rule may end early is priced by where it ends (DraftStops): with
+g_i = P(the draft goes on past token i | tokens 1..i drafted and accepted) and
+u_i = P(the draft goes on past token i | tokens 1..i drafted), measured, a step capped at γ emits
+E(γ) = 1 + Σ_{i=1..γ} Π_{j<i} g_j · Π_{j≤i} a_j tokens (g_0 = 1: a step drafts its first token) and
+costs S(γ) = verify(1) + Σ_{n=1..γ} P(N ≥ n) (c(n) − c(n−1)) + overhead with P(N ≥ n) = Π_{j<n} u_j
+and c(n) = n draft tokens + verify(n+1): the expected cost over where the draft ends, which
+telescopes to step_seconds(γ) when every draft runs to its cap. Departure from the papers, which price
+a draft of fixed length: priced so, a draft stopped at its first token mostly, and accepted mostly
+there, looks as dear as the γ it may reach.
 """
 
 from __future__ import annotations
@@ -57,11 +67,17 @@ def match_bucket(length: int, in_output: bool = False) -> int:
     return bucket + MATCH_LENGTH_BUCKETS if in_output else bucket
 
 
-def expected_tokens_upto(accept: Sequence[float], gamma_max: int) -> list[float]:
-    """expected_tokens(accept, γ) for every γ in 0..gamma_max, in one pass."""
+def _on(go_on: Sequence[float], i: int) -> float:
+    """go_on[i - 1], the chance a draft goes on past token i (1.0 where unmeasured: to its cap)."""
+    return go_on[i - 1] if 0 < i <= len(go_on) else 1.0
+
+
+def expected_tokens_upto(accept: Sequence[float], gamma_max: int, tokens_on: Sequence[float] = ()) -> list[float]:
+    """E(γ) for every γ in 0..gamma_max, in one pass: expected_tokens(accept, γ) where every draft
+    runs to its cap; with tokens_on (g_i, see the module docstring), where a stop rule may end it."""
     totals, reach = [1.0], 1.0
     for i in range(gamma_max):
-        reach *= accept[i] if i < len(accept) else accept[-1]
+        reach *= (accept[i] if i < len(accept) else accept[-1]) * _on(tokens_on, i)
         totals.append(totals[-1] + reach)
     return totals
 
@@ -71,19 +87,33 @@ def step_seconds(gamma: int, draft_s: float, verify_s: Callable[[int], float], o
     return gamma * draft_s + verify_s(gamma + 1) + overhead_s
 
 
+def expected_seconds_upto(gamma_max: int, draft_s: float, verify_s: Callable[[int], float], overhead_s: float,
+                          draft_on: Sequence[float] = ()) -> list[float]:
+    """S(γ) for every γ in 0..gamma_max (the module docstring): step_seconds(γ) where every draft
+    runs to its cap; with draft_on (u_i), the expected seconds over where a stop rule ends it."""
+    totals, reach, last = [step_seconds(0, draft_s, verify_s, overhead_s)], 1.0, verify_s(1)
+    for n in range(1, gamma_max + 1):
+        reach *= _on(draft_on, n - 1)  # P(N ≥ n)
+        cost = n * draft_s + verify_s(n + 1)
+        totals.append(totals[-1] + reach * (cost - last))
+        last = cost
+    return totals
+
+
 def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int], float],
-               overhead_s: float, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
-    """(gamma, predicted tokens/s) maximising expected tokens per second; gamma 0 included.
+               overhead_s: float, gamma_max: int, min_gain: float = 0.0,
+               tokens_on: Sequence[float] = (), draft_on: Sequence[float] = ()) -> tuple[int, float]:
+    """(gamma, predicted tokens/s) maximising expected tokens per second; gamma 0 included. gamma is a
+    cap where tokens_on and draft_on say how a stop rule ends drafts before it (DraftStops).
 
     Speculation must beat plain decoding by min_gain (a fraction) to be chosen: the prediction
     has errors, and losing to plain decoding is worse than missing a marginal win."""
-    plain = 1.0 / step_seconds(0, draft_s, verify_s, overhead_s)
+    tokens = expected_tokens_upto(accept, gamma_max, tokens_on)
+    seconds = expected_seconds_upto(gamma_max, draft_s, verify_s, overhead_s, draft_on)
+    plain = 1.0 / seconds[0]
     best = (0, plain * (1 + min_gain))
-    total, reach = 1.0, 1.0  # expected_tokens(accept, gamma), grown one position at a time
     for gamma in range(1, gamma_max + 1):
-        reach *= accept[gamma - 1] if gamma - 1 < len(accept) else accept[-1]
-        total += reach
-        tps = total / step_seconds(gamma, draft_s, verify_s, overhead_s)
+        tps = tokens[gamma] / seconds[gamma]
         if tps > best[1] * 1.0001:  # ties go to the shorter draft: less work, same speed
             best = (gamma, tps)
     return best if best[0] else (0, plain)
@@ -158,7 +188,12 @@ class Ema:
         self.weight, self.value, self.n = weight, None, 0
         self._first: list[float] = []  # the samples so far, while n ≤ 1/weight
 
-    def add(self, x: float) -> None:
+    def add(self, x: float, times: int = 1) -> None:
+        """One sample x, or `times` samples of it (a value measured over that many tokens)."""
+        for _ in range(times):
+            self._add(x)
+
+    def _add(self, x: float) -> None:
         self.n += 1
         if self.n * self.weight <= 1.0:
             self._first.append(x)
@@ -299,3 +334,53 @@ class PositionAcceptance:
     def alpha_at(self) -> list[float]:
         """Accepted / proposed per position (unconditional on the earlier drafts)."""
         return [a / d if d else 0.0 for a, d in zip(self.accepted, self.drafted)]
+
+
+class DraftStops:
+    """Where a stop rule ended drafts: per position i ≥ 1, of the steps that drafted token i with room
+    for more (their γ above i), how many drafted token i + 1 — over all of them (u_i: what a step's
+    drafting and verify cost) and over those whose first i drafts the target accepted (g_i: what it
+    emits). A draft cut by its γ, or handed over to a copy, tells nothing of the rule past its end."""
+
+    def __init__(self):
+        self.could: list[int] = []     # drafted token i with room for more
+        self.went: list[int] = []      # ... and drafted token i + 1
+        self.could_ok: list[int] = []  # as could, with tokens 1..i accepted
+        self.went_ok: list[int] = []
+
+    def record(self, n_drafted: int, n_accepted: int, cap: int) -> None:
+        """One step that drafted n_drafted tokens of at most cap, the first n_accepted accepted."""
+        top = min(n_drafted, cap - 1)
+        grow = top - len(self.could)
+        if grow > 0:
+            for counts in (self.could, self.went, self.could_ok, self.went_ok):
+                counts.extend([0] * grow)
+        for i in range(1, top + 1):
+            went = n_drafted > i
+            self.could[i - 1] += 1
+            self.went[i - 1] += went
+            if n_accepted >= i:
+                self.could_ok[i - 1] += 1
+                self.went_ok[i - 1] += went
+
+    def rates(self, weight: float) -> tuple[list[float], list[float]]:
+        """(g, u) per position from 1, what expected_tokens_upto and expected_seconds_upto read: u
+        smoothed towards 1 (a draft runs to its cap), g towards u (a draft that seldom goes on past
+        a position seldom does so after accepted guesses either), each with weight pseudo-observations."""
+        u = [(w + weight) / (c + weight) for w, c in zip(self.went, self.could)]
+        g = [(w + weight * ui) / (c + weight) if c + weight else ui
+             for w, c, ui in zip(self.went_ok, self.could_ok, u)]
+        return g, u
+
+    def to_rows(self) -> list[list[int]]:
+        """[could, went, could_ok, went_ok], for saving."""
+        return [list(self.could), list(self.went), list(self.could_ok), list(self.went_ok)]
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[int]]) -> DraftStops:
+        """The counter saved by to_rows (ValueError for rows of unequal length)."""
+        c = cls()
+        c.could, c.went, c.could_ok, c.went_ok = ([int(n) for n in r] for r in rows)
+        if len({len(r) for r in rows}) > 1:
+            raise ValueError("draft stop rows of unequal length")
+        return c

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from .config import GenerationConfig
-from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
+from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, match_bucket, step_seconds
 from .drafters import Drafter, NGramDrafter, Proposal, StopRule
 from .tracker import CostTracker, Estimate  # noqa: F401  (CostTracker: others import it from here)
 from .treeplan import BranchRule, branch_rule, tree_outcome
@@ -165,7 +165,9 @@ class Planner:
     one with the most tokens/s by their optimistic estimates among those the budget allows (see
     ExploreBudget; ε = EXPLORE_FRACTION, W = GRACE_STEPS); it is taken when it beats the best known
     choice by the trackers' min_gain. Each step measures what it ran: the verify seconds of its width
-    (taught to every source: the target is the same), and the drafting source's cost and acceptance.
+    (taught to every source: the target is the same), and the drafting source's cost, acceptance and
+    where its stop rule ended the draft (a model step's γ is a cap: it is priced by where its drafts
+    are likely to end within it, costmodel.DraftStops).
     So a width is only chosen once measured or while its measurement is worth its bounded cost, and
     as measurements come in the optimistic estimate falls to the point estimate and exploring stops.
     """
@@ -309,15 +311,16 @@ class Planner:
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
         hope, point = tracker.estimate(offer.bucket, True, switch), tracker.estimate(offer.bucket, switch=switch)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
-        hope_tokens = expected_tokens_upto(hope.accept, offer.gamma)
-        point_tokens = expected_tokens_upto(tracker.cautious_acceptance(offer.bucket), offer.gamma)
+        hope_tokens, hope_s = hope.tokens(offer.gamma), hope.seconds(offer.gamma)
+        point_tokens = point.tokens(offer.gamma, tracker.cautious_acceptance(offer.bucket))
+        point_s = point.seconds(offer.gamma)
         catch_up = self._catch_up_s(offer.source)
-        loss = lambda gamma: catch_up + _seconds(point, gamma) - point_tokens[gamma] / r_best  # noqa: E731
+        loss = lambda gamma: catch_up + point_s[gamma] - point_tokens[gamma] / r_best  # noqa: E731
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
-            rate = max(hope_tokens[g] / max(_seconds(hope, g), 1e-300) for g in range(1, offer.gamma + 1))
+            rate = max(hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(1, offer.gamma + 1))
             return best._replace(gamma=1, rate=rate) if self.budget.allows(offer.source, loss(1), plain_s) else best
         for gamma in range(1, offer.gamma + 1):
-            rate = hope_tokens[gamma] / max(_seconds(hope, gamma), 1e-300)
+            rate = hope_tokens[gamma] / max(hope_s[gamma], 1e-300)
             if rate > best.rate and self.budget.allows(offer.source, loss(gamma), plain_s):
                 best = Choice(offer.source, gamma, offer.bucket, rate)
         return best
@@ -378,6 +381,8 @@ class Planner:
         if copied:
             proposal, n_accepted = self._record_tail(plan, proposal, n_accepted)
         n = len(proposal.ids)
+        # the most the stop rule let the draft reach: its γ, or where it handed over to a copy
+        cap = None if plan.stop is None else n if copied else plan.gamma
         load_s = self.note_load(plan.source) if plan.source is not None else 0.0
         if n:
             behind = self._behind(plan.source)
@@ -393,7 +398,7 @@ class Planner:
                 # A load, and a catch-up over tokens generated while not drafting, are one-offs, not
                 # the draft's per-token cost.
                 tracker.record(n, n_accepted, draft_s - load_s - proposal.catchup_s, verify_s, overhead_s,
-                               proposal.confidences, plan.bucket, width=width, emitted=emitted)
+                               proposal.confidences, plan.bucket, width=width, emitted=emitted, cap=cap)
             else:
                 tracker.verify.add(width, verify_s)
 
@@ -429,6 +434,3 @@ class Planner:
         return Proposal([proposal.ids[i] for i in chain], [proposal.q[i] for i in chain], confidences,
                         proposal.catchup_s), n_chain
 
-
-def _seconds(estimate: Estimate, gamma: int) -> float:
-    return step_seconds(gamma, estimate.draft_s, estimate.verify_s, estimate.overhead_s)

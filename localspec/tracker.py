@@ -4,8 +4,9 @@ the planner reads from them.
 Measured: the target's verify seconds per batch size (VerifyCurve), the draft's seconds per token,
 the controller's overhead, and acceptance per draft position, kept separately per acceptance bucket
 (an n-gram drafter's match length, and whether the match lies in the prompt or the output: see
-costmodel.match_bucket; 0 for a draft model) and per draft confidence (the draft model's stop rule
-reads that).
+costmodel.match_bucket; 0 for a draft model), per draft confidence (the draft model's stop rule
+reads that), and where the draft model's stop rule ended its drafts (costmodel.DraftStops: a step's γ
+is a cap, priced by where the draft is likely to end within it).
 
 The point estimate is what the planner expects of a known choice: a bucket's counts smoothed towards
 all buckets' counts, those towards `prior_accept` (0: a choice is known by its counts, and few
@@ -26,8 +27,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
-from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, Ema, FixedStop, PositionAcceptance,
-                        VerifyCurve, best_gamma)
+from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, DraftStops, Ema, FixedStop,
+                        PositionAcceptance, VerifyCurve, best_gamma, expected_seconds_upto, expected_tokens_upto)
 from .treeplan import SiblingAcceptance
 
 CONFIRM_STEPS = 2   # own drafting steps before a loaded tracker's point estimate is a known choice
@@ -35,16 +36,29 @@ WARM_MAX_COUNT = 8   # saved acceptance counts weigh at most this many observati
 
 
 class Estimate(NamedTuple):
-    """A drafter's costs and per-position acceptance, point or optimistic: what predictions read."""
+    """A drafter's costs and per-position acceptance, point or optimistic, and where its stop rule
+    ends drafts (tokens_on, draft_on: costmodel.DraftStops; empty: every draft runs to its γ): what
+    predictions read."""
 
     accept: list[float]
     draft_s: float
     verify_s: Callable[[int], float]
     overhead_s: float
+    tokens_on: Sequence[float] = ()
+    draft_on: Sequence[float] = ()
 
     def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
         """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
-        return best_gamma(self.accept, self.draft_s, self.verify_s, self.overhead_s, gamma_max, min_gain)
+        return best_gamma(self.accept, self.draft_s, self.verify_s, self.overhead_s, gamma_max, min_gain,
+                          self.tokens_on, self.draft_on)
+
+    def tokens(self, gamma_max: int, accept: Sequence[float] | None = None) -> list[float]:
+        """Expected tokens of a step capped at each γ in 0..gamma_max (accept: other acceptance)."""
+        return expected_tokens_upto(self.accept if accept is None else accept, gamma_max, self.tokens_on)
+
+    def seconds(self, gamma_max: int) -> list[float]:
+        """Expected seconds of a step capped at each γ in 0..gamma_max."""
+        return expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on)
 
 
 @dataclass
@@ -65,6 +79,7 @@ class CostTracker:
     step_tokens: Ema = field(default_factory=Ema)  # tokens and seconds of drafting steps: the rate achieved
     step_s: Ema = field(default_factory=Ema)
     siblings: SiblingAcceptance = field(default_factory=SiblingAcceptance)  # a tree's next-best guesses
+    stops: DraftStops = field(default_factory=DraftStops)  # where a stop rule ended the drafts
     # In a hybrid, what one of this drafter's steps costs the draft model later: its catch-up over the
     # tokens the step emitted, shared among the steps since the model last drafted (Planner.record).
     switch_s: Ema = field(default_factory=Ema)
@@ -90,19 +105,24 @@ class CostTracker:
 
     def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float,
                confidences: Sequence[float] = (), bucket: int = 0, width: int | None = None,
-               emitted: int | None = None) -> None:
+               emitted: int | None = None, cap: int | None = None) -> None:
         """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them;
-        bucket: the proposal's acceptance bucket). A tree's step gives the rows of its verify batch
-        (width) and the tokens it emitted, which its siblings make more than n_drafted + 1 and
-        n_accepted + 1 of its chain."""
+        bucket: the proposal's acceptance bucket; cap: the most a stop rule let it draft, where one
+        judged the draft). A tree's step gives the rows of its verify batch (width) and the tokens it
+        emitted, which its siblings make more than n_drafted + 1 and n_accepted + 1 of its chain."""
         self.verify.add(width or n_drafted + 1, verify_s)
         self.overhead_s.add(overhead_s)
         if n_drafted:
             self.own_drafts += 1
-            self.draft_s.add(draft_s / n_drafted)
+            # weighed by tokens: what a step's draft costs is the mean per token over tokens, not
+            # over steps (a step's first decode brings the draft up to the context, so a short
+            # draft costs more per token than a long one)
+            self.draft_s.add(draft_s / n_drafted, n_drafted)
             self.step_tokens.add(emitted or n_accepted + 1)
             self.step_s.add(draft_s + verify_s + overhead_s)
         self.record_acceptance(n_drafted, n_accepted, bucket)
+        if n_drafted and cap:
+            self.stops.record(n_drafted, n_accepted, cap)
         for i, c in enumerate(confidences[: n_accepted + 1]):  # the drafts the target judged
             b = self._bin(c)
             self.conf_judged[b] += 1
@@ -194,7 +214,7 @@ class CostTracker:
         if extra:
             verify = lambda k, base=verify: base(k) + (extra if k > 1 else 0.0)  # noqa: E731 (drafting steps only)
         accept = self.optimistic_acceptance(bucket) if optimistic else self.acceptance(bucket)
-        return Estimate(accept, draft, verify, overhead)
+        return Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight))
 
     def could_pay(self, cap: int) -> bool:
         """Whether some γ ≤ cap could beat plain decoding by min_gain, as far as the measurements tell."""
@@ -239,6 +259,7 @@ class CostTracker:
                 "verify": {str(k): ema(e) for k, e in self.verify.points.items()},
                 "positions": self.positions.to_rows(),
                 "buckets": {str(b): c.to_rows() for b, c in self.buckets.items()},
+                "stops": self.stops.to_rows(),
                 "confidence": [self.conf_judged, self.conf_accepted]}
 
     @classmethod
@@ -263,6 +284,7 @@ class CostTracker:
         t.positions = PositionAcceptance.from_rows(_scaled(data["positions"], max_count))
         t.buckets = {int(b): PositionAcceptance.from_rows(_scaled(rows, max_count))
                      for b, rows in data.get("buckets", {}).items()}
+        t.stops = DraftStops.from_rows(_scaled(data.get("stops", [[]] * 4), max_count))  # older files: none
         t.conf_judged, t.conf_accepted = _scaled(data["confidence"], max_count)
         if len(t.conf_judged) != CONFIDENCE_BINS:
             raise ValueError(f"expected {CONFIDENCE_BINS} confidence bins")

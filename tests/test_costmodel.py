@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from localspec.costmodel import FALLBACK_P_MIN, DraftStop, Ema, FixedStop, best_gamma, expected_tokens
+from localspec.costmodel import (FALLBACK_P_MIN, DraftStop, DraftStops, Ema, FixedStop, PositionAcceptance,
+                                 best_gamma, expected_seconds_upto, expected_tokens, expected_tokens_upto,
+                                 step_seconds)
 from localspec.planner import CostTracker
 
 # Target verify time for a batch of k tokens on a 2-core CPU (a Python probe), in ms.
@@ -247,3 +250,75 @@ def test_position_acceptance_pools_runs_position_by_position():
     assert pooled.drafted == [2, 2, 1, 1] and pooled.judged == [2, 2, 1, 1] and pooled.accepted == [2, 1, 1, 1]
     assert pooled.rates() == [1.0, 0.5, 1.0, 1.0]
     assert a.drafted == [1, 1]  # the inputs are left as they were
+
+
+def test_a_draft_priced_to_its_cap_is_the_papers_step():
+    accept = [0.9, 0.7, 0.5]
+    tokens = expected_tokens_upto(accept, 6)
+    seconds = expected_seconds_upto(6, 0.004, cpu_verify, 0.001)
+    for gamma in range(7):
+        assert tokens[gamma] == pytest.approx(expected_tokens(accept, gamma))
+        assert seconds[gamma] == pytest.approx(step_seconds(gamma, 0.004, cpu_verify, 0.001))
+
+
+def test_a_draft_a_stop_rule_may_end_is_priced_over_where_it_ends():
+    # Where going on does not depend on the target's verdicts (g = u), a step capped at γ is a mix of
+    # fixed-length steps: length n < γ with P(N ≥ n)(1 − u_n), γ with P(N ≥ γ). Enumerated directly.
+    accept, on, draft_s, overhead = [0.8, 0.9, 0.6, 0.95], [0.5, 0.7, 0.2, 0.9, 0.4], 0.006, 0.0005
+    tokens = expected_tokens_upto(accept, 6, on)
+    seconds = expected_seconds_upto(6, draft_s, cpu_verify, overhead, on)
+    for gamma in range(1, 7):
+        at_least = [1.0] + list(np.cumprod(on[: gamma - 1]))  # P(N ≥ n), n = 1..γ
+        p = [at_least[n - 1] * ((1 - on[n - 1]) if n < gamma else 1.0) for n in range(1, gamma + 1)]
+        assert sum(p) == pytest.approx(1.0)
+        assert tokens[gamma] == pytest.approx(sum(pn * expected_tokens(accept, n) for n, pn in enumerate(p, 1)))
+        assert seconds[gamma] == pytest.approx(
+            sum(pn * step_seconds(n, draft_s, cpu_verify, overhead) for n, pn in enumerate(p, 1)))
+
+
+def test_draft_stops_count_where_the_rule_ended_a_draft_not_where_the_cap_did():
+    stops = DraftStops()
+    stops.record(2, 2, cap=5)  # went on past token 1, stopped after 2 with room for 3 more
+    stops.record(4, 0, cap=4)  # went on past 1, 2, 3; the cap ended it at 4: nothing said of position 4
+    stops.record(1, 1, cap=1)  # a one-token cap tells nothing
+    assert (stops.could, stops.went) == ([2, 2, 1], [2, 1, 1])
+    # over steps whose first i guesses were accepted: the second step's first guess was rejected
+    assert (stops.could_ok, stops.went_ok) == ([1, 1, 0], [1, 0, 0])
+    g, u = stops.rates(weight=2.0)
+    assert u == [pytest.approx(4 / 4), pytest.approx(3 / 4), pytest.approx(3 / 3)]  # towards 1: to the cap
+    assert g == [pytest.approx(3 / 3), pytest.approx((0 + 2 * 3 / 4) / 3), pytest.approx(3 / 3)]  # ... towards u
+    assert DraftStops.from_rows(stops.to_rows()).to_rows() == stops.to_rows()
+
+
+def test_measured_stops_predict_what_steps_a_stop_rule_ends_bring():
+    # A draft that sees, before each guess, whether it will be sure of it (sure 60% of the time,
+    # accepted 95% then, 30% otherwise) and goes on only where sure; it drafts its first guess always.
+    # Steps of cap 6: what the counters measure predicts their mean tokens and seconds.
+    rng, cap, draft_s = np.random.default_rng(7), 6, 0.01
+    acceptance, stops = PositionAcceptance(), DraftStops()
+    tokens, seconds = [], []
+    for _ in range(20_000):
+        sure = rng.random(cap) < 0.6
+        n = 1 + int(np.argmin(sure[1:])) if not sure[1:].all() else cap
+        accepted = rng.random(n) < np.where(sure[:n], 0.95, 0.3)
+        k = int(np.argmin(accepted)) if not accepted.all() else n
+        acceptance.record(n, k)
+        stops.record(n, k, cap)
+        tokens.append(k + 1)
+        seconds.append(step_seconds(n, draft_s, cpu_verify, 0.0))
+    g, u = stops.rates(weight=0.0)
+    predicted_tokens = expected_tokens_upto(acceptance.rates(), cap, g)[cap]
+    predicted_seconds = expected_seconds_upto(cap, draft_s, cpu_verify, 0.0, u)[cap]
+    assert predicted_tokens == pytest.approx(np.mean(tokens), rel=0.01)
+    assert predicted_seconds == pytest.approx(np.mean(seconds), rel=0.01)
+    # priced as if every draft ran to its cap, the same steps look much dearer than they are
+    assert step_seconds(cap, draft_s, cpu_verify, 0.0) > 1.5 * np.mean(seconds)
+
+
+def test_a_value_measured_over_several_tokens_weighs_as_that_many_samples():
+    once, each = Ema(), Ema()
+    for x, times in ((0.02, 1), (0.01, 3), (0.05, 1)) * 5:
+        once.add(x, times)
+        for _ in range(times):
+            each.add(x)
+    assert once.value == each.value and once.n == each.n == 25

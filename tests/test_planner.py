@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from localspec.config import GenerationConfig
-from localspec.costmodel import VerifyCurve, match_bucket
+from localspec.costmodel import FixedStop, VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal
 from localspec.planner import EXPLORE_FRACTION, PLAIN_SAMPLES, CostTracker, ExploreBudget, Plan, Planner
 from localspec.sampling import SamplingParams
@@ -45,7 +45,10 @@ def test_prose_never_costs_more_than_the_exploration_budget(machine):
     # Prose: n-gram guesses accepted 30% of the time, the draft model's 60%. Cold trackers each set.
     for kinds in KINDS:
         runs = sets(PROSE, kinds, machine)
-        floor = 1 - len(kinds) * EXPLORE_FRACTION - 0.005  # ε per drafter, and a little misprediction
+        # ε per drafter, and a little misprediction: a known choice priced on a lucky start (one
+        # generation's first four model guesses accepted, where 60% is the truth) loses until
+        # the counts catch up
+        floor = 1 - len(kinds) * EXPLORE_FRACTION - 0.01
         assert min(gen.ratio for r in runs for gen in r) >= floor, kinds
         assert mean_ratio(runs) >= 0.98, kinds
 
@@ -357,3 +360,36 @@ def test_the_plain_step_is_measured_three_times_before_any_draft():
         planner.record(plan, Proposal([], []), 0, 0.0, seconds, 0.0)
     assert t.plain_seconds() == pytest.approx(0.062)
     assert planner.plan([1] * 53, 64).source is None  # 2 tokens in 0.14 s lose to plain's 0.062 a token
+
+
+def test_a_model_step_is_priced_by_where_its_stop_rule_ends_the_draft():
+    # F16-like verify costs and a draft that sees, before each guess, whether it will be sure of it
+    # (60% of positions: accepted 95% then, 30% otherwise) and goes on only where sure. Its steps,
+    # capped at 8, mostly stop after a guess or two. Recorded through the planner, as the controller
+    # does: the point estimate of a step capped at 8 predicts what such steps achieved, where pricing
+    # the same measurements as drafts of fixed length does not.
+    verify = curve({1: 1.0, 2: 1.17, 3: 1.28, 4: 1.32, 5: 1.47, 6: 1.49, 7: 1.68, 8: 1.8, 9: 1.91}, 0.15)
+    draft_s, cap, rng, tracker = 0.25 * verify(1), 8, np.random.default_rng(3), CostTracker()
+    planner = Planner([(SimModel(), tracker)], GenerationConfig(max_tokens=10_000))
+    for _ in range(PLAIN_SAMPLES):
+        planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, verify(1), 0.0)
+    tokens = seconds = 0.0
+    for _ in range(400):
+        sure = rng.random(cap) < 0.6
+        n = 1 + int(np.argmin(sure[1:])) if not sure[1:].all() else cap
+        accepted = rng.random(n) < np.where(sure[:n], 0.95, 0.3)
+        k = int(np.argmin(accepted)) if not accepted.all() else n
+        proposal = Proposal([0] * n, [None] * n, tuple(np.where(sure[:n], 0.95, 0.3)))
+        planner.record(Plan(0, cap, FixedStop(0.5, first=True)), proposal, k, n * draft_s, verify(n + 1), 0.0)
+        tokens, seconds = tokens + k + 1, seconds + n * draft_s + verify(n + 1)
+    achieved = tokens / seconds
+    gamma, rate = tracker.plan(cap)
+    assert gamma > 0 and rate == pytest.approx(achieved, rel=0.03)
+    fixed = tracker.estimate(0)._replace(tokens_on=(), draft_on=())
+    assert abs(fixed.tokens(cap)[gamma] / fixed.seconds(cap)[gamma] / achieved - 1) > 0.05
+
+
+class SimModel(NGramDrafter):
+    """A stand-in that the planner takes for a draft model (its steps are recorded, never proposed)."""
+
+    name = "model"

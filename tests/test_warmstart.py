@@ -20,8 +20,8 @@ GREEDY = SamplingParams(temperature=0)
 def measured() -> CostTracker:
     t = CostTracker()
     t.record(0, 0, 0.0, 0.10, 0.001)
-    for _ in range(300):
-        t.record(4, 2, 0.04, 0.15, 0.001, [0.95, 0.9, 0.4, 0.3])
+    for _ in range(300):  # drafts a stop rule ended at 4 of 6
+        t.record(4, 2, 0.04, 0.15, 0.001, [0.95, 0.9, 0.4, 0.3], cap=6)
     return t
 
 
@@ -39,6 +39,9 @@ def test_a_tracker_round_trips_with_its_counts_capped():
     (g1, tps1), (g2, tps2) = back.plan(8), t.plan(8)
     assert g1 == g2 and tps1 == pytest.approx(tps2, rel=0.03)  # the prior weighs a little more
     assert sum(back.conf_judged) <= 64 * 10
+    for mine, theirs in zip(back.stops.rates(2.0), t.stops.rates(2.0)):  # where the drafts stopped
+        assert mine == pytest.approx(theirs, abs=0.03)
+    assert max(back.stops.could) == 64
 
 
 def reply(pair: Pair) -> Reply:
