@@ -15,7 +15,7 @@ from typing import NamedTuple, Sequence
 from .config import GenerationConfig
 from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, match_bucket, step_seconds
 from .drafters import Drafter, NGramDrafter, Proposal, StopRule
-from .tracker import CostTracker, Estimate  # noqa: F401  (CostTracker: others import it from here)
+from .tracker import CostTracker
 from .treeplan import BranchRule, branch_rule, tree_outcome
 
 EXPLORE_FRACTION = 0.01  # ε: exploration may cost at most this fraction of a generation's time ...
