@@ -33,6 +33,7 @@ class Proposal(NamedTuple):
     catchup_s: float = 0.0               # seconds spent catching up on the context before the first guess
     parents: list[int] | None = None     # a token tree (rule_tree.Tree's parents); None: ids are a chain
     tail: int = 0                        # the last `tail` guesses continue the chain from an n-gram lookup (Handoff)
+    copies: int = 0                      # the last `copies` nodes: an n-gram lookup's copy as a branch (Handoff.branch)
 
 
 NO_PROPOSAL = Proposal([], [])
@@ -47,9 +48,19 @@ class StopRule(Protocol):
 
 class Handoff(Protocol):
     """Where a model draft hands over to a copy: after(context, draft) is asked after each token the
-    model drafts and returns the tokens that continue the draft instead of the model (none: go on)."""
+    model drafts and returns the tokens that continue the draft instead of the model (none: go on).
+    Then, where what the lookup offered in that token's place (asked by the call before, or by
+    look(context) for the first token) differs from the guesses there (`here`: the token, and a sibling
+    beside it if any), branch(here, rule) may return the offered tokens to verify beside them, as a
+    branch of the tree."""
 
     def after(self, context: Sequence[int], draft: Sequence[int]) -> list[int]:
+        ...
+
+    def look(self, context: Sequence[int]) -> None:
+        ...
+
+    def branch(self, here: Sequence[int], rule: BranchRule) -> list[int]:
         ...
 
 
@@ -127,6 +138,9 @@ class ModelDrafter:
         nodes: list[tuple[int, Dist, int, float]] = []
         chain: list[int] = []  # the chain's tokens
         tip, tail = -1, []     # the chain's last node; a copy that continues it (handoff)
+        copy, fork = [], -1    # a copy beside the chain (a branch from node `fork`), listed last
+        if handoff is not None and branch is not None:
+            handoff.look(context)  # what the lookup offers in the first token's place
         for i in range(k):
             candidates, logits = self.ctx.sampled_logits(-1) if self.sampled else (None, self.ctx.logits(-1))
             # the top 10 of a top-k row are the row's top 10: the confidence is the same
@@ -137,21 +151,28 @@ class ModelDrafter:
             nodes.append((token, q, tip, confidence))
             chain.append(token)
             parent, tip = tip, len(nodes) - 1
+            alone = len(nodes) == len(chain) and not copy  # no sibling or copy beside the chain yet
             # a copy continues a chain only (a tree's siblings judge the draft's own guesses)
-            tail = handoff.after(context, chain) if handoff is not None and len(nodes) == len(chain) else []
+            tail = handoff.after(context, chain) if handoff is not None and alone else []
             if tail:
                 nodes += [(t, one_hot(t), tip + j, 1.0) for j, t in enumerate(tail)]  # each the child of the last
                 break
+            here = [token]  # the guesses at this depth
             if branch is not None and branch.siblings(i, confidence):
                 sibling = self._next_best(candidates, logits, q, token)
                 if sibling is not None:
                     nodes.append((sibling, one_hot(sibling), parent, confidence))
+                    here.append(sibling)
+            if alone and branch is not None and handoff is not None:
+                copy, fork = handoff.branch(here, branch), parent  # the copy offered at this depth, if it pays
             if i + 1 < k:
                 self.ctx.decode([token], logits="last", sampled=self.sampled)
+        # the copy's first token is a child of the fork, each later one a child of the one before
+        nodes += [(t, one_hot(t), fork if j == 0 else len(nodes) + j - 1, 1.0) for j, t in enumerate(copy)]
         ids, dists, parents, confidences = (list(column) for column in zip(*nodes)) if nodes else ([], [], [], [])
         judged = tuple(confidences) if stop is not None or branch is not None else ()
         is_tree = len(set(parents)) < len(parents)  # some node has a sibling
-        return Proposal(ids, dists, judged, catchup_s, parents if is_tree else None, len(tail))
+        return Proposal(ids, dists, judged, catchup_s, parents if is_tree else None, len(tail), len(copy))
 
     def _next_best(self, candidates: np.ndarray | None, logits: np.ndarray, q: Dist, token: int) -> int | None:
         """The draft's likeliest token other than token, a deterministic guess: by logit at T=0 (logits

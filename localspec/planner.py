@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from .config import GenerationConfig
-from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, match_bucket, step_seconds
+from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
 from .drafters import Drafter, NGramDrafter, Proposal, StopRule
 from .tracker import CostTracker
 from .treeplan import BranchRule, branch_rule, tree_outcome
@@ -101,19 +101,46 @@ class Handoff:
         self.ngram, self.tracker, self.cap, self.room, self.model_rate = ngram, tracker, cap, room, model_rate
         self.prompt_len = prompt_len  # where the generation's output begins (see ngram_bucket)
         self.bucket = 0  # the acceptance bucket of the continuation handed over to
+        self.branch_bucket = 0  # ... and of a copy verified as a branch (branch())
+        self._offered: tuple[list[int], int] = ([], 0)   # the last lookup's tokens and bucket ...
+        self._previous: tuple[list[int], int] = ([], 0)  # ... and the one before: what it offered in place of the last token
 
     def after(self, context: Sequence[int], draft: Sequence[int]) -> list[int]:
         """The lookup's tokens that continue context + draft, where they pay more than the model; []."""
-        limit = min(self.cap, self.room - len(draft))
-        ids, reach, at = self.ngram.continuation(context, draft, limit) if limit > 0 else ([], 0, 0)
+        ids, bucket = self._lookup(context, draft)
         if not ids:
             return []
-        bucket = ngram_bucket(reach, at, self.prompt_len)
         gamma, rate = self.tracker.plan(len(ids), bucket, switch=True)
         if not gamma or rate <= self.model_rate:
             return []
         self.bucket = bucket
         return ids[:gamma]
+
+    def look(self, context: Sequence[int]) -> None:
+        """Look up what continues the context (before a draft's first token: see branch())."""
+        self._lookup(context, [])
+
+    def _lookup(self, context: Sequence[int], draft: Sequence[int]) -> tuple[list[int], int]:
+        """The lookup's tokens that continue context + draft and their bucket, kept (see branch())."""
+        limit = min(self.cap, self.room - len(draft))
+        ids, reach, at = self.ngram.continuation(context, draft, limit) if limit > 0 else ([], 0, 0)
+        bucket = ngram_bucket(reach, at, self.prompt_len) if ids else 0
+        self._previous, self._offered = self._offered, (ids, bucket)
+        return ids, bucket
+
+    def branch(self, here: Sequence[int], rule: BranchRule) -> list[int]:
+        """The copy the lookup offered in place of the model's latest token (the lookup before the last
+        after(), or look()'s), as a branch beside the guesses `here` at that depth, where its first token is none
+        of them and the branch pays (BranchRule.copy, by the copy's acceptance in its bucket, point
+        estimate); []. The tree stays within the step's room."""
+        ids, bucket = self._previous
+        ids = ids[: max(self.room + 1 - rule.width, 0)]
+        if not ids or ids[0] in here:
+            return []
+        gains = [total - 1.0 for total in expected_tokens_upto(self.tracker.acceptance(bucket), len(ids))]
+        n = rule.copy(gains)
+        self.branch_bucket = bucket
+        return ids[:n]
 
 
 class ExploreBudget:
@@ -423,13 +450,28 @@ class Planner:
         confidences = proposal.confidences[:own]
         return Proposal(proposal.ids[:own], proposal.q[:own], confidences, proposal.catchup_s), min(n_accepted, own)
 
+    def _record_copy(self, plan: Plan, proposal: Proposal, own: int, chain: Sequence[int], n_chain: int,
+                     path: Sequence[int]) -> None:
+        """Teach the n-gram tracker how much of a copy verified as a branch (nodes own..) the target
+        took, where it judged the copy: the chain reached the copy's fork and the target took no
+        other guess beside the copy (the chain's token, or a sibling, tried before it)."""
+        fork = proposal.parents[own]
+        depth = 0 if fork < 0 else chain.index(fork) + 1
+        if n_chain != depth or (len(path) > depth and path[depth] < own):
+            return
+        taken = sum(node >= own for node in path)
+        self.sources[self._ngram][1].record_acceptance(proposal.copies, taken, plan.handoff.branch_bucket)
+
     def _record_tree(self, plan: Plan, proposal: Proposal, path: Sequence[int]) -> tuple[Proposal, int]:
-        """Record the siblings the target judged; return the tree's chain as a proposal and how many of
-        the chain's tokens were accepted."""
-        chain, n_chain, judged = tree_outcome(proposal.parents, path)
+        """Record the siblings the target judged, and a copy verified as a branch where it was judged;
+        return the tree's chain as a proposal and how many of the chain's tokens were accepted."""
+        own = len(proposal.ids) - proposal.copies  # the model's nodes; the copy's are listed after them
+        chain, n_chain, judged = tree_outcome(proposal.parents[:own], [node for node in path if node < own])
         siblings = self.sources[plan.source][1].siblings
         for node, accepted in judged:
             siblings.record(proposal.confidences[node], accepted)
+        if proposal.copies:
+            self._record_copy(plan, proposal, own, chain, n_chain, path)
         confidences = tuple(proposal.confidences[i] for i in chain) if proposal.confidences else ()
         return Proposal([proposal.ids[i] for i in chain], [proposal.q[i] for i in chain], confidences,
                         proposal.catchup_s), n_chain

@@ -18,6 +18,7 @@ class GenerationStats:
     steps: int = 0
     tree_steps: int = 0    # steps that verified a token tree (a chain with next-best siblings)
     handoffs: int = 0      # steps whose model draft went on with an n-gram lookup's copy (planner.Handoff)
+    copy_branches: int = 0  # tree steps with an n-gram lookup's copy as a branch (planner.Handoff.branch)
     drafted: int = 0       # tokens proposed, a tree's siblings included
     accepted: int = 0
     positions: PositionAcceptance = field(default_factory=PositionAcceptance)  # per draft position
@@ -38,14 +39,17 @@ class GenerationStats:
     trace: list[tuple[int, list[int], int]] = field(default_factory=list)  # (start, batch, kept) when traced
     _verify_counted: float = field(default=0.0, repr=False)   # verify_s already attributed to a batch size
 
-    def record_step(self, n_drafted: int, n_accepted: int, drafter: str | None = None, copied: int = 0) -> None:
+    def record_step(self, n_drafted: int, n_accepted: int, drafter: str | None = None, copied: int = 0,
+                    copies_taken: int | None = None) -> None:
         """Count one draft-verify step (drafter: who proposed, when anyone did; copied: how many of
-        its last drafts the n-gram lookup proposed, a hybrid's handoff)."""
+        its last drafts the n-gram lookup proposed: a hybrid's handoff, or with copies_taken, how many
+        of them the target took, a copy verified as a branch of a tree)."""
         self.steps += 1
-        self.handoffs += copied > 0
+        self.handoffs += copied > 0 and copies_taken is None
+        self.copy_branches += copies_taken is not None
         own = n_drafted - copied
-        for name, drafted, accepted in ((drafter, own, min(n_accepted, own)),
-                                        ("ngram", copied, max(n_accepted - own, 0))):
+        taken = max(n_accepted - own, 0) if copies_taken is None else copies_taken
+        for name, drafted, accepted in ((drafter, own, n_accepted - taken), ("ngram", copied, taken)):
             if name and drafted:
                 counts = self.by_drafter.setdefault(name, [0, 0])
                 counts[0] += drafted
@@ -125,7 +129,7 @@ class GenerationStats:
             "gamma": self.gamma_value, "warm_start": self.warm_start,
             "draft_loaded": self.draft_loaded,
             "by_drafter": {k: {"drafted": d, "accepted": a} for k, (d, a) in self.by_drafter.items()},
-            "steps": self.steps, "tree_steps": self.tree_steps, "handoffs": self.handoffs, "drafted": self.drafted, "accepted": self.accepted,
+            "steps": self.steps, "tree_steps": self.tree_steps, "copy_branches": self.copy_branches, "handoffs": self.handoffs, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
             "alpha_per_position": self.alpha_at(), "tokens_per_s": self.tokens_per_s,
             "time_s": {"prefill": self.prefill_s, "draft": self.draft_s, "verify": self.verify_s,
@@ -146,7 +150,8 @@ class GenerationStats:
              f"speculation ({self.drafter_flag} drafter, gamma {self.gamma_mode}, "
              f"{'warm start' if self.warm_start else 'cold start'}"
              f"{', draft model not loaded' if self.draft_loaded is False else ''}): {self.steps} steps "
-            f"({self.tree_steps} trees, {self.handoffs} handoffs to a copy), "
+            f"({self.tree_steps} trees, {self.copy_branches} with a copy as a branch, "
+            f"{self.handoffs} handoffs to a copy), "
             f"{self.drafted} drafted, {self.accepted} accepted, "
             f"alpha {alpha}, mean accepted length {self.mean_accepted_length:.2f}"),
             f"alpha per draft position: {per_pos}",

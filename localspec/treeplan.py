@@ -14,6 +14,15 @@ further to plain decoding.
 
 Which token a sibling holds depends only on the draft, never on the target, so the tree rule of
 rule_tree.py stays exact (the sibling is a deterministic guess, listed after the chain's token).
+
+In a hybrid, the n-gram lookup's copy may be a branch too: where the lookup offered a copy at depth i
+and the draft model's token there differs from it, the copy's first L tokens, a path of deterministic
+guesses, join the tree beside the chain's token (planner.Handoff.branch). It is judged where the chain
+reaches depth i − 1 and the target takes neither the chain's token nor the model's sibling there:
+reach × (1 − a(c)) × (1 − s(c) where a sibling was added) of the steps; then it brings the tokens the
+copy's acceptance promises, Σ_{j≤L} Π_{m≤j} a_m with a_m measured per position in the match's bucket.
+It costs verify(w + L) − verify(w), and L is chosen where the gain beats those seconds at the loop's
+rate by the most (none if nowhere). The copy depends on the context only, so the rule stays exact.
 """
 
 from __future__ import annotations
@@ -60,19 +69,37 @@ class BranchRule:
         self.width = width          # rows of the verify batch so far: the planned chain and its siblings
         self.left = max_siblings    # siblings the target context can still take (one sequence each)
         self.reach = 1.0            # the chance that the chain gets to the current depth
+        self.beside = 0.0           # the chance that the target takes nothing at the last depth judged
 
     def siblings(self, i: int, confidence: float) -> int:
         """How many of the draft's next-best tokens to add beside the chain's token (0 or 1)."""
         a = self.accept(confidence)
         reach, self.reach = self.reach, self.reach * a
+        self.beside = reach * (1.0 - a)
         if self.left <= 0:
             return 0
         gain = reach * (1.0 - a) * self.sibling(confidence)  # tokens per step
         if gain <= self.rate * (self.verify_s(self.width + 1) - self.verify_s(self.width)):
             return 0
+        self.beside *= 1.0 - self.sibling(confidence)
         self.width += 1
         self.left -= 1
         return 1
+
+    def copy(self, gains: Sequence[float]) -> int:
+        """How many tokens of a copy to add beside the chain's token at the depth last judged by
+        siblings() (0: none): gains[L] is what a copy of L tokens brings where the target judges it."""
+        if self.left <= 0:
+            return 0
+        best, value = 0, 0.0
+        for n in range(1, len(gains)):
+            worth = self.beside * gains[n] - self.rate * (self.verify_s(self.width + n) - self.verify_s(self.width))
+            if worth > value:
+                best, value = n, worth
+        if best:
+            self.width += best
+            self.left -= 1
+        return best
 
 
 def branch_rule(accept: Callable[[float], float], siblings: SiblingAcceptance, rate: float,

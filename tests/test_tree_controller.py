@@ -4,7 +4,6 @@ llama.cpp's multi-sequence cache (slow)."""
 
 from __future__ import annotations
 
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -13,13 +12,13 @@ import localspec.planner as planner_mod
 import localspec.rule_tree as rule_tree
 from localspec.config import GenerationConfig
 from localspec.costmodel import VerifyCurve
-from localspec.drafters import ModelDrafter
-from localspec.planner import CostTracker
+from localspec.drafters import ModelDrafter, NGramDrafter
+from localspec.planner import CostTracker, Handoff, Plan, Planner
 from localspec.sampling import SamplingParams, distribution
 from localspec.speculative import SpeculativeDecoder
 from localspec.treeplan import BranchRule, SiblingAcceptance, branch_rule, tree_outcome
 
-from fakes import fake_contexts
+from fakes import FakeModel, fake_contexts
 from test_sampling import gof_pvalue
 
 GREEDY = SamplingParams(temperature=0)
@@ -206,15 +205,31 @@ def test_smol_sampled_tree_first_two_tokens_follow_the_target(always_branch, smo
     # 600 seeded generations of two tokens with trees on llama.cpp against target-only's exact
     # probabilities, read from the target's own logits.
     target, draft = smol
+    tracker = EagerTracker()
+    stats = smol_first_two_follow_the_target(target, lambda: [(ModelDrafter(draft, SMOL_T), tracker)])
+    assert sum(s.tree_steps for s in stats) > 300 and sum(tracker.siblings.accepted) > 10
+
+
+def test_smol_sampled_copy_branches_first_two_tokens_follow_the_target(smol_copies, smol):
+    # The same with a copy (the target's greedy tokens) beside the draft's sampled first token.
+    target, draft = smol
+    ngram, tracker = CostTracker(), EagerTracker()
+    stats = smol_first_two_follow_the_target(
+        target, lambda: [(NGramDrafter(), ngram), (ModelDrafter(draft, SMOL_T), tracker)])
+    assert sum(s.copy_branches for s in stats) > 150 and sum(ngram.positions.accepted) > 30
+
+
+def smol_first_two_follow_the_target(target, sources, n: int = 600) -> list:
+    """n seeded generations of two tokens (sources() for each) against target-only's exact
+    probabilities of the first two, read from the target's own logits (chi-square); their stats."""
     prompt = target.model.tokenize("My favourite animal is the")
-    tracker, codes, trees = EagerTracker(), [], 0
+    codes, stats = [], []
     v = target.model.n_vocab
-    for seed in range(600):
+    for seed in range(n):
         config = GenerationConfig(2, None, SMOL_T, seed=seed, p_min=0.0, gamma_max=3)
-        tokens, stats = run(target, [(ModelDrafter(draft, SMOL_T), tracker)], prompt, config)
+        tokens, st = run(target, sources(), prompt, config)
         codes.append(tokens[0] * v + tokens[1])
-        trees += stats.tree_steps
-    assert trees > 300 and sum(tracker.siblings.accepted) > 10
+        stats.append(st)
     expected: dict[int, float] = {}
     target.reuse_prefix([])
     target.decode(prompt, logits="last")
@@ -228,3 +243,200 @@ def test_smol_sampled_tree_first_two_tokens_follow_the_target(always_branch, smo
     index = {c: i for i, c in enumerate(cells)}
     assert all(c in index for c in codes)  # nothing target-only could not emit
     assert gof_pvalue(np.array([index[c] for c in codes]), np.array([expected[c] for c in cells])) > 1e-3
+    return stats
+
+
+# --- an n-gram lookup's copy as a branch (a hybrid's trees) ------------------------------------------
+class AlwaysCopy:
+    """A branch rule for the copy tests: a sibling beside the chain's first token, and every copy
+    offered, whole, while the target context has sequences left."""
+
+    def __init__(self, left: int, sibling: bool = True):
+        self.left, self.width, self.sibling = left, 0, sibling
+
+    def siblings(self, i: int, confidence: float) -> int:
+        if i != 0 or self.left <= 0 or not self.sibling:
+            return 0
+        self.left -= 1
+        return 1
+
+    def copy(self, gains) -> int:
+        if self.left <= 0:
+            return 0
+        self.left -= 1
+        return len(gains) - 1
+
+
+@pytest.fixture
+def always_copy(monkeypatch):
+    """Trees where the copy the lookup offers is verified beside the chain wherever it differs from
+    the chain's token; the lookup always offers one: the target's own greedy tokens after the context,
+    a copy that depends on the context alone (as a lookup's does), often the target's choice."""
+    monkeypatch.setattr(planner_mod, "branch_rule", lambda *args: AlwaysCopy(args[-1] - 1) if args[-1] > 1 else None)
+    model = FakeModel("fake-instruct.gguf")
+
+    def continuation(self, context, draft, k):
+        out = [*context, *draft]
+        for _ in range(min(k, 3)):
+            out.append(int(np.argmax(model.logits_at(out))))
+        return out[len(context) + len(draft):], 8, 0  # a long match in the prompt
+    monkeypatch.setattr(NGramDrafter, "continuation", continuation)
+
+
+def hybrid_sources(draft, params, ngram: CostTracker | None = None):
+    """The hybrid's sources: the lookup (a fresh tracker: its copies never take over as a handoff)
+    and the draft model, always drafting 3."""
+    return [(NGramDrafter(), ngram or CostTracker()), (ModelDrafter(draft, params), EagerTracker())]
+
+
+def test_greedy_copy_branches_equal_target_only(always_copy):
+    target, draft = fake_contexts(n_ctx=256, noise=0.5, n_seq_max=4)
+    prompt = target.model.tokenize(PROMPT)
+    baseline, _ = run(target, [], prompt, GenerationConfig(64, 0, GREEDY))
+    ngram = CostTracker()
+    spec, stats = run(target, hybrid_sources(draft, GREEDY, ngram), prompt, GenerationConfig(64, None, GREEDY, p_min=0.0))
+    assert spec == baseline
+    assert stats.copy_branches > 5 and stats.by_drafter["ngram"][1] > 0  # copies verified, and taken
+    # what the target judged of them is the lookup's to learn, in the match's bucket
+    assert sum(ngram.positions.accepted) == stats.by_drafter["ngram"][1] and sum(ngram.positions.judged) > 0
+
+
+def first_two_hybrid(n: int, seed0: int) -> tuple[np.ndarray, int]:
+    """The first two tokens of n seeded hybrid generations with copies as branches (codes t1 * V + t2),
+    and how many of them verified one."""
+    target, draft = fake_contexts(n_ctx=64, noise=0.8, n_seq_max=4)
+    prompt = target.model.tokenize(PROMPT)
+    ngram, tracker = CostTracker(), EagerTracker()
+    codes, copies = [], 0
+    for seed in range(seed0, seed0 + n):
+        config = GenerationConfig(2, None, TOP4, seed=seed, p_min=0.0, gamma_max=3)
+        sources = [(NGramDrafter(), ngram), (ModelDrafter(draft, TOP4), tracker)]
+        tokens, stats = run(target, sources, prompt, config)
+        codes.append(tokens[0] * target.model.n_vocab + tokens[1])
+        copies += stats.copy_branches
+    return np.array(codes), copies
+
+
+def test_sampled_copy_branches_first_two_tokens_follow_the_target(always_copy):
+    # A copy beside the chain's first token and the draft's sibling there, tried after both, its
+    # second token a child of its first: the joint of the first two tokens against target-only's
+    # p(t1) p(t2 | t1).
+    codes, copies = first_two_hybrid(10_000, 0)
+    assert copies > 2000  # a quarter of them: where the copy's first token is neither guess of the draft
+    assert gof_pvalue(codes, expected_two(114)) > 1e-3
+
+
+def test_power_copy_branches_without_recursive_residuals_fail(always_copy, monkeypatch):
+    # The copy judged against the node's full p, as if the chain's token and the sibling had not been
+    # tried before it: caught by the same test with fewer samples.
+    from test_rule_tree import residual_not_recursive
+    monkeypatch.setattr(rule_tree, "residual", residual_not_recursive)
+    codes, _ = first_two_hybrid(4000, 0)
+    assert gof_pvalue(codes, expected_two(114)) < 1e-3
+
+
+def test_a_copy_branch_pays_where_it_is_likely_judged_and_taken():
+    flat, steep = VerifyCurve({1: 0.010, 16: 0.011}), VerifyCurve({1: 0.010, 16: 0.310})
+    sib = SiblingAcceptance()
+    gains = [0.0, 0.9, 1.7, 2.4, 3.0]  # a copy judged brings this many tokens, by its length
+    unsure = BranchRule(lambda c: 0.3, sib.rate, 50.0, flat.seconds, 4, 3)
+    unsure.siblings(0, 0.3)  # a sibling beside the chain's first token (the copy is tried after both)
+    assert unsure.beside == pytest.approx(0.7 * 0.5)  # the chain's token and the sibling both not taken
+    assert unsure.copy(gains) == 4 and unsure.width == 5 + 4  # flat: the whole copy
+    dear = BranchRule(lambda c: 0.3, sib.rate, 50.0, steep.seconds, 4, 3)
+    assert dear.siblings(0, 0.3) == 0 and dear.beside == pytest.approx(0.7)
+    assert dear.copy(gains) == 0  # a row costs 20 ms, a token's worth: more than any length brings
+    mild = VerifyCurve({1: 0.010, 16: 0.025}).seconds  # a row: 1 ms, a twentieth of a token's worth
+    unsure = BranchRule(lambda c: 0.3, sib.rate, 50.0, mild, 4, 3)
+    unsure.siblings(0, 0.3)
+    assert unsure.copy(gains) > 0
+    sure = BranchRule(lambda c: 0.99, sib.rate, 50.0, mild, 4, 3)
+    sure.siblings(0, 0.99)
+    assert sure.copy(gains) == 0  # the chain's token is seldom rejected: the copy is seldom judged
+    full = BranchRule(lambda c: 0.3, sib.rate, 50.0, flat.seconds, 4, 1)
+    full.siblings(0, 0.3)
+    assert full.copy(gains) == 0  # its one sequence went to the sibling
+
+
+def test_the_lookup_offers_a_copy_beside_a_token_it_differs_from():
+    ngram = NGramDrafter()
+    tracker = CostTracker()
+    for _ in range(20):  # copies of matches reaching back 8+ tokens into the prompt: taken
+        tracker.record_acceptance(4, 4, bucket=4)
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3, 4, 5, 6, 7, 8]
+    handoff = Handoff(ngram, tracker, cap=48, room=8, model_rate=100.0, prompt_len=len(context))
+    rule = BranchRule(lambda c: 0.3, SiblingAcceptance().rate, 1.0, VerifyCurve({1: 0.010, 16: 0.011}).seconds, 4, 3)
+    assert handoff.after(context, []) == [] and handoff.after(context, [9]) == []  # no handoff: the model is faster
+    rule.siblings(0, 0.3)
+    assert handoff.branch([9], rule) == []  # offered 9 in 9's place: the same guess
+    handoff.after(context, [30])
+    handoff.after(context, [30, 31])
+    assert handoff.branch([31], rule) == []  # nothing was offered after 30
+    handoff.after(context, [9])  # offered 10, 11, 12, 1, ... in place of the next token
+    handoff.after(context, [9, 40])
+    copy = handoff.branch([40], rule)
+    assert copy == [10, 11, 12, 1] and handoff.branch_bucket == 4  # 4 = the room left: 8 + 1 - 5 rows
+    assert handoff.branch([40], rule) == []  # one copy per step: the rule has no sequence left for more
+
+
+def test_a_copy_branchs_outcome_is_the_lookups_to_learn_where_it_was_judged():
+    # Chain 0 -> 1 -> 2; a copy 3 -> 4 beside node 1 (its parent: node 0).
+    ngram, model = CostTracker(), CostTracker()
+    planner = Planner([(NGramDrafter(), ngram), (NGramDrafter(), model)], GenerationConfig())
+    planner._model = 1
+    handoff = Handoff(NGramDrafter(), ngram, 48, 8, 1.0, 0)
+    handoff.branch_bucket = 5
+    plan = Plan(1, 3, None, 0, None, handoff)
+
+    def record(path):
+        proposal = ProposalOf([7, 8, 9, 10, 11], parents=[-1, 0, 1, 0, 3], copies=2)
+        planner.record(plan, proposal, len(path), 0.01, 0.02, 0.0, path)
+
+    record([0, 3, 4])      # chain's 8 rejected, the copy taken whole
+    record([0, 3])         # ... its first token only
+    record([0])            # the chain's 8 and the copy's first both rejected
+    record([0, 1, 2])      # the chain taken: the copy was not judged
+    record([])             # the chain's first rejected: the copy's fork was never reached
+    assert ngram.buckets[5].judged[:2] == [3, 2] and ngram.buckets[5].accepted[:2] == [2, 1]
+    assert model.positions.judged[:3] == [5, 4, 1] and model.positions.accepted[:3] == [4, 1, 1]
+
+
+def ProposalOf(ids, parents, copies):
+    from localspec.drafters import Proposal, one_hot
+    return Proposal(ids, [one_hot(t) for t in ids], (0.5,) * len(ids), 0.0, parents, 0, copies)
+
+
+
+@pytest.fixture
+def smol_copies(monkeypatch, smol_f16):
+    """AlwaysCopy trees (no sibling) on SmolLM2 whose lookup always offers the target's own greedy
+    tokens after the context (read from a third context of the target's model): copies that depend
+    on the context alone, verified wherever the draft's token differs."""
+    from localspec.context import Context
+    from localspec.llama import Model
+
+    monkeypatch.setattr(planner_mod, "branch_rule", lambda *args: AlwaysCopy(args[-1] - 1, sibling=False))
+    oracle = Context(Model(smol_f16), n_ctx=256, n_threads=2)
+
+    def continuation(self, context, draft, k):
+        out = [*context, *draft]
+        oracle.decode(out[oracle.reuse_prefix(out[:-1]):], logits="last")
+        for _ in range(min(k, 3) - 1):
+            out.append(int(np.argmax(oracle.logits())))
+            oracle.decode(out[-1:], logits="last")
+        out.append(int(np.argmax(oracle.logits())))
+        return out[len(context) + len(draft):], 8, 0
+    monkeypatch.setattr(NGramDrafter, "continuation", continuation)
+
+
+@pytest.mark.parametrize("text", ["def fibonacci(n):", "The three primary colours are"])
+def test_smol_greedy_copy_branches_equal_target_only(smol_copies, smol, text):
+    # Through llama.cpp's multi-sequence cache: a copy's path of several tokens is one branch's
+    # sequence. 48 tokens: at the 54th of the first text the target's top two logits lie 0.007 apart,
+    # and a batch's row and a single token's part there (README, "Exactness").
+    target, draft = smol
+    prompt = target.model.tokenize(text)
+    baseline, _ = run(target, [], prompt, GenerationConfig(48, 0, GREEDY))
+    spec, stats = run(target, hybrid_sources(draft, GREEDY), prompt, GenerationConfig(48, None, GREEDY, p_min=0.0))
+    assert spec == baseline
+    assert stats.copy_branches > 3 and stats.by_drafter["ngram"][1] > 3  # copies verified and taken
