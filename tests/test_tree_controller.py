@@ -4,7 +4,6 @@ llama.cpp's multi-sequence cache (slow)."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
