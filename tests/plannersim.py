@@ -47,9 +47,7 @@ GPU_FLAT = {1: 0.010, 8: 0.0105, 16: 0.011, 64: 0.016}
 class Region(NamedTuple):
     """A stretch of the reply. ngram_every: the lookup has a match at one position in this many (0:
     never); match: how far the match reaches back at the region's start (a copy: it grows by one per
-    token); ngram_accept and model_accept: each guess's chance of acceptance. model_sure: the share of
-    positions where the draft model is sure of its guess (its confidence model_accept); elsewhere its
-    confidence and its guess's chance are UNSURE_ACCEPT, so a stop rule can tell them apart."""
+    token); ngram_accept and model_accept: each guess's chance of acceptance."""
 
     length: int
     ngram_every: int
@@ -57,10 +55,6 @@ class Region(NamedTuple):
     copy: bool
     ngram_accept: float
     model_accept: float
-    model_sure: float = 1.0
-
-
-UNSURE_ACCEPT = 0.3
 
 
 COPY = [Region(12, 0, 0, False, 0.0, 0.6), Region(148, 1, 2, True, 0.98, 0.85)]
@@ -73,7 +67,6 @@ class World:
 
     regions: Sequence[Region]
     pos: int = 0
-    sure: np.ndarray = field(default_factory=lambda: np.ones(0))  # a draw per position: the model sure where < model_sure
 
     def region(self) -> tuple[Region, int]:
         """The current region and the position within it."""
@@ -92,12 +85,6 @@ class World:
         if r.copy:
             return r.length - at, min(r.match + at, 64)
         return 6, r.match
-
-    def model_accept(self, ahead: int) -> float:
-        """The draft model's confidence in, and the chance of, its guess `ahead` positions from here."""
-        r, _ = self.region()
-        at = self.pos + ahead
-        return r.model_accept if at >= len(self.sure) or self.sure[at] < r.model_sure else UNSURE_ACCEPT
 
 
 @dataclass
@@ -119,9 +106,9 @@ class SimDrafter:
 
     def propose(self, context, k, rng: np.random.Generator, stop=None, branch=None, handoff=None) -> Proposal:
         r, _ = self.world.region()
+        a = r.model_accept if self.name == "model" else r.ngram_accept
         ids, conf = [], []
         for i in range(min(k, self.offer(context, k))):
-            a = self.world.model_accept(i) if self.name == "model" else r.ngram_accept
             if stop is not None:
                 if not stop.keep(i, a):
                     break
@@ -157,7 +144,6 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
     world, rng = World(regions), np.random.default_rng(seed)
     n_tokens = sum(r.length for r in regions)
     luck = rng.random(n_tokens + 64)  # drafts may reach past the reply's end
-    world.sure = rng.random(n_tokens + 64)
     sources = [(SimDrafter(k, world, draft_ratio * verify(1) if k == "model" else 0.0),
                 trackers.setdefault(k, CostTracker())) for k in kinds]
     planner = Planner(sources, config, ExploreBudget())
@@ -185,7 +171,7 @@ def _accepted(n: int, drafter: SimDrafter | None, world: World, luck: np.ndarray
     if not n:
         return 0
     r, _ = world.region()
-    a = [world.model_accept(i) if drafter.name == "model" else r.ngram_accept for i in range(n)]
+    a = r.model_accept if drafter.name == "model" else r.ngram_accept
     draws = luck[world.pos: world.pos + n] < a
     return int(np.argmin(draws)) if not draws.all() else n
 
