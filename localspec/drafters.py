@@ -35,6 +35,11 @@ class Proposal(NamedTuple):
     tail: int = 0                        # the last `tail` guesses continue the chain from an n-gram lookup (Handoff)
     copies: int = 0                      # the last `copies` nodes: an n-gram lookup's copy as a branch (Handoff.branch)
 
+    def copies_taken(self, path: Sequence[int]) -> int:
+        """How many nodes of the copy verified as a branch lie on the accepted path."""
+        own = len(self.ids) - self.copies
+        return sum(node >= own for node in path)
+
 
 NO_PROPOSAL = Proposal([], [])
 

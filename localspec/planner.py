@@ -129,10 +129,10 @@ class Handoff:
         return ids, bucket
 
     def branch(self, here: Sequence[int], rule: BranchRule) -> list[int]:
-        """The copy the lookup offered in place of the model's latest token (the lookup before the last
-        after(), or look()'s), as a branch beside the guesses `here` at that depth, where its first token is none
-        of them and the branch pays (BranchRule.copy, by the copy's acceptance in its bucket, point
-        estimate); []. The tree stays within the step's room."""
+        """The copy the lookup offered in place of the model's latest token (the lookup before the
+        last after(), or look()'s), as a branch beside the guesses `here` at that depth, where its
+        first token is none of them and the branch pays (BranchRule.copy, by the copy's acceptance
+        in its bucket, point estimate); []. The tree stays within the step's room."""
         ids, bucket = self._previous
         ids = ids[: max(self.room + 1 - rule.width, 0)]
         if not ids or ids[0] in here:
@@ -459,7 +459,7 @@ class Planner:
         depth = 0 if fork < 0 else chain.index(fork) + 1
         if n_chain != depth or (len(path) > depth and path[depth] < own):
             return
-        taken = sum(node >= own for node in path)
+        taken = proposal.copies_taken(path)
         self.sources[self._ngram][1].record_acceptance(proposal.copies, taken, plan.handoff.branch_bucket)
 
     def _record_tree(self, plan: Plan, proposal: Proposal, path: Sequence[int]) -> tuple[Proposal, int]:

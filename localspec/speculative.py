@@ -212,8 +212,7 @@ class _Run:
         self.stats.draft_s += t1 - t0
         self.stats.verify_s += t2 - t1
         self.stats.tree_steps += proposal.parents is not None
-        own = len(proposal.ids) - proposal.copies  # a copy as a branch: nodes own.. (taken: those on the path)
-        taken = sum(node >= own for node in path) if proposal.copies else None
+        taken = proposal.copies_taken(path) if proposal.copies else None
         self.stats.record_step(len(proposal.ids), len(path), drafter.name if proposal.ids else None,
                                proposal.tail or proposal.copies, taken)
         self.planner.record(plan, proposal, len(path), t1 - t0, t2 - t1, t3 - t2, path)
