@@ -74,14 +74,13 @@ class BranchRule:
     def siblings(self, i: int, confidence: float) -> int:
         """How many of the draft's next-best tokens to add beside the chain's token (0 or 1)."""
         a = self.accept(confidence)
-        reach, self.reach = self.reach, self.reach * a
-        self.beside = reach * (1.0 - a)
+        self.beside, self.reach = self.reach * (1.0 - a), self.reach * a
         if self.left <= 0:
             return 0
-        gain = reach * (1.0 - a) * self.sibling(confidence)  # tokens per step
-        if gain <= self.rate * (self.verify_s(self.width + 1) - self.verify_s(self.width)):
-            return 0
-        self.beside *= 1.0 - self.sibling(confidence)
+        taken = self.sibling(confidence)
+        if self.beside * taken <= self.rate * (self.verify_s(self.width + 1) - self.verify_s(self.width)):
+            return 0  # its tokens per step are worth less than its row
+        self.beside *= 1.0 - taken
         self.width += 1
         self.left -= 1
         return 1
@@ -91,9 +90,9 @@ class BranchRule:
         siblings() (0: none): gains[L] is what a copy of L tokens brings where the target judges it."""
         if self.left <= 0:
             return 0
-        best, value = 0, 0.0
+        best, value, base = 0, 0.0, self.verify_s(self.width)
         for n in range(1, len(gains)):
-            worth = self.beside * gains[n] - self.rate * (self.verify_s(self.width + n) - self.verify_s(self.width))
+            worth = self.beside * gains[n] - self.rate * (self.verify_s(self.width + n) - base)
             if worth > value:
                 best, value = n, worth
         if best:
