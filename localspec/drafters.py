@@ -110,6 +110,7 @@ class ModelDrafter:
         self.params = params
         self.sampled = False  # whether this proposal's rows arrive as top-k candidates
         self.prefill_s = 0.0  # seconds the last prefill took (without a load)
+        self.prefill_tokens = 0  # the tokens it decoded
 
     @property
     def ready(self) -> bool:
@@ -217,6 +218,7 @@ class ModelDrafter:
         n = self.ctx.reuse_prefix(prompt[:-1])
         self.ctx.decode(prompt[n:-1], logits="none")
         self.prefill_s = time.perf_counter() - t0
+        self.prefill_tokens = max(0, len(prompt) - 1 - n)
 
     def offer(self, context: Sequence[int], k: int) -> int:
         return max(0, min(k, self.ctx.n_ctx - len(context) + 1))

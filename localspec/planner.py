@@ -246,6 +246,8 @@ class Planner:
         self.note_load(i)
         if hasattr(drafter, "prefill_s"):
             tracker.prefill_s.add(drafter.prefill_s)
+            if drafter.prefill_tokens > 2:  # a batch like a catch-up's, without the last row's logits
+                tracker.add_catchup(drafter.prefill_tokens, drafter.prefill_s)
 
     def plan(self, tokens: Sequence[int], room: int) -> Plan:
         """The next step after tokens, drafting at most `room` tokens (what the context and the tokens
@@ -366,18 +368,16 @@ class Planner:
 
     def _catch_up_s(self, source: int) -> float:
         """What bringing source up to the context would cost before its first guess: loading its model
-        where that has not happened yet (as measured when it last did), and the tokens generated since
-        it last drafted, at the measured cost of a catch-up's token (catchup_s), or until one is
-        measured at its per-token draft cost (a catch-up decodes them in one batch, so that
-        overstates it: the prediction errs on the safe side). Only a draft model catches up (an
-        n-gram drafter's lookup is part of its drafting)."""
+        where that has not happened yet (as measured when it last did), and decoding the tokens
+        generated since it last drafted in one batch (CostTracker.catchup_seconds: a one-token decode
+        and the measured cost of each further token). Only a draft model catches up (an n-gram
+        drafter's lookup is part of its drafting)."""
         if source != self._model:
             return 0.0
         behind = self._behind(source)
         drafter, tracker = self.sources[source]
         load = 0.0 if getattr(drafter, "ready", True) else tracker.load_s.value or 0.0
-        per_token = tracker.catchup_s.value if tracker.catchup_s.value is not None else tracker.draft_s.value or 0.0
-        return load + (behind * per_token if behind > 2 else 0.0)
+        return load + (tracker.catchup_seconds(behind) if behind > 2 else 0.0)
 
     def _behind(self, source: int) -> int:
         """Tokens generated since source last drafted (or took in the prompt)."""
@@ -411,10 +411,10 @@ class Planner:
         # the most the stop rule let the draft reach: its γ, or where it handed over to a copy
         cap = None if plan.stop is None else n if copied else plan.gamma
         load_s = self.note_load(plan.source) if plan.source is not None else 0.0
+        caught_up = 0  # the tokens a catch-up before this step's draft decoded
         if n:
             behind = self._behind(plan.source)
-            if proposal.catchup_s > 0 and behind > 2:
-                self.sources[plan.source][1].catchup_s.add(proposal.catchup_s / behind)
+            caught_up = behind if proposal.catchup_s > 0 and behind > 2 else 0
             self._seen[plan.source] = self._length + n_accepted
             self._charge_switches(plan.source, proposal.catchup_s)
             if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
@@ -428,6 +428,8 @@ class Planner:
                                proposal.confidences, plan.bucket, width=width, emitted=emitted, cap=cap)
             else:
                 tracker.verify.add(width, verify_s)
+        if caught_up:  # after the step's own draft cost is in: a catch-up is priced beyond it
+            self.sources[plan.source][1].add_catchup(caught_up, proposal.catchup_s)
 
     def _charge_switches(self, source: int, catchup_s: float) -> None:
         """A hybrid's model draft that had to catch up on tokens other sources' steps emitted charges

@@ -83,8 +83,9 @@ class CostTracker:
     # In a hybrid, what one of this drafter's steps costs the draft model later: its catch-up over the
     # tokens the step emitted, shared among the steps since the model last drafted (Planner.record).
     switch_s: Ema = field(default_factory=Ema)
-    # Seconds per token of a catch-up: the draft model decoding in one batch the tokens generated
-    # since it last drafted (Planner.record); what a step from it costs beyond its own drafting.
+    # A catch-up is the draft model decoding in one batch the tokens generated since it last drafted
+    # (Planner.record): what a step from it costs beyond its own drafting. A batch costs a one-token
+    # decode and a smaller amount for each further token; this is that amount (catchup_seconds).
     catchup_s: Ema = field(default_factory=Ema)
     # Seconds to load the drafter's model where it is loaded on first use (session.Pair): part of
     # what a first step from it costs.
@@ -234,6 +235,21 @@ class CostTracker:
             saved = self.estimate(curve=self.saved_verify)
             return 1 not in self.saved_verify or saved.best(cap, self.min_gain)[0] > 0
         return self.could_pay(cap)
+
+    def add_catchup(self, k: int, seconds: float) -> None:
+        """One batch of k > 1 tokens the draft model decoded (a catch-up, or a prompt's prefill):
+        what it took beyond a one-token decode, per further token (with no draft measured yet, its
+        mean per token, which is more: the safe side)."""
+        one = self.draft_s.value
+        self.catchup_s.add(max(0.0, seconds - one) / (k - 1) if one is not None else seconds / k)
+
+    def catchup_seconds(self, k: int) -> float:
+        """What the draft model takes to decode k tokens it has not seen in one batch: a one-token
+        decode (its per-token draft cost) and the measured cost of each further token; until a batch
+        is measured, the draft cost for each (a batch costs less per token: the safe side)."""
+        one = self.draft_s.value or 0.0
+        more = self.catchup_s.value if self.catchup_s.value is not None else one
+        return one + (k - 1) * more if k > 0 else 0.0
 
     def entry_s(self) -> float | None:
         """What making the drafter ready cost when it last was: its model's load and a prompt's prefill."""

@@ -243,11 +243,32 @@ def test_a_draft_model_far_behind_prices_its_catch_up_into_its_step():
     planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
     assert planner.plan([1] * 20, 64).source == 0    # not prefilled: 20 behind, at its draft cost
     planner.record(Plan(0, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.1), 4, 0.22, 0.24, 0.0)
-    assert model.catchup_s.value == pytest.approx(0.1 / 20)  # a catch-up's token, measured
+    assert model.catchup_s.value == pytest.approx(0.07 / 19)  # a further token of a catch-up, measured
     assert planner.plan([1] * 25, 4).source == 0     # 1 behind: no catch-up
-    assert planner.plan([1] * 400, 8).source is None  # 376 behind: 1.9 s first, for 9 tokens at most
-    assert planner.plan([1] * 400, 64).source == 0   # ... for 65: 5.6 s for them against 13 s plain
-    assert planner.plan([1] * 60, 8).source == 0     # 36 behind: 0.18 s first, drafting still pays
+    assert planner.plan([1] * 400, 8).source is None  # 376 behind: 1.4 s first, for 9 tokens at most
+    assert planner.plan([1] * 400, 64).source == 0   # ... for 65: 7.0 s for them against 13 s plain
+    assert planner.plan([1] * 60, 8).source == 0     # 36 behind: 0.16 s first, drafting still pays
+
+
+def test_a_catch_up_is_priced_as_one_batch_not_per_token():
+    # A batch costs a one-token decode and a few ms for each further token (a 0.5B draft on 2 cores:
+    # 38 ms for 1, 75 ms for 8, 270 ms for 48). Priced at the mean per token of short catch-ups, a
+    # long one would cost twice what it does, and a model left behind by plain steps would stay out.
+    model = measured(0.9, 0.04)
+    planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.wants_prefill(0)
+    planner.plan([1] * 20, 8)
+    for n in range(24, 64, 4):  # then catch-ups over 4 tokens: 0.04 + 3 x 0.005 s each
+        planner.record(Plan(0, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.055), 0, 0.055 + 0.16, 0.24, 0.0)
+        planner.plan([1] * n, 8)
+    assert model.catchup_seconds(4) == pytest.approx(0.055)
+    assert planner._catch_up_s(0) == pytest.approx(0.04 + 0.005 * 3)
+    planner.plan([1] * 116, 8)  # 60 behind (it last drafted at 56)
+    assert planner._catch_up_s(0) == pytest.approx(0.04 + 0.005 * 59)  # not 60 x 0.055 / 4 = 0.83 s
+    fresh = measured(0.9, 0.04)
+    fresh.add_catchup(50, 0.04 + 0.005 * 49)  # a prompt's prefill is such a batch too
+    assert fresh.catchup_seconds(10) == pytest.approx(0.04 + 0.005 * 9)
+    assert measured(0.9, 0.04).catchup_seconds(10) == pytest.approx(0.4)  # none measured: the draft cost each
 
 
 def test_plain_steps_do_not_shut_a_draft_model_out():
