@@ -288,6 +288,8 @@ class CostTracker:
             _load_ema(getattr(t, name), data[name])
         _load_ema(t.load_s, data.get("load_s", [None, 0]))  # files from before lazy drafts: unmeasured
         _load_ema(t.prefill_s, data.get("prefill_s", [None, 0]))
+        # files from before catch-ups were priced as batches hold a mean per token, first token included:
+        # more than a further token costs (the safe side), and this run's own catch-ups soon replace it
         _load_ema(t.catchup_s, data.get("catchup_s", [None, 0]))
         t.idle_s = float(data.get("idle_s", 0.0))
         # The plain step is measured afresh by the first steps of each process: while drafting pays,

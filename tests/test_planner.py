@@ -251,9 +251,9 @@ def test_a_draft_model_far_behind_prices_its_catch_up_into_its_step():
 
 
 def test_a_catch_up_is_priced_as_one_batch_not_per_token():
-    # A batch costs a one-token decode and a few ms for each further token (a 0.5B draft on 2 cores:
-    # 38 ms for 1, 75 ms for 8, 270 ms for 48). Priced at the mean per token of short catch-ups, a
-    # long one would cost twice what it does, and a model left behind by plain steps would stay out.
+    # A batch costs a one-token decode and a few ms for each further token (measured in the README's
+    # "A catch-up priced as one batch"). Priced at the mean per token of short catch-ups, a long one
+    # would cost two or three times what it does, and a model left behind by plain steps would stay out.
     model = measured(0.9, 0.04)
     planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
     planner.wants_prefill(0)
