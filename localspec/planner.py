@@ -84,6 +84,15 @@ class Choice(NamedTuple):
     rate: float
 
 
+class Exploration(NamedTuple):
+    """An exploratory step: its source, the best known choice's predicted tokens/s, and where that
+    choice drafts from the same source, its γ and stop rule (the step it would have run instead)."""
+
+    source: int
+    r_best: float
+    known: tuple[int, StopRule | None] | None = None
+
+
 class Handoff:
     """Where a hybrid's model draft hands over to the n-gram lookup, within one step.
 
@@ -150,7 +159,10 @@ class ExploreBudget:
     estimate. Its loss is counted against the best known choice at that step, whose predicted rate is
     r_best (never below plain decoding): loss = seconds − tokens / r_best, the time the step took
     beyond what the best known choice would have needed for the same tokens (negative when the step
-    did better: a probe that pays funds the next one). An exploratory step is taken only when
+    did better: a probe that pays funds the next one). Where the best known choice drafts from the
+    same source, the step is compared with the step that choice would have run on this very draft
+    (Planner._loss): a probe whose draft ended where the known γ would have ended it ran the known
+    step and lost nothing, so chance does not drain the budget. An exploratory step is taken only when
 
         spent[source] + its predicted loss ≤ ε × max(elapsed, W × plain step seconds),
 
@@ -175,12 +187,12 @@ class ExploreBudget:
         """Whether an exploratory step of source predicted to lose `loss` seconds fits its budget."""
         return self.spent.get(source, 0.0) + max(loss, 0.0) <= self.allowance(plain_s)
 
-    def charge(self, seconds: float, tokens: int, explored: tuple[int, float] | None = None) -> None:
-        """Account one step; explored is (source, r_best) for an exploratory step."""
+    def charge(self, seconds: float, explored: tuple[int, float] | None = None) -> None:
+        """Account one step; explored is (source, its loss) for an exploratory step."""
         self.elapsed += seconds
         if explored is not None:
-            source, r_best = explored
-            self.spent[source] = self.spent.get(source, 0.0) + seconds - tokens / r_best
+            source, loss = explored
+            self.spent[source] = self.spent.get(source, 0.0) + loss
 
 
 class Planner:
@@ -208,7 +220,7 @@ class Planner:
         self.p_min = p_min_of(config)
         self.budget = budget if budget is not None else ExploreBudget()
         self.explored = 0                 # exploratory steps taken (stats and tests read it)
-        self._explored: tuple[int, float] | None = None  # (source, best known rate) if the last step explored
+        self._explored: Exploration | None = None  # if the last step explored
         self._seen: dict[int, int] = {}    # source -> context length it last drafted after (or was prefilled to)
         self._prefilled: set[int] = set()
         self._length = 0                   # the context length at the last plan
@@ -314,7 +326,9 @@ class Planner:
                 best = Choice(i, gamma, bucket, rate)
         probe = max((self._probe(c, best.rate, plain_s) for c in offers), key=lambda c: c.rate)
         if probe[:2] != best[:2] and probe.rate > best.rate * (1 + self.sources[probe.source][1].min_gain):
-            self._explored = (probe.source, best.rate)
+            drafter, tracker = self.sources[probe.source]
+            known = (best.gamma, self._stop(drafter, tracker, best.gamma)) if best.source == probe.source else None
+            self._explored = Exploration(probe.source, best.rate, known)
             self.explored += 1
             return probe
         return best
@@ -401,6 +415,7 @@ class Planner:
         an exploratory step's loss to the budget. A tree (path: its accepted nodes) teaches its
         chain's acceptance, its siblings' and the cost of its full width."""
         width, emitted = len(proposal.ids) + 1, n_accepted + 1
+        chain = proposal.parents is None and not proposal.tail  # a chain of the source's own guesses
         if proposal.parents is not None:
             emitted = len(path) + 1
             proposal, n_accepted = self._record_tree(plan, proposal, path)
@@ -419,7 +434,13 @@ class Planner:
             self._charge_switches(plan.source, proposal.catchup_s)
             if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
                 self._since_model[self._ngram] = 1
-        self.budget.charge(draft_s + verify_s + overhead_s, emitted, self._explored)
+        seconds = draft_s + verify_s + overhead_s
+        explored = self._explored
+        if explored is not None:
+            own_s = draft_s - load_s - proposal.catchup_s  # drafting this step's tokens
+            loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s) if chain else None
+            explored = (explored.source, seconds - emitted / explored.r_best if loss is None else loss)
+        self.budget.charge(seconds, explored)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
                 # A load, and a catch-up over tokens generated while not drafting, are one-offs, not
@@ -430,6 +451,30 @@ class Planner:
                 tracker.verify.add(width, verify_s)
         if caught_up:  # after the step's own draft cost is in: a catch-up is priced beyond it
             self.sources[plan.source][1].add_catchup(caught_up, proposal.catchup_s)
+
+    def _loss(self, seconds: float, emitted: int, proposal: Proposal, n_accepted: int, verify_s: float,
+              own_s: float) -> float | None:
+        """An exploratory chain's loss against the step the best known choice would have run on the
+        same draft, where that choice drafts from the same source (None where not). That step drafts
+        the first m of these tokens, m where the known γ and stop rule end it (replayed on the
+        draft's confidences; a wider γ only lets the stop rule draft on longer), and emits
+        min(accepted, m) + 1 tokens in this step's seconds less the drafting beyond m and with the
+        verify of m + 1 as the tracker prices it. The loss is this step's seconds less what its
+        tokens take at that step's rate. Where the draft ended by m, the step was the known one and
+        lost nothing: only what the probe did beyond the known step is counted, not the luck of the
+        step both would have run."""
+        known = self._explored.known
+        if known is None:
+            return None
+        n, (gamma, stop), confidences = len(proposal.ids), known, proposal.confidences
+        m = min(n, gamma)
+        if stop is not None:
+            m = next((i for i in range(m) if i >= len(confidences) or not stop.keep(i, confidences[i])), m)
+        if m >= n:
+            return 0.0
+        tracker = self.sources[self._explored.source][1]
+        known_s = seconds - own_s * (n - m) / n - verify_s + tracker.verify_seconds(m + 1)
+        return seconds - emitted * known_s / (min(n_accepted, m) + 1)
 
     def _charge_switches(self, source: int, catchup_s: float) -> None:
         """A hybrid's model draft that had to catch up on tokens other sources' steps emitted charges

@@ -56,8 +56,12 @@ def test_prose_never_costs_more_than_the_exploration_budget(machine):
 @pytest.mark.parametrize("machine", MACHINES)
 @pytest.mark.parametrize("regions", [COPY, PROSE], ids=["copy", "prose"])
 def test_the_hybrid_is_as_good_as_its_best_part(machine, regions):
-    best = max(mean_ratio(sets(regions, ["ngram"], machine)), mean_ratio(sets(regions, ["model"], machine)))
-    assert mean_ratio(sets(regions, ["ngram", "model"], machine)) >= 0.99 * best
+    # Over 6 seeds the hybrid's margin to its best part swings by a per cent or two with the seeds
+    # alone: 30 measure the planner, not the luck of a few replies.
+    seeds = [100 * s for s in range(30)]
+    best = max(mean_ratio(sets(regions, ["ngram"], machine, seeds=seeds)),
+               mean_ratio(sets(regions, ["model"], machine, seeds=seeds)))
+    assert mean_ratio(sets(regions, ["ngram", "model"], machine, seeds=seeds)) >= 0.99 * best
 
 
 def test_exploring_costs_at_most_its_budget_where_nothing_pays():
@@ -88,13 +92,50 @@ def test_budget_ledger():
     b = ExploreBudget(fraction=0.1, grace_steps=10)
     assert b.allowance(plain_s=1.0) == pytest.approx(1.0)          # 10 plain steps' grace × ε
     assert b.allows(0, 1.0, 1.0) and not b.allows(0, 1.01, 1.0)
-    b.charge(3.0, tokens=1, explored=(0, 1.0))                       # 3 s for one token at 1 tok/s: lost 2 s
+    b.charge(3.0, explored=(0, 2.0))                                 # a probe that lost 2 s
     assert b.spent[0] == pytest.approx(2.0) and not b.allows(0, 0.0, 1.0)
     assert b.allows(1, 0.5, 1.0)                                     # ... the other source's budget is its own
-    b.charge(30.0, tokens=30)                                        # a known choice: time passes, nothing spent
+    b.charge(30.0)                                                   # a known choice: time passes, nothing spent
     assert b.allowance(1.0) == pytest.approx(3.3) and b.allows(0, 1.3, 1.0)
-    b.charge(1.0, tokens=4, explored=(0, 2.0))                       # a probe that paid: 4 tokens in 1 s vs 2 tok/s
+    b.charge(1.0, explored=(0, -1.0))                                # a probe that paid: credit
     assert b.spent[0] == pytest.approx(1.0)
+
+
+def exploring_a_wider_model_step() -> tuple[Planner, Plan, int]:
+    """A planner whose model has drafted one token a step (verify of 2 measured, deeper acceptance
+    not): a wider step is worth exploring (its verify is hoped no dearer than the widest measured).
+    Returns it, the exploratory plan, and the known choice's γ."""
+    t = CostTracker()
+    measure_plain(t, 0.2)
+    for i in range(30):
+        t.record(1, int(i % 4 != 0), 0.04, 0.23, 0.0, confidences=(0.9,))
+    planner = Planner([(FakeModelDrafter(), t)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.wants_prefill(0)
+    plan = planner.plan([1] * 20, 8)
+    known = t.plan(8)[0]
+    assert planner._explored is not None and plan.source == 0 and plan.gamma > known >= 1
+    return planner, plan, known
+
+
+def test_a_probe_is_charged_only_what_it_did_beyond_the_known_step():
+    # A probe of γ 5 against a known γ 2 from the same draft model. A draft that its stop rule ended
+    # by 2 is the step the known choice would have run: a rejection there is the known step's luck,
+    # not exploration's. Charged as a whole against the known rate, such steps drained the budget on
+    # chance alone and left a draft that fell behind plain with no budget to come back.
+    sure = (0.99,) * 5
+    planner, plan, known = exploring_a_wider_model_step()
+    planner.record(plan, Proposal([5] * known, [], sure[:known]), 0, 0.04 * known, 0.23, 0.0)
+    assert planner.budget.spent[0] == 0.0
+    # drafted 5, all rejected: the 3 drafts and the verify rows beyond the known step were lost
+    planner, plan, known = exploring_a_wider_model_step()
+    known_verify = planner.sources[0][1].verify_seconds(known + 1)  # as priced before this step's width
+    planner.record(plan, Proposal([5] * 5, [], sure), 0, 0.2, 0.3, 0.0)
+    assert planner.budget.spent[0] == pytest.approx(0.04 * (5 - known) + 0.3 - known_verify)
+    # drafted 5, all accepted: 6 tokens where the known step would have emitted known + 1
+    planner, plan, known = exploring_a_wider_model_step()
+    planner.record(plan, Proposal([5] * 5, [], sure), 5, 0.2, 0.3, 0.0)
+    known_s = 0.04 * known + known_verify
+    assert planner.budget.spent[0] == pytest.approx(0.5 - 6 * known_s / (known + 1)) and planner.budget.spent[0] < 0
 
 
 def measure_plain(t: CostTracker, seconds: float) -> None:
