@@ -42,6 +42,10 @@ class Proposal(NamedTuple):
 
 
 NO_PROPOSAL = Proposal([], [])
+# A draft model decodes up to this many tokens before its first guess as part of any step (its last
+# draft and the target's bonus token, after a draft accepted whole); more is a catch-up over tokens
+# generated while it did not draft, timed and priced apart (ModelDrafter._catch_up, the planner).
+STEP_DECODE = 2
 
 
 class StopRule(Protocol):
@@ -197,7 +201,7 @@ class ModelDrafter:
         t0 = time.perf_counter()
         n = self.ctx.reuse_prefix(context[:-1])
         self.ctx.decode(context[n:], logits="last", sampled=self.sampled)
-        return time.perf_counter() - t0 if len(context) - n > 2 else 0.0
+        return time.perf_counter() - t0 if len(context) - n > STEP_DECODE else 0.0
 
     def _draw(self, candidates: np.ndarray | None, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, Dist]:
         """A token and the q it was drawn from: from the row's top-k candidates, or its full logits."""

@@ -14,7 +14,7 @@ from typing import NamedTuple, Sequence
 
 from .config import GenerationConfig
 from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
-from .drafters import Drafter, NGramDrafter, Proposal, StopRule
+from .drafters import STEP_DECODE, Drafter, NGramDrafter, Proposal, StopRule
 from .tracker import CostTracker
 from .treeplan import BranchRule, branch_rule, tree_outcome
 
@@ -258,7 +258,7 @@ class Planner:
         self.note_load(i)
         if hasattr(drafter, "prefill_s"):
             tracker.prefill_s.add(drafter.prefill_s)
-            if drafter.prefill_tokens > 2:  # a batch like a catch-up's, without the last row's logits
+            if drafter.prefill_tokens > STEP_DECODE:  # a batch like a catch-up's, without the last row's logits
                 tracker.add_catchup(drafter.prefill_tokens, drafter.prefill_s)
 
     def plan(self, tokens: Sequence[int], room: int) -> Plan:
@@ -391,7 +391,7 @@ class Planner:
         behind = self._behind(source)
         drafter, tracker = self.sources[source]
         load = 0.0 if getattr(drafter, "ready", True) else tracker.load_s.value or 0.0
-        return load + (tracker.catchup_seconds(behind) if behind > 2 else 0.0)
+        return load + (tracker.catchup_seconds(behind) if behind > STEP_DECODE else 0.0)
 
     def _behind(self, source: int) -> int:
         """Tokens generated since source last drafted (or took in the prompt)."""
@@ -429,7 +429,7 @@ class Planner:
         caught_up = 0  # the tokens a catch-up before this step's draft decoded
         if n:
             behind = self._behind(plan.source)
-            caught_up = behind if proposal.catchup_s > 0 and behind > 2 else 0
+            caught_up = behind if proposal.catchup_s > 0 and behind > STEP_DECODE else 0
             self._seen[plan.source] = self._length + n_accepted
             self._charge_switches(plan.source, proposal.catchup_s)
             if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
