@@ -434,13 +434,12 @@ class Planner:
             self._charge_switches(plan.source, proposal.catchup_s)
             if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
                 self._since_model[self._ngram] = 1
-        seconds = draft_s + verify_s + overhead_s
-        explored = self._explored
-        if explored is not None:
+        seconds, charged = draft_s + verify_s + overhead_s, None
+        if self._explored is not None:
             own_s = draft_s - load_s - proposal.catchup_s  # drafting this step's tokens
-            loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s) if chain else None
-            explored = (explored.source, seconds - emitted / explored.r_best if loss is None else loss)
-        self.budget.charge(seconds, explored)
+            loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s, chain)
+            charged = (self._explored.source, loss)
+        self.budget.charge(seconds, charged)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
                 # A load, and a catch-up over tokens generated while not drafting, are one-offs, not
@@ -453,27 +452,26 @@ class Planner:
             self.sources[plan.source][1].add_catchup(caught_up, proposal.catchup_s)
 
     def _loss(self, seconds: float, emitted: int, proposal: Proposal, n_accepted: int, verify_s: float,
-              own_s: float) -> float | None:
-        """An exploratory chain's loss against the step the best known choice would have run on the
-        same draft, where that choice drafts from the same source (None where not). That step drafts
-        the first m of these tokens, m where the known γ and stop rule end it (replayed on the
-        draft's confidences; a wider γ only lets the stop rule draft on longer), and emits
-        min(accepted, m) + 1 tokens in this step's seconds less the drafting beyond m and with the
-        verify of m + 1 as the tracker prices it. The loss is this step's seconds less what its
-        tokens take at that step's rate. Where the draft ended by m, the step was the known one and
-        lost nothing: only what the probe did beyond the known step is counted, not the luck of the
-        step both would have run."""
-        known = self._explored.known
-        if known is None:
-            return None
-        n, (gamma, stop), confidences = len(proposal.ids), known, proposal.confidences
+              own_s: float, chain: bool) -> float:
+        """The exploratory step's loss (ExploreBudget): its seconds less what its tokens take at the
+        best known rate. Where the best known choice drafts from the same source and the step is a
+        chain, at the rate of the step that choice would have run on the same draft: it drafts the
+        first m of these tokens, m where the known γ and stop rule end it (replayed on the draft's
+        confidences; a wider γ only lets the stop rule draft on longer), and emits min(accepted, m)
+        + 1 tokens in this step's seconds less the drafting beyond m and with the verify of m + 1 as
+        the tracker prices it. Where the draft ended by m, the step was the known one and lost
+        nothing: only what the probe did beyond the known step is counted, not the luck of the step
+        both would have run."""
+        explored = self._explored
+        if explored.known is None or not chain:
+            return seconds - emitted / explored.r_best
+        n, (gamma, stop), confidences = len(proposal.ids), explored.known, proposal.confidences
         m = min(n, gamma)
         if stop is not None:
             m = next((i for i in range(m) if i >= len(confidences) or not stop.keep(i, confidences[i])), m)
         if m >= n:
             return 0.0
-        tracker = self.sources[self._explored.source][1]
-        known_s = seconds - own_s * (n - m) / n - verify_s + tracker.verify_seconds(m + 1)
+        known_s = seconds - own_s * (n - m) / n - verify_s + self.sources[explored.source][1].verify_seconds(m + 1)
         return seconds - emitted * known_s / (min(n_accepted, m) + 1)
 
     def _charge_switches(self, source: int, catchup_s: float) -> None:
