@@ -232,8 +232,12 @@ class CostTracker:
         if self.draft_s.value is None:
             return True  # not measured yet
         if not self.confirmed():  # the saved curve: this process's plain step is not measured yet
-            saved = self.estimate(curve=self.saved_verify)
-            return 1 not in self.saved_verify or saved.best(cap, self.min_gain)[0] > 0
+            if 1 not in self.saved_verify:
+                return True
+            # per acceptance bucket, as the planner prices a step (the pooled counts, smoothed towards
+            # prior_accept, would hold a saved tracker's few counts far below what they measured)
+            return any(self.estimate(bucket, curve=self.saved_verify).best(cap, self.min_gain)[0] > 0
+                       for bucket in (self.buckets or [None]))
         return self.could_pay(cap)
 
     def add_catchup(self, k: int, seconds: float) -> None:
