@@ -251,6 +251,13 @@ class VerifyCurve:
         """The least a batch of k may cost given the measurements (see the class docstring)."""
         return self._lookup(k, True)
 
+    def next_width(self, k: int) -> float:
+        """The estimate, with the first size wider than every measured one as optimistic() takes it
+        (no dearer than the widest measured): what an exploratory step's stop rule reads, so that
+        the draft reaches one size the curve has not measured, and stops beyond it where the
+        estimate says drafting on does not pay."""
+        return self.optimistic(k) if self.points and k == max(self.points) + 1 else self.seconds(k)
+
     def _lookup(self, k: int, optimistic: bool) -> float:
         t = self._memo.get((k, optimistic))
         if t is None:

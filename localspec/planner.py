@@ -292,7 +292,8 @@ class Planner:
         if choice.source is None:
             return Plan(None, 0)
         drafter, tracker = self.sources[choice.source]
-        return Plan(choice.source, choice.gamma, self._stop(drafter, tracker, choice.gamma), choice.bucket,
+        stop = self._stop(drafter, tracker, choice.gamma, explore=self._explored is not None)
+        return Plan(choice.source, choice.gamma, stop, choice.bucket,
                     self._branch(drafter, tracker, choice.gamma), self._handoff(choice))
 
     def _handoff(self, choice: Choice) -> Handoff | None:
@@ -397,14 +398,16 @@ class Planner:
         """Tokens generated since source last drafted (or took in the prompt)."""
         return self._length - self._seen.get(source, 0)
 
-    def _stop(self, drafter: Drafter, tracker: CostTracker, gamma: int) -> StopRule | None:
-        """The draft model's stop rule: p-min auto from the tracker, a fixed p-min, or none. Under auto
-        γ a draft whose cost is unmeasured always drafts its first token (as p-min auto's first probe
-        does): a probe the fixed p-min declined would cost a catch-up and teach nothing."""
+    def _stop(self, drafter: Drafter, tracker: CostTracker, gamma: int, explore: bool = False) -> StopRule | None:
+        """The draft model's stop rule: p-min auto from the tracker (explore: an exploratory step's,
+        which lets the draft reach the next unmeasured verify size, CostTracker.draft_stop), a fixed
+        p-min, or none. Under auto γ a draft whose cost is unmeasured always drafts its first token
+        (as p-min auto's first probe does): a probe the fixed p-min declined would cost a catch-up
+        and teach nothing."""
         if drafter.name != "model":
             return None
         if self.p_min is None:
-            return tracker.draft_stop(gamma)
+            return tracker.draft_stop(gamma, probe=explore)
         probe = self.config.gamma is None and tracker.draft_s.value is None
         return FixedStop(self.p_min, first=probe) if self.p_min > 0 else None
 

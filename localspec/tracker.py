@@ -159,11 +159,17 @@ class CostTracker:
             return plain
         return max(self.step_tokens.value / max(self.step_s.value, 1e-300), plain)
 
-    def draft_stop(self, gamma: int | None = None) -> DraftStop | FixedStop:
-        """The stopping rule for a draft of up to gamma (p-min auto); a fixed p-min until costs are measured."""
+    def draft_stop(self, gamma: int | None = None, probe: bool = False) -> DraftStop | FixedStop:
+        """The stopping rule for a draft of up to gamma (p-min auto); a fixed p-min until costs are
+        measured. probe: for an exploratory step, which reads the next unmeasured batch size as no
+        dearer than the widest measured (VerifyCurve.next_width). The point estimate extrapolates
+        it along the measured curve's slope, and where a 2-row verify costs most of two plain steps
+        that slope says no second token pays: a probe stopped there would never measure the wider
+        batch that may, and the drafter would stay at one token, or none, for good."""
         if self.draft_s.value is None or 1 not in self.verify:
             return FixedStop(FALLBACK_P_MIN, first=True)  # a probe must measure the draft
-        return DraftStop(self.accept_at, self.rate(), self.draft_s.value, self.verify_seconds, gamma)
+        verify = self.verify.next_width if probe else self.verify_seconds
+        return DraftStop(self.accept_at, self.rate(), self.draft_s.value, verify, gamma)
 
     def acceptance(self, bucket: int | None = None) -> list[float]:
         """Per-position conditional acceptance (point estimate). All buckets' counts per position are

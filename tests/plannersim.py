@@ -42,6 +42,10 @@ def curve(points: dict[int, float], scale: float = 1.0) -> Callable[[int], float
 # 2 and 32 in between. Not monotone: 16 tokens verify in about the time of 8.
 CPU_LIGHT = {1: 1 / 28, 2: 0.050, 4: 4 / 50, 8: 8 / 45, 16: 16 / 81, 32: 0.36, 64: 0.70}
 GPU_FLAT = {1: 0.010, 8: 0.0105, 16: 0.011, 64: 0.016}
+# The F16 1.5B target on the 2-core EPYC (README), its plain step at the fast end of what a process
+# measures: a 2-row verify costs 1.6 plain steps, 5 rows 2.0. With the 0.5B draft at 0.32 of a plain
+# step a token, a 1-token draft never pays where a 4-token one does.
+CPU_F16 = {1: 0.074, 2: 0.121, 3: 0.135, 4: 0.142, 5: 0.150, 6: 0.166, 7: 0.182, 8: 0.198, 9: 0.213, 16: 0.33}
 
 
 class Region(NamedTuple):

@@ -12,7 +12,7 @@ from localspec.costmodel import FixedStop, VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal
 from localspec.planner import EXPLORE_FRACTION, PLAIN_SAMPLES, CostTracker, ExploreBudget, Plan, Planner
 from localspec.sampling import SamplingParams
-from plannersim import COPY, CPU_LIGHT, GPU_FLAT, PROSE, Region, curve, generate, run_set, set_ratio
+from plannersim import COPY, CPU_F16, CPU_LIGHT, GPU_FLAT, PROSE, Region, curve, generate, run_set, set_ratio
 
 SEEDS = [100 * s for s in range(6)]
 GREEDY = SamplingParams(temperature=0)
@@ -62,6 +62,16 @@ def test_the_hybrid_is_as_good_as_its_best_part(machine, regions):
     best = max(mean_ratio(sets(regions, ["ngram"], machine, seeds=seeds)),
                mean_ratio(sets(regions, ["model"], machine, seeds=seeds)))
     assert mean_ratio(sets(regions, ["ngram", "model"], machine, seeds=seeds)) >= 0.99 * best
+
+
+def test_a_model_draft_gets_going_where_one_drafted_token_never_pays():
+    # CPU_F16: only drafts of several tokens pay. An exploratory step's stop rule priced by the point
+    # estimate, which extrapolates verify(3) and beyond along the 1-to-2 slope, ended every probe
+    # after its first token: the wider batch was never measured and the model never drafted more.
+    runs = [run_set([Region(96, 0, 0, False, 0.0, 0.92)], ["model"], curve(CPU_F16), 0.32, seed=s)
+            for s in SEEDS]
+    assert all(max(g for gen in r for g in gen.gammas) >= 4 for r in runs)
+    assert mean_ratio(runs) >= 1.15
 
 
 def test_exploring_costs_at_most_its_budget_where_nothing_pays():
