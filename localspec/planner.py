@@ -206,7 +206,8 @@ class Planner:
     choice by the trackers' min_gain. Each step measures what it ran: the verify seconds of its width
     (taught to every source: the target is the same), and the drafting source's cost, acceptance and
     where its stop rule ended the draft (a model step's γ is a cap: it is priced by where its drafts
-    are likely to end within it, costmodel.DraftStops).
+    are likely to end within it, costmodel.DraftStops). An exploratory model step's stop rule lets
+    the draft reach the first verify width not yet measured (CostTracker.draft_stop).
     So a width is only chosen once measured or while its measurement is worth its bounded cost, and
     as measurements come in the optimistic estimate falls to the point estimate and exploring stops.
     """
