@@ -97,6 +97,7 @@ class CostTracker:
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
     saved_verify: VerifyCurve = field(default_factory=VerifyCurve)  # the curve as saved, plain step too
     own_drafts: int = 0   # drafting steps this tracker has measured itself
+    proposals: int = 0    # proposals whose acceptance it counts, over every process that saved it (from_dict)
 
     def confirmed(self) -> bool:
         """Whether the point estimate rests on this process's own measurements: loaded ones may be
@@ -134,6 +135,7 @@ class CostTracker:
         guesses that continued another drafter's draft in its verify (a hybrid's handoff,
         planner.Handoff), whose costs are that drafter's to record."""
         if n_drafted:
+            self.proposals += 1
             self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
             self.positions.record(n_drafted, n_accepted)
 
@@ -286,16 +288,22 @@ class CostTracker:
                 "positions": self.positions.to_rows(),
                 "buckets": {str(b): c.to_rows() for b, c in self.buckets.items()},
                 "stops": self.stops.to_rows(),
-                "confidence": [self.conf_judged, self.conf_accepted]}
+                "confidence": [self.conf_judged, self.conf_accepted],
+                "proposals": self.proposals}
 
     @classmethod
     def from_dict(cls, data: dict, max_count: int = WARM_MAX_COUNT) -> CostTracker:
         """A tracker that starts from saved measurements (files without buckets, from before they
         were kept, load with none). Counts are scaled down to at most max_count per position and per
-        confidence bin, so that this run's own steps soon outweigh them."""
+        confidence bin, so that this run's own steps soon outweigh them. A drafter whose acceptance
+        was counted over fewer than CONFIRM_STEPS proposals, over every process that saved it, is
+        learnt afresh, as a new one is (its first step a probe of one token): only what its drafts
+        do not measure is loaded (the verify curve, the overhead, its load and catch-up costs). One
+        rejected first guess would otherwise keep the draft out of every later process (may_pay),
+        and out of each where a 1-token draft cannot pay (no probe would look worth it). Files from
+        before the count was kept load as they did."""
         t = cls(loaded=True)
-        for name in ("draft_s", "overhead_s", "step_tokens", "step_s"):
-            _load_ema(getattr(t, name), data[name])
+        _load_ema(t.overhead_s, data["overhead_s"])
         _load_ema(t.load_s, data.get("load_s", [None, 0]))  # files from before lazy drafts: unmeasured
         _load_ema(t.prefill_s, data.get("prefill_s", [None, 0]))
         # files from before catch-ups were priced as batches hold a mean per token, first token included:
@@ -309,6 +317,11 @@ class CostTracker:
             _load_ema(t.saved_verify.points.setdefault(int(k), Ema()), e)
             if int(k) != 1:
                 _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
+        t.proposals = int(data.get("proposals", CONFIRM_STEPS))
+        if t.proposals < CONFIRM_STEPS:
+            return t
+        for name in ("draft_s", "step_tokens", "step_s"):
+            _load_ema(getattr(t, name), data[name])
         t.positions = PositionAcceptance.from_rows(_scaled(data["positions"], max_count))
         t.buckets = {int(b): PositionAcceptance.from_rows(_scaled(rows, max_count))
                      for b, rows in data.get("buckets", {}).items()}
