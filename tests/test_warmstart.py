@@ -12,9 +12,10 @@ from localspec import warmstart
 from localspec.config import GenerationConfig
 from localspec.drafters import NGramDrafter, Proposal
 from localspec.planner import PLAIN_SAMPLES, CostTracker, Planner
-from localspec.tracker import CONFIRM_STEPS
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair, Reply
+from localspec.tracker import CONFIRM_STEPS
+from plannersim import CPU_F16
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -196,7 +197,7 @@ def test_a_saved_draft_that_pays_is_judged_by_the_acceptance_the_planner_prices_
     # of each position accepted: the planner's point estimate gives well over 1.3x plain. Saved, the
     # counts are capped at 8 a position; pooled and smoothed towards acceptance 0 they read 0.76, and
     # no γ pays by them: a next process judged by them would not load a draft that pays.
-    verify = {1: 0.074, 2: 0.121, 3: 0.135, 4: 0.142, 5: 0.150, 6: 0.166, 7: 0.182}
+    verify = CPU_F16
     t = CostTracker()
     for _ in range(3):
         t.record(0, 0, 0.0, verify[1], 0.0003)
@@ -219,19 +220,19 @@ def test_a_draft_judged_by_one_guess_is_learnt_afresh_by_the_next_process():
         return CostTracker.from_dict(json.loads(json.dumps(t.to_dict())))
     t = CostTracker()
     for _ in range(PLAIN_SAMPLES):
-        t.record(0, 0, 0.0, 0.074, 0.0)
-    t.record(1, 0, 0.024, 0.121, 0.0, [0.9])
+        t.record(0, 0, 0.0, CPU_F16[1], 0.0)
+    t.record(1, 0, 0.024, CPU_F16[2], 0.0, [0.9])
     assert not t.may_pay(8)
     nxt = saved(t)
     assert nxt.may_pay(8) and nxt.optimistic_acceptance() == [1.0]   # the draft learnt afresh ...
     assert nxt.draft_s.value is None and 2 in nxt.verify              # ... the target's costs kept
     older = t.to_dict()
-    del older["proposals"]                                                   # a file from before the count
+    del older["proposals"]                                            # a file from before the count
     assert not CostTracker.from_dict(older).may_pay(8)
     # The next process's one guess is rejected too: two proposals over two processes keep it out.
     for _ in range(PLAIN_SAMPLES):
-        nxt.record(0, 0, 0.0, 0.074, 0.0)
-    nxt.record(1, 0, 0.024, 0.121, 0.0, [0.9])
+        nxt.record(0, 0, 0.0, CPU_F16[1], 0.0)
+    nxt.record(1, 0, 0.024, CPU_F16[2], 0.0, [0.9])
     third = saved(nxt)
     assert third.proposals == 2 and third.positions.judged == [1] and not third.may_pay(8)
 
