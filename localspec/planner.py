@@ -430,17 +430,18 @@ class Planner:
         # the most the stop rule let the draft reach: its γ, or where it handed over to a copy
         cap = None if plan.stop is None else n if copied else plan.gamma
         load_s = self.note_load(plan.source) if plan.source is not None else 0.0
-        caught_up = 0  # the tokens a catch-up before this step's draft decoded
+        caught_up, extra_s = 0, 0.0  # the tokens a catch-up before this step's draft decoded; its cost beyond
         if n:
             behind = self._behind(plan.source)
             caught_up = behind if proposal.catchup_s > 0 and behind > STEP_DECODE else 0
+            extra_s = self._beyond_first_decode(plan.source, proposal.catchup_s, caught_up)
             self._seen[plan.source] = self._length + n_accepted
-            self._charge_switches(plan.source, proposal.catchup_s)
+            self._charge_switches(plan.source, extra_s)
             if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
                 self._since_model[self._ngram] = 1
+        own_s = draft_s - load_s - extra_s  # drafting this step's tokens
         seconds, charged = draft_s + verify_s + overhead_s, None
         if self._explored is not None:
-            own_s = draft_s - load_s - proposal.catchup_s  # drafting this step's tokens
             loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s, chain)
             charged = (self._explored.source, loss)
         self.budget.charge(seconds, charged)
@@ -448,12 +449,29 @@ class Planner:
             if i == plan.source or not n:
                 # A load, and a catch-up over tokens generated while not drafting, are one-offs, not
                 # the draft's per-token cost.
-                tracker.record(n, n_accepted, draft_s - load_s - proposal.catchup_s, verify_s, overhead_s,
+                tracker.record(n, n_accepted, own_s, verify_s, overhead_s,
                                proposal.confidences, plan.bucket, width=width, emitted=emitted, cap=cap)
             else:
                 tracker.verify.add(width, verify_s)
         if caught_up:  # after the step's own draft cost is in: a catch-up is priced beyond it
             self.sources[plan.source][1].add_catchup(caught_up, proposal.catchup_s)
+
+    def _beyond_first_decode(self, source: int, catchup_s: float, k: int) -> float:
+        """What a catch-up over k tokens took beyond the decode every model step begins with. A step's
+        first draft decode takes in what the last verify emitted; after a catch-up that decode is the
+        catch-up's batch, whose last row gives the first guess. So of the batch's seconds, a one-token
+        decode is the step's own drafting (by the draft cost measured so far; before one is, by the
+        batch's measured cost per further token, or its mean per token), and only the rest is the
+        catch-up's. Counted whole, a catch-up step's draft would look a decode cheaper than it is:
+        nearly free for a one-token probe, the first step of every process."""
+        if catchup_s <= 0:
+            return 0.0
+        tracker = self.sources[source][1]
+        one = tracker.draft_s.value
+        if one is None:
+            more = tracker.catchup_s.value
+            one = catchup_s - (k - 1) * more if more is not None and k > 1 else catchup_s / max(k, 1)
+        return min(max(catchup_s - one, 0.0), catchup_s)
 
     def _loss(self, seconds: float, emitted: int, proposal: Proposal, n_accepted: int, verify_s: float,
               own_s: float, chain: bool) -> float:

@@ -279,7 +279,8 @@ def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
     for _ in range(2):
         planner.record(Plan(0, 3), Proposal([5, 6, 7], []), 1, 0.0, 0.22, 0.0)
     planner.record(Plan(1, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.3), 4, 0.16, 0.24, 0.0)
-    assert ngram[1].switch_s.value == pytest.approx(0.15)  # 0.3 s over the two n-gram steps
+    # 0.3 s less the one-token decode the model's step takes anyway (0.04 s), over the two n-gram steps
+    assert ngram[1].switch_s.value == pytest.approx(0.13)
     assert ngram[1].plan(8, 0, switch=True)[1] < ngram[1].plan(8, 0)[1]
     assert planner.plan([1] * 40, 64).source == 1  # with the catch-up counted, the model drafts
     alone = Planner([ngram], GenerationConfig(gamma=None, sampling=GREEDY))
@@ -293,7 +294,8 @@ def test_a_draft_model_far_behind_prices_its_catch_up_into_its_step():
     model = measured(0.9, 0.03)  # a step of 8 drafts: ~6.1 tokens in 0.52 s, 2.3x plain's 0.2 s a token
     planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
     assert planner.plan([1] * 20, 64).source == 0    # not prefilled: 20 behind, at its draft cost
-    planner.record(Plan(0, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.1), 4, 0.22, 0.24, 0.0)
+    # the catch-up's batch (its last row gives the first guess), then three one-token decodes
+    planner.record(Plan(0, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.1), 4, 0.1 + 3 * 0.03, 0.24, 0.0)
     assert model.catchup_s.value == pytest.approx(0.07 / 19)  # a further token of a catch-up, measured
     assert planner.plan([1] * 25, 4).source == 0     # 1 behind: no catch-up
     assert planner.plan([1] * 400, 8).source is None  # 376 behind: 1.4 s first, for 9 tokens at most
@@ -309,8 +311,8 @@ def test_a_catch_up_is_priced_as_one_batch_not_per_token():
     planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
     planner.wants_prefill(0)
     planner.plan([1] * 20, 8)
-    for n in range(24, 64, 4):  # then catch-ups over 4 tokens: 0.04 + 3 x 0.005 s each
-        planner.record(Plan(0, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.055), 0, 0.055 + 0.16, 0.24, 0.0)
+    for n in range(24, 64, 4):  # then catch-ups over 4 tokens: 0.04 + 3 x 0.005 s each, and 3 decodes more
+        planner.record(Plan(0, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.055), 0, 0.055 + 0.12, 0.24, 0.0)
         planner.plan([1] * n, 8)
     assert model.catchup_seconds(4) == pytest.approx(0.055)
     assert planner._catch_up_s(0) == pytest.approx(0.04 + 0.005 * 3)
@@ -320,6 +322,28 @@ def test_a_catch_up_is_priced_as_one_batch_not_per_token():
     fresh.add_catchup(50, 0.04 + 0.005 * 49)  # a prompt's prefill is such a batch too
     assert fresh.catchup_seconds(10) == pytest.approx(0.04 + 0.005 * 9)
     assert measured(0.9, 0.04).catchup_seconds(10) == pytest.approx(0.4)  # none measured: the draft cost each
+
+
+def test_a_catch_up_steps_draft_cost_keeps_the_decode_that_gave_its_first_guess():
+    # A model step's first guess is read from the last row of the decode that brings the draft up to
+    # the context: after plain steps, a catch-up's batch. Counted wholly as the catch-up, a one-token
+    # probe's draft would cost only its sampling, and every later plan would price the draft near
+    # free (a process's first model step is such a probe: seen as 7 ms a token for a draft that
+    # decodes one in 15-20, which loaded the draft again in every prose process).
+    model = CostTracker()
+    measure_plain(model, 0.05)
+    model.catchup_s.add(0.005)  # the prompt's prefill: 5 ms a further token
+    planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    assert planner.wants_prefill(0)
+    planner.plan([1] * 20, 8)
+    planner.plan([1] * 24, 8)  # 4 behind: the batch is a one-token decode (0.02 s) and 3 x 0.005 s
+    planner.record(Plan(0, 1), Proposal([5], [], catchup_s=0.02 + 3 * 0.005), 1, 0.02 + 3 * 0.005 + 0.001, 0.07, 0.0)
+    assert model.draft_s.value == pytest.approx(0.021)  # the first decode and the sampling
+    assert model.catchup_s.value == pytest.approx(0.005, rel=0.1)
+    # known from then on: a catch-up step counts the known one-token decode as its own
+    planner.plan([1] * 30, 8)
+    planner.record(Plan(0, 2), Proposal([5, 6], [], catchup_s=0.021 + 4 * 0.005), 2, 0.021 + 4 * 0.005 + 0.021, 0.08, 0.0)
+    assert model.draft_s.value == pytest.approx(0.021)
 
 
 def test_plain_steps_do_not_shut_a_draft_model_out():
