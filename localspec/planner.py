@@ -430,7 +430,8 @@ class Planner:
         # the most the stop rule let the draft reach: its γ, or where it handed over to a copy
         cap = None if plan.stop is None else n if copied else plan.gamma
         load_s = self.note_load(plan.source) if plan.source is not None else 0.0
-        caught_up, extra_s = 0, 0.0  # the tokens a catch-up before this step's draft decoded; its cost beyond
+        # the tokens a catch-up before this step's draft decoded, and its seconds beyond the step's first decode
+        caught_up, extra_s = 0, 0.0
         if n:
             behind = self._behind(plan.source)
             caught_up = behind if proposal.catchup_s > 0 and behind > STEP_DECODE else 0
