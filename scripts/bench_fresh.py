@@ -59,8 +59,10 @@ def main() -> None:
                 totals[name][0] += stats["generated_tokens"]
                 totals[name][1] += seconds
                 totals[name][2] += wall
+                drafted = {k: v["drafted"] for k, v in stats.get("by_drafter", {}).items()}
                 print(f"round {r} prompt {i} {name}: {stats['generated_tokens'] / seconds:.1f} tok/s, "
-                      f"{wall:.1f} s wall (warm_start {stats.get('warm_start')})", file=sys.stderr)
+                      f"{wall:.1f} s wall (warm_start {stats.get('warm_start')}, draft loaded "
+                      f"{stats.get('draft_loaded')}, drafted {drafted})", file=sys.stderr)
     n0, s0, w0 = totals["target-only"]
     # Per token: at T=0 a near-tie decided differently in a batch can end a reply earlier or later.
     print("| variant | tokens | tok/s | vs target-only | wall s | tok/s over wall | vs target-only |\n"
