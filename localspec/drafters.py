@@ -34,6 +34,7 @@ class Proposal(NamedTuple):
     parents: list[int] | None = None     # a token tree (rule_tree.Tree's parents); None: ids are a chain
     tail: int = 0                        # the last `tail` guesses continue the chain from an n-gram lookup (Handoff)
     copies: int = 0                      # the last `copies` nodes: an n-gram lookup's copy as a branch (Handoff.branch)
+    first_apart: bool = False            # the catch-up's last token was decoded alone, outside catchup_s
 
     def copies_taken(self, path: Sequence[int]) -> int:
         """How many nodes of the copy verified as a branch lie on the accepted path."""
@@ -115,6 +116,7 @@ class ModelDrafter:
         self.sampled = False  # whether this proposal's rows arrive as top-k candidates
         self.prefill_s = 0.0  # seconds the last prefill took (without a load)
         self.prefill_tokens = 0  # the tokens it decoded
+        self.timed_first = False  # whether a catch-up has decoded its last token alone (_catch_up)
 
     @property
     def ready(self) -> bool:
@@ -143,7 +145,7 @@ class ModelDrafter:
         # decode (a top_k chain on the backend) and numpy reads k floats instead of the whole row.
         top_k = candidates_needed(self.params) if rows_on_backend(self.ctx) else 0
         self.sampled = top_k > 0 and self.ctx.keep_top_k_on_backend(top_k)
-        catchup_s = self._catch_up(context)
+        catchup_s, first_apart = self._catch_up(context)
         # (token, q, parent, confidence) per node, parents first: each chain node, then its sibling if any
         nodes: list[tuple[int, Dist, int, float]] = []
         chain: list[int] = []  # the chain's tokens
@@ -182,7 +184,7 @@ class ModelDrafter:
         ids, dists, parents, confidences = (list(column) for column in zip(*nodes)) if nodes else ([], [], [], [])
         judged = tuple(confidences) if stop is not None or branch is not None else ()
         is_tree = len(set(parents)) < len(parents)  # some node has a sibling
-        return Proposal(ids, dists, judged, catchup_s, parents if is_tree else None, len(tail), len(copy))
+        return Proposal(ids, dists, judged, catchup_s, parents if is_tree else None, len(tail), len(copy), first_apart)
 
     def _next_best(self, candidates: np.ndarray | None, logits: np.ndarray, q: Dist, token: int) -> int | None:
         """The draft's likeliest token other than token, a deterministic guess: by logit at T=0 (logits
@@ -194,14 +196,30 @@ class ModelDrafter:
         others = q.ids != token
         return int(q.ids[others][np.argmax(q.probs[others])]) if others.any() else None
 
-    def _catch_up(self, context: Sequence[int]) -> float:
-        """Bring the cache to the context; the seconds it took when more than the usual step's tokens."""
+    def _catch_up(self, context: Sequence[int]) -> tuple[float, bool]:
+        """Bring the cache to the context: (the seconds it took when more than the usual step's
+        tokens, else 0.0; whether its last token was decoded apart, outside those seconds).
+
+        The last token's row gives the first guess, so a catch-up's batch also makes the step's first
+        draft decode, and its seconds alone cannot tell the two apart: a small batch costs several
+        times a token of a long one. So the drafter's first catch-up decodes the last token alone,
+        once, which times a one-token decode (the step's own drafting) apart from the catch-up
+        proper: what the planner prices a draft by is measured, not inferred from a batch."""
         # Keep what the cache shares with the context, but always re-decode the last token: its logits
         # are what the first guess is drawn from.
         t0 = time.perf_counter()
         n = self.ctx.reuse_prefix(context[:-1])
-        self.ctx.decode(context[n:], logits="last", sampled=self.sampled)
-        return time.perf_counter() - t0 if len(context) - n > STEP_DECODE else 0.0
+        if len(context) - n <= STEP_DECODE:
+            self.ctx.decode(context[n:], logits="last", sampled=self.sampled)
+            return 0.0, False
+        if self.timed_first:
+            self.ctx.decode(context[n:], logits="last", sampled=self.sampled)
+            return time.perf_counter() - t0, False
+        self.ctx.decode(context[n:-1], logits="none")
+        seconds = time.perf_counter() - t0
+        self.ctx.decode(context[-1:], logits="last", sampled=self.sampled)
+        self.timed_first = True
+        return seconds, True
 
     def _draw(self, candidates: np.ndarray | None, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, Dist]:
         """A token and the q it was drawn from: from the row's top-k candidates, or its full logits."""

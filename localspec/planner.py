@@ -435,7 +435,8 @@ class Planner:
         if n:
             behind = self._behind(plan.source)
             caught_up = behind if proposal.catchup_s > 0 and behind > STEP_DECODE else 0
-            extra_s = self._beyond_first_decode(plan.source, proposal.catchup_s, caught_up)
+            extra_s = (proposal.catchup_s if proposal.first_apart
+                       else self._beyond_first_decode(plan.source, proposal.catchup_s, caught_up))
             self._seen[plan.source] = self._length + n_accepted
             self._charge_switches(plan.source, extra_s)
             if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
@@ -455,16 +456,19 @@ class Planner:
             else:
                 tracker.verify.add(width, verify_s)
         if caught_up:  # after the step's own draft cost is in: a catch-up is priced beyond it
-            self.sources[plan.source][1].add_catchup(caught_up, proposal.catchup_s)
+            batch = caught_up - int(proposal.first_apart)  # the tokens its batch decoded
+            self.sources[plan.source][1].add_catchup(batch, proposal.catchup_s)
 
     def _beyond_first_decode(self, source: int, catchup_s: float, k: int) -> float:
         """What a catch-up over k tokens took beyond the decode every model step begins with. A step's
         first draft decode takes in what the last verify emitted; after a catch-up that decode is the
         catch-up's batch, whose last row gives the first guess. So of the batch's seconds, a one-token
-        decode is the step's own drafting (by the draft cost measured so far; before one is, by the
-        batch's measured cost per further token, or its mean per token), and only the rest is the
-        catch-up's. Counted whole, a catch-up step's draft would look a decode cheaper than it is:
-        nearly free for a one-token probe, the first step of every process."""
+        decode is the step's own drafting, and only the rest is the catch-up's. Counted whole, a
+        catch-up step's draft would look a decode cheaper than it is: nearly free for a one-token
+        probe. The drafter's first catch-up times that decode apart (Proposal.first_apart), so the
+        one-token decode is priced here by the draft cost measured; only a tracker that has none
+        (another sampling mode's, in a process whose drafter has timed its decode already) falls
+        back on the batch's measured cost per further token, or its mean per token."""
         if catchup_s <= 0:
             return 0.0
         tracker = self.sources[source][1]
@@ -516,7 +520,8 @@ class Planner:
         if n_accepted >= own:
             self.sources[self._ngram][1].record_acceptance(proposal.tail, n_accepted - own, plan.handoff.bucket)
         confidences = proposal.confidences[:own]
-        return Proposal(proposal.ids[:own], proposal.q[:own], confidences, proposal.catchup_s), min(n_accepted, own)
+        return Proposal(proposal.ids[:own], proposal.q[:own], confidences, proposal.catchup_s,
+                        first_apart=proposal.first_apart), min(n_accepted, own)
 
     def _record_copy(self, plan: Plan, proposal: Proposal, own: int, chain: Sequence[int], n_chain: int,
                      path: Sequence[int]) -> None:
@@ -542,5 +547,5 @@ class Planner:
             self._record_copy(plan, proposal, own, chain, n_chain, path)
         confidences = tuple(proposal.confidences[i] for i in chain) if proposal.confidences else ()
         return Proposal([proposal.ids[i] for i in chain], [proposal.q[i] for i in chain], confidences,
-                        proposal.catchup_s), n_chain
+                        proposal.catchup_s, first_apart=proposal.first_apart), n_chain
 

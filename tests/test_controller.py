@@ -180,6 +180,27 @@ def test_the_draft_catches_up_on_the_context_before_each_proposal():
     assert shared >= len(prompt) - 1 and len(draft.tokens) - shared <= 2
 
 
+def test_the_drafters_first_catch_up_times_its_last_token_alone():
+    # A catch-up's last row gives the first guess, so its batch is also the step's first draft decode.
+    # The first catch-up decodes that token alone, once, so a one-token decode is timed apart from
+    # the catch-up proper; later catch-ups are one batch again.
+    _, draft = fake_contexts(n_ctx=256, context=RecordingContext)
+    drafter = ModelDrafter(draft, GREEDY)
+    prompt = tokenize(draft, "The cat sat on the mat.")
+    drafter.prefill(prompt)
+    context = prompt + tokenize(draft, " and")[-1:] + tokenize(draft, "ing so")  # plain steps since
+    first = drafter.propose(context, 1, np.random.default_rng(0))
+    batch, alone = draft.calls[-2:]
+    assert batch == ("decode", len(prompt) - 1, context[len(prompt) - 1:-1], "none")
+    assert alone == ("decode", len(context) - 1, context[-1:], "last")
+    assert first.first_apart and first.catchup_s > 0
+    assert first.ids == [int(np.argmax(draft.model.logits_at(context)))]  # the row of the whole context
+    longer = context + tokenize(draft, " the cat")
+    later = drafter.propose(longer, 1, np.random.default_rng(0))
+    assert not later.first_apart and later.catchup_s > 0
+    assert draft.calls[-1] == ("decode", len(context), longer[len(context):], "last")
+
+
 # --- sampled: the distribution is the target's --------------------------------------------------------
 def first_two(target_ctx, sources, prompt, sampling, gamma, seeds):
     """The first two emitted tokens (EOS as -1) for each seed, and how many tokens were drafted.

@@ -346,6 +346,25 @@ def test_a_catch_up_steps_draft_cost_keeps_the_decode_that_gave_its_first_guess(
     assert model.draft_s.value == pytest.approx(0.021)
 
 
+def test_a_catch_up_whose_last_token_was_decoded_apart_is_priced_by_what_was_timed():
+    # The drafter's first catch-up decodes its last token alone (ModelDrafter._catch_up): the batch is
+    # the catch-up, the lone decode the step's own drafting, each timed. Inferred from the batch
+    # instead, a 3-token catch-up of 50 ms put the first decode at 42 ms for a draft that decodes a
+    # token in 19 (a small batch costs more a token than the prompt's prefill says).
+    model = CostTracker()
+    measure_plain(model, 0.05)
+    model.catchup_s.add(0.005)  # the prompt's prefill: 5 ms a further token
+    planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    assert planner.wants_prefill(0)
+    planner.plan([1] * 20, 8)
+    planner.plan([1] * 24, 8)  # 4 behind: a batch of 3 (0.031 s), then the last token alone (0.019 s)
+    proposal = Proposal([5], [], catchup_s=0.031, first_apart=True)
+    planner.record(Plan(0, 1), proposal, 1, 0.031 + 0.019 + 0.001, 0.07, 0.0)
+    assert model.draft_s.value == pytest.approx(0.020)  # the lone decode and the sampling
+    # the batch of 3 took a one-token decode and 2 further tokens: 5.5 ms each, beside the prefill's 5
+    assert model.catchup_s.value == pytest.approx((0.005 + (0.031 - 0.020) / 2) / 2)
+
+
 def test_plain_steps_do_not_shut_a_draft_model_out():
     # Each plain step leaves the draft model one token further behind. Charged to one step, the catch-up
     # would soon price every draft out, and the model would never draft again in the generation.
