@@ -383,11 +383,11 @@ class Planner:
         return self._model is not None and source != self._model
 
     def _catch_up_s(self, source: int) -> float:
-        """What bringing source up to the context would cost before its first guess: loading its model
-        where that has not happened yet (as measured when it last did), and decoding the tokens
-        generated since it last drafted in one batch (CostTracker.catchup_seconds: a one-token decode
-        and the measured cost of each further token). Only a draft model catches up (an n-gram
-        drafter's lookup is part of its drafting)."""
+        """What bringing source up to the context would cost beyond its step's own drafting: loading
+        its model where that has not happened yet (as measured when it last did), and decoding the
+        tokens generated since it last drafted in one batch, whose one-token decode is the step's
+        first draft decode (CostTracker.catchup_seconds: the measured cost of each further token).
+        Only a draft model catches up (an n-gram drafter's lookup is part of its drafting)."""
         if source != self._model:
             return 0.0
         behind = self._behind(source)

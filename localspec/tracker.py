@@ -256,12 +256,12 @@ class CostTracker:
         self.catchup_s.add(max(0.0, seconds - one) / (k - 1) if one is not None else seconds / k)
 
     def catchup_seconds(self, k: int) -> float:
-        """What the draft model takes to decode k tokens it has not seen in one batch: a one-token
-        decode (its per-token draft cost) and the measured cost of each further token; until a batch
-        is measured, the draft cost for each (a batch costs less per token: the safe side)."""
-        one = self.draft_s.value or 0.0
-        more = self.catchup_s.value if self.catchup_s.value is not None else one
-        return one + (k - 1) * more if k > 0 else 0.0
+        """What a step that first decodes k tokens the draft model has not seen, in one batch, costs
+        beyond its own drafting: the batch is a one-token decode, which is the step's first draft
+        decode (priced with its γ tokens), and the measured cost of each further token; until a
+        batch is measured, the draft cost for each (a batch costs less per token: the safe side)."""
+        more = self.catchup_s.value if self.catchup_s.value is not None else self.draft_s.value or 0.0
+        return (k - 1) * more if k > 0 else 0.0
 
     def entry_s(self) -> float | None:
         """What making the drafter ready cost when it last was: its model's load and a prompt's prefill."""

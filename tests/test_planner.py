@@ -300,7 +300,7 @@ def test_a_draft_model_far_behind_prices_its_catch_up_into_its_step():
     assert planner.plan([1] * 25, 4).source == 0     # 1 behind: no catch-up
     assert planner.plan([1] * 400, 8).source is None  # 376 behind: 1.4 s first, for 9 tokens at most
     assert planner.plan([1] * 400, 64).source == 0   # ... for 65: 7.0 s for them against 13 s plain
-    assert planner.plan([1] * 60, 8).source == 0     # 36 behind: 0.16 s first, drafting still pays
+    assert planner.plan([1] * 60, 8).source == 0     # 36 behind: 0.13 s first, drafting still pays
 
 
 def test_a_catch_up_is_priced_as_one_batch_not_per_token():
@@ -314,14 +314,15 @@ def test_a_catch_up_is_priced_as_one_batch_not_per_token():
     for n in range(24, 64, 4):  # then catch-ups over 4 tokens: 0.04 + 3 x 0.005 s each, and 3 decodes more
         planner.record(Plan(0, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.055), 0, 0.055 + 0.12, 0.24, 0.0)
         planner.plan([1] * n, 8)
-    assert model.catchup_seconds(4) == pytest.approx(0.055)
-    assert planner._catch_up_s(0) == pytest.approx(0.04 + 0.005 * 3)
+    # beyond the one-token decode the step makes anyway, priced with its drafting
+    assert model.catchup_seconds(4) == pytest.approx(0.005 * 3)
+    assert planner._catch_up_s(0) == pytest.approx(0.005 * 3)
     planner.plan([1] * 116, 8)  # 60 behind (it last drafted at 56)
-    assert planner._catch_up_s(0) == pytest.approx(0.04 + 0.005 * 59)  # not 60 x 0.055 / 4 = 0.83 s
+    assert planner._catch_up_s(0) == pytest.approx(0.005 * 59)  # not 60 x 0.055 / 4 = 0.83 s
     fresh = measured(0.9, 0.04)
     fresh.add_catchup(50, 0.04 + 0.005 * 49)  # a prompt's prefill is such a batch too
-    assert fresh.catchup_seconds(10) == pytest.approx(0.04 + 0.005 * 9)
-    assert measured(0.9, 0.04).catchup_seconds(10) == pytest.approx(0.4)  # none measured: the draft cost each
+    assert fresh.catchup_seconds(10) == pytest.approx(0.005 * 9)
+    assert measured(0.9, 0.04).catchup_seconds(10) == pytest.approx(0.36)  # none measured: the draft cost each
 
 
 def test_a_catch_up_steps_draft_cost_keeps_the_decode_that_gave_its_first_guess():
