@@ -451,7 +451,7 @@ class Planner:
             if i == plan.source or not n:
                 # A load, and a catch-up over tokens generated while not drafting, are one-offs, not
                 # the draft's per-token cost.
-                tracker.record(n, n_accepted, own_s, verify_s, overhead_s,
+                tracker.record(n, n_accepted, _bounded_by_batch(own_s, proposal), verify_s, overhead_s,
                                proposal.confidences, plan.bucket, width=width, emitted=emitted, cap=cap)
             else:
                 tracker.verify.add(width, verify_s)
@@ -548,4 +548,16 @@ class Planner:
         confidences = tuple(proposal.confidences[i] for i in chain) if proposal.confidences else ()
         return Proposal([proposal.ids[i] for i in chain], [proposal.q[i] for i in chain], confidences,
                         proposal.catchup_s, first_apart=proposal.first_apart), n_chain
+
+
+def _bounded_by_batch(own_s: float, proposal: Proposal) -> float:
+    """A step's drafting seconds as its tracker keeps them. Where the catch-up's last token was decoded
+    apart (Proposal.first_apart), the batch before it decoded two tokens or more, which costs at least
+    what one costs alone: a step whose decodes took longer each than that whole batch was held up by
+    something else (a page fault, another process), and that one sample, the first of the draft's
+    cost, would keep the draft out for the rest of the process. It is counted at the batch's seconds
+    a token."""
+    if proposal.first_apart and proposal.catchup_s > 0:
+        return min(own_s, len(proposal.ids) * proposal.catchup_s)
+    return own_s
 

@@ -364,6 +364,16 @@ def test_a_catch_up_whose_last_token_was_decoded_apart_is_priced_by_what_was_tim
     assert model.draft_s.value == pytest.approx(0.020)  # the lone decode and the sampling
     # the batch of 3 took a one-token decode and 2 further tokens: 5.5 ms each, beside the prefill's 5
     assert model.catchup_s.value == pytest.approx((0.005 + (0.031 - 0.020) / 2) / 2)
+    # A lone decode slower than the whole batch before it was held up by something else: one such
+    # first sample would price the draft out of the process. It counts at the batch's seconds.
+    held = CostTracker()
+    measure_plain(held, 0.05)
+    planner = Planner([(Named("model"), held)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.wants_prefill(0)
+    planner.plan([1] * 20, 8)
+    planner.plan([1] * 24, 8)
+    planner.record(Plan(0, 1), proposal, 1, 0.031 + 0.097, 0.07, 0.0)
+    assert held.draft_s.value == pytest.approx(0.031)
 
 
 def test_plain_steps_do_not_shut_a_draft_model_out():
