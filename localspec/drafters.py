@@ -209,17 +209,15 @@ class ModelDrafter:
         # are what the first guess is drawn from.
         t0 = time.perf_counter()
         n = self.ctx.reuse_prefix(context[:-1])
-        if len(context) - n <= STEP_DECODE:
-            self.ctx.decode(context[n:], logits="last", sampled=self.sampled)
-            return 0.0, False
-        if self.timed_first:
-            self.ctx.decode(context[n:], logits="last", sampled=self.sampled)
-            return time.perf_counter() - t0, False
-        self.ctx.decode(context[n:-1], logits="none")
-        seconds = time.perf_counter() - t0
-        self.ctx.decode(context[-1:], logits="last", sampled=self.sampled)
-        self.timed_first = True
-        return seconds, True
+        catching_up = len(context) - n > STEP_DECODE
+        if catching_up and not self.timed_first:
+            self.ctx.decode(context[n:-1], logits="none")
+            seconds = time.perf_counter() - t0
+            self.ctx.decode(context[-1:], logits="last", sampled=self.sampled)
+            self.timed_first = True
+            return seconds, True
+        self.ctx.decode(context[n:], logits="last", sampled=self.sampled)
+        return (time.perf_counter() - t0 if catching_up else 0.0), False
 
     def _draw(self, candidates: np.ndarray | None, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, Dist]:
         """A token and the q it was drawn from: from the row's top-k candidates, or its full logits."""
