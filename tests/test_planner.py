@@ -325,6 +325,16 @@ def test_a_catch_up_is_priced_as_one_batch_not_per_token():
     assert measured(0.9, 0.04).catchup_seconds(10) == pytest.approx(0.36)  # none measured: the draft cost each
 
 
+def four_behind(model: CostTracker) -> Planner:
+    """A planner over a draft model (plain step 0.05 s) prefilled at 20 tokens, planning at 24."""
+    measure_plain(model, 0.05)
+    planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    assert planner.wants_prefill(0)
+    planner.plan([1] * 20, 8)
+    planner.plan([1] * 24, 8)
+    return planner
+
+
 def test_a_catch_up_steps_draft_cost_keeps_the_decode_that_gave_its_first_guess():
     # A model step's first guess is read from the last row of the decode that brings the draft up to
     # the context: after plain steps, a catch-up's batch. Counted wholly as the catch-up, a one-token
@@ -332,12 +342,8 @@ def test_a_catch_up_steps_draft_cost_keeps_the_decode_that_gave_its_first_guess(
     # free (a process's first model step is such a probe: seen as 7 ms a token for a draft that
     # decodes one in 15-20, which loaded the draft again in every prose process).
     model = CostTracker()
-    measure_plain(model, 0.05)
     model.catchup_s.add(0.005)  # the prompt's prefill: 5 ms a further token
-    planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
-    assert planner.wants_prefill(0)
-    planner.plan([1] * 20, 8)
-    planner.plan([1] * 24, 8)  # 4 behind: the batch is a one-token decode (0.02 s) and 3 x 0.005 s
+    planner = four_behind(model)  # the batch is a one-token decode (0.02 s) and 3 x 0.005 s
     planner.record(Plan(0, 1), Proposal([5], [], catchup_s=0.02 + 3 * 0.005), 1, 0.02 + 3 * 0.005 + 0.001, 0.07, 0.0)
     assert model.draft_s.value == pytest.approx(0.021)  # the first decode and the sampling
     assert model.catchup_s.value == pytest.approx(0.005, rel=0.1)
@@ -353,12 +359,8 @@ def test_a_catch_up_whose_last_token_was_decoded_apart_is_priced_by_what_was_tim
     # instead, a 3-token catch-up of 50 ms put the first decode at 42 ms for a draft that decodes a
     # token in 19 (a small batch costs more a token than the prompt's prefill says).
     model = CostTracker()
-    measure_plain(model, 0.05)
     model.catchup_s.add(0.005)  # the prompt's prefill: 5 ms a further token
-    planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
-    assert planner.wants_prefill(0)
-    planner.plan([1] * 20, 8)
-    planner.plan([1] * 24, 8)  # 4 behind: a batch of 3 (0.031 s), then the last token alone (0.019 s)
+    planner = four_behind(model)  # a batch of 3 (0.031 s), then the last token alone (0.019 s)
     proposal = Proposal([5], [], catchup_s=0.031, first_apart=True)
     planner.record(Plan(0, 1), proposal, 1, 0.031 + 0.019 + 0.001, 0.07, 0.0)
     assert model.draft_s.value == pytest.approx(0.020)  # the lone decode and the sampling
@@ -367,11 +369,7 @@ def test_a_catch_up_whose_last_token_was_decoded_apart_is_priced_by_what_was_tim
     # A lone decode slower than the whole batch before it was held up by something else: one such
     # first sample would price the draft out of the process. It counts at the batch's seconds.
     held = CostTracker()
-    measure_plain(held, 0.05)
-    planner = Planner([(Named("model"), held)], GenerationConfig(gamma=None, sampling=GREEDY))
-    planner.wants_prefill(0)
-    planner.plan([1] * 20, 8)
-    planner.plan([1] * 24, 8)
+    planner = four_behind(held)
     planner.record(Plan(0, 1), proposal, 1, 0.031 + 0.097, 0.07, 0.0)
     assert held.draft_s.value == pytest.approx(0.031)
 
