@@ -435,8 +435,7 @@ class Planner:
         if n:
             behind = self._behind(plan.source)
             caught_up = behind if proposal.catchup_s > 0 and behind > STEP_DECODE else 0
-            extra_s = (proposal.catchup_s if proposal.first_apart
-                       else self._beyond_first_decode(plan.source, proposal.catchup_s, caught_up))
+            extra_s = self._beyond_first_decode(plan.source, proposal, caught_up)
             self._seen[plan.source] = self._length + n_accepted
             self._charge_switches(plan.source, extra_s)
             if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
@@ -459,18 +458,20 @@ class Planner:
             batch = caught_up - int(proposal.first_apart)  # the tokens its batch decoded
             self.sources[plan.source][1].add_catchup(batch, proposal.catchup_s)
 
-    def _beyond_first_decode(self, source: int, catchup_s: float, k: int) -> float:
+    def _beyond_first_decode(self, source: int, proposal: Proposal, k: int) -> float:
         """What a catch-up over k tokens took beyond the decode every model step begins with. A step's
         first draft decode takes in what the last verify emitted; after a catch-up that decode is the
         catch-up's batch, whose last row gives the first guess. So of the batch's seconds, a one-token
         decode is the step's own drafting, and only the rest is the catch-up's. Counted whole, a
         catch-up step's draft would look a decode cheaper than it is: nearly free for a one-token
-        probe. The drafter's first catch-up times that decode apart (Proposal.first_apart), so the
-        one-token decode is priced here by the draft cost measured; only a tracker that has none
-        (another sampling mode's, in a process whose drafter has timed its decode already) falls
-        back on the batch's measured cost per further token, or its mean per token."""
-        if catchup_s <= 0:
-            return 0.0
+        probe. The drafter's first catch-up times that decode apart (Proposal.first_apart): then the
+        batch is all catch-up. Later ones price the one-token decode by the draft cost measured; only
+        a tracker that has none (another sampling mode's, in a process whose drafter has timed its
+        decode already) falls back on the batch's measured cost per further token, or its mean per
+        token."""
+        catchup_s = proposal.catchup_s
+        if catchup_s <= 0 or proposal.first_apart:
+            return max(catchup_s, 0.0)
         tracker = self.sources[source][1]
         one = tracker.draft_s.value
         if one is None:
