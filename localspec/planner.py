@@ -170,7 +170,9 @@ class ExploreBudget:
     CostTracker.cautious_acceptance), and afterwards its measured loss is added to spent[source].
     So each source's exploration in a generation costs at most ε of its time (ε of W plain steps'
     time, for a shorter one) plus what its last exploratory step lost beyond the cautious
-    prediction: ε for a single drafter, 2ε for the hybrid. The budget is per source so that one
+    prediction: ε for a single drafter, 2ε for the hybrid. One step is outside it: the first probe
+    of a draft model made ready for the generation and not yet measured (Planner._entry_paid), one
+    token, once per tracker; its loss still counts here. The budget is per source so that one
     drafter's learning never starves the other's: the hybrid learns each part as the part alone
     would. Every term is in seconds of the machine at hand, so the rule compares ratios only."""
 
@@ -363,12 +365,21 @@ class Planner:
         loss = lambda gamma: catch_up + point_s[gamma] - point_tokens[gamma] / r_best  # noqa: E731
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
             rate = max(hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(1, offer.gamma + 1))
-            return best._replace(gamma=1, rate=rate) if self.budget.allows(offer.source, loss(1), plain_s) else best
+            affordable = self.budget.allows(offer.source, loss(1), plain_s) or self._entry_paid(offer.source)
+            return best._replace(gamma=1, rate=rate) if affordable else best
         for gamma in range(1, offer.gamma + 1):
             rate = hope_tokens[gamma] / max(hope_s[gamma], 1e-300)
             if rate > best.rate and self.budget.allows(offer.source, loss(gamma), plain_s):
                 best = Choice(offer.source, gamma, offer.bucket, rate)
         return best
+
+    def _entry_paid(self, source: int) -> bool:
+        """Whether source is a draft model made ready for this generation (loaded, the prompt taken
+        in) whose cost is still unmeasured. Its one-token probe is then taken whatever the budget
+        says: the entry was paid to learn that cost, and it is the probe that learns it. Denied, the
+        draft would stay unmeasured, and every later process of the setup would pay the entry again
+        (warm start only leaves out a draft measured not to pay). Its loss is charged as any probe's."""
+        return source == self._model and source in self._prefilled and self.sources[source][1].draft_s.value is None
 
     def predict(self, source: int, n_drafted: int, tokens: float, bucket: int = 0) -> Prediction:
         """A candidate step from source that drafts n_drafted tokens, verified in one batch of

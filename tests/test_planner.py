@@ -374,6 +374,30 @@ def test_a_catch_up_whose_last_token_was_decoded_apart_is_priced_by_what_was_tim
     assert held.draft_s.value == pytest.approx(0.031)
 
 
+def test_a_draft_made_ready_is_probed_once_whatever_the_budget():
+    # The draft's load and prefill were paid to learn its cost. Where a plain step is fast and a 2-row
+    # verify costs two of them, even a one-token probe after a short catch-up exceeds the budget: seen
+    # on the EPYC, a process loaded and prefilled the draft and never drafted, and the next process,
+    # with nothing measured, paid the whole entry again. The probe is taken; its loss is charged.
+    def planner(prefilled: bool) -> tuple[Planner, CostTracker]:
+        model = CostTracker()
+        model.catchup_s.add(0.02)  # a further token of a catch-up: 20 ms
+        p = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+        assert p.wants_prefill(0) if prefilled else True
+        assert p.plan([1] * 20, 8).source is None  # the prompt ends at 20: plain steps first
+        measure_plain(model, 0.05)
+        model.verify.add(2, 0.1)
+        return p, model
+    ready, model = planner(prefilled=True)
+    assert not ready.budget.allows(0, 3 * 0.02 + 0.1 - 0.05, 0.05)  # 4 behind: its catch-up and verify
+    plan = ready.plan([1] * 24, 8)
+    assert (plan.source, plan.gamma) == (0, 1)
+    ready.record(plan, Proposal([5], [], catchup_s=0.06, first_apart=True), 0, 0.06 + 0.03, 0.1, 0.0)
+    assert model.draft_s.value == pytest.approx(0.03) and ready.budget.spent[0] > 0
+    assert ready.plan([1] * 26, 8).source is None  # measured now: the budget decides again
+    assert planner(prefilled=False)[0].plan([1] * 24, 8).source is None  # a draft not made ready: no entry paid
+
+
 def test_plain_steps_do_not_shut_a_draft_model_out():
     # Each plain step leaves the draft model one token further behind. Charged to one step, the catch-up
     # would soon price every draft out, and the model would never draft again in the generation.
