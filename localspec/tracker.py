@@ -96,6 +96,7 @@ class CostTracker:
     idle_s: float = 0.0
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
     saved_verify: VerifyCurve = field(default_factory=VerifyCurve)  # the curve as saved, plain step too
+    saved_draft_s: Ema = field(default_factory=Ema)  # the draft's cost as saved (see may_pay)
     own_drafts: int = 0   # drafting steps this tracker has measured itself
     proposals: int = 0    # proposals whose acceptance it counts, over every process that saved it (from_dict)
 
@@ -238,7 +239,7 @@ class CostTracker:
         one: a drafter that saved measurements say does not pay costs a new process nothing
         (planner.worth_preparing says when it is tried again)."""
         if self.draft_s.value is None:
-            return True  # not measured yet
+            return self._costs_allow(cap)  # acceptance not measured (or over too few proposals to load)
         if not self.confirmed():  # the saved curve: this process's plain step is not measured yet
             if 1 not in self.saved_verify:
                 return True
@@ -247,6 +248,18 @@ class CostTracker:
             return any(self.estimate(bucket, curve=self.saved_verify).best(cap, self.min_gain)[0] > 0
                        for bucket in (self.buckets or [None]))
         return self.could_pay(cap)
+
+    def _costs_allow(self, cap: int) -> bool:
+        """Whether some γ ≤ cap would beat plain decoding by min_gain if every guess were accepted,
+        by the saved draft cost and the saved verify curve (extrapolated as the point estimate does);
+        True where either is unsaved. A draft whose acceptance a single proposal measured is learnt
+        afresh (from_dict), but its cost is known: where a token of it costs most of a plain step, no
+        acceptance could make it pay, and a new process does not load it for a second look."""
+        draft = self.saved_draft_s.value
+        if draft is None or 1 not in self.saved_verify:
+            return True
+        every = Estimate([1.0], draft, self.saved_verify.seconds, self.overhead_s.value or 0.0)
+        return every.best(cap, self.min_gain)[0] > 0
 
     def add_catchup(self, k: int, seconds: float) -> None:
         """One batch of k > 1 tokens the draft model decoded (a catch-up, or a prompt's prefill):
@@ -281,7 +294,8 @@ class CostTracker:
     def to_dict(self) -> dict:
         """The measurements as JSON-ready data, for a warm start."""
         ema = lambda e: [e.value, e.n]  # noqa: E731
-        return {"draft_s": ema(self.draft_s), "overhead_s": ema(self.overhead_s), "load_s": ema(self.load_s),
+        draft_s = self.draft_s if self.draft_s.value is not None else self.saved_draft_s  # one not redone here
+        return {"draft_s": ema(draft_s), "overhead_s": ema(self.overhead_s), "load_s": ema(self.load_s),
                 "prefill_s": ema(self.prefill_s), "catchup_s": ema(self.catchup_s), "idle_s": self.idle_s,
                 "step_tokens": ema(self.step_tokens), "step_s": ema(self.step_s),
                 "verify": {str(k): ema(e) for k, e in self.verify.points.items()},
@@ -298,7 +312,8 @@ class CostTracker:
         confidence bin, so that this run's own steps soon outweigh them. A drafter whose acceptance
         was counted over fewer than CONFIRM_STEPS proposals, over every process that saved it, is
         learnt afresh, as a new one is (its first step a probe of one token): only what its drafts
-        do not measure is loaded (the verify curve, the overhead, its load and catch-up costs). One
+        do not measure is loaded (the verify curve, the overhead, its load and catch-up costs; its
+        draft cost only as saved_draft_s, for may_pay). One
         rejected first guess would otherwise keep the draft out of every later process (may_pay),
         and out of each where a 1-token draft cannot pay (no probe would look worth it). Files from
         before the count was kept load as they did."""
@@ -317,6 +332,7 @@ class CostTracker:
             _load_ema(t.saved_verify.points.setdefault(int(k), Ema()), e)
             if int(k) != 1:
                 _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
+        _load_ema(t.saved_draft_s, data["draft_s"])
         t.proposals = int(data.get("proposals", CONFIRM_STEPS))
         if t.proposals < CONFIRM_STEPS:
             return t

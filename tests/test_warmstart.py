@@ -237,6 +237,33 @@ def test_a_draft_judged_by_one_guess_is_learnt_afresh_by_the_next_process():
     assert third.proposals == 2 and third.positions.judged == [1] and not third.may_pay(8)
 
 
+def test_a_draft_whose_cost_alone_rules_it_out_is_not_loaded_again_after_one_guess():
+    # The light pair on the 2-core EPYC, traced: a plain step of 31 ms, a 2-row verify of 54, a draft
+    # token of 27. Its one guess accepted, it is learnt afresh (above), yet at that cost no acceptance
+    # could make it pay: every process loaded and prefilled it again (about 0.9 s) for a second look.
+    def saved(t):
+        return CostTracker.from_dict(json.loads(json.dumps(t.to_dict())))
+
+    def one_guess(draft_s: float) -> CostTracker:
+        t = CostTracker()
+        for _ in range(PLAIN_SAMPLES):
+            t.record(0, 0, 0.0, 0.031, 0.0)
+        t.record(1, 1, draft_s, 0.054, 0.0, [0.9])
+        return t
+    dear = saved(one_guess(0.027))
+    assert dear.draft_s.value is None and dear.optimistic_acceptance() == [1.0]  # learnt afresh ...
+    assert not dear.may_pay(8)                                                 # ... but not loaded
+    for _ in range(PLAIN_SAMPLES):  # a process that did not load it decodes plain ...
+        dear.record(0, 0, 0.0, 0.032, 0.0)
+    assert not saved(dear).may_pay(8)  # ... and saves the draft's cost as it found it
+    assert saved(one_guess(0.004)).may_pay(8)  # a cheap draft could pay: loaded for its second look
+    cold = CountingLoads()
+    first = lazy_pair(cold)
+    warmstart.save(first.plan_key, {("model", True): one_guess(0.027)})
+    warm = CountingLoads()
+    assert lazy_pair(warm).draft_model is None and warm.loads == 0
+
+
 def test_a_draft_that_does_not_pay_here_is_never_loaded_by_the_next_process():
     cold = CountingLoads()
     first = lazy_pair(cold)
