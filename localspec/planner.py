@@ -172,7 +172,8 @@ class ExploreBudget:
     time, for a shorter one) plus what its last exploratory step lost beyond the cautious
     prediction: ε for a single drafter, 2ε for the hybrid. One step is outside it: the first probe
     of a draft model made ready for the generation and not yet measured (Planner._entry_paid), one
-    token, once per tracker; its loss still counts here. The budget is per source so that one
+    token, once per tracker, counts as part of making it ready, as its load and prefill do. The
+    budget is per source so that one
     drafter's learning never starves the other's: the hybrid learns each part as the part alone
     would. Every term is in seconds of the machine at hand, so the rule compares ratios only."""
 
@@ -378,7 +379,10 @@ class Planner:
         in) whose cost is still unmeasured. Its one-token probe is then taken whatever the budget
         says: the entry was paid to learn that cost, and it is the probe that learns it. Denied, the
         draft would stay unmeasured, and every later process of the setup would pay the entry again
-        (warm start only leaves out a draft measured not to pay). Its loss is charged as any probe's."""
+        (warm start only leaves out a draft measured not to pay). So the probe is part of the entry,
+        and its loss is not charged to the budget: charged, a probe that costs more than the budget's
+        grace (a 2-row verify of 1.6 plain steps, where W ε is 1.28) left no room for the next one,
+        which the first guess's acceptance could not yet price above one token."""
         return source == self._model and source in self._prefilled and self.sources[source][1].draft_s.value is None
 
     def predict(self, source: int, n_drafted: int, tokens: float, bucket: int = 0) -> Prediction:
@@ -455,7 +459,8 @@ class Planner:
         seconds, charged = draft_s + verify_s + overhead_s, None
         if self._explored is not None:
             loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s, chain)
-            charged = (self._explored.source, loss)
+            source = self._explored.source
+            charged = (source, 0.0 if self._entry_paid(source) else loss)  # an entry's probe is the entry's
         self.budget.charge(seconds, charged)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
