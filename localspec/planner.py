@@ -172,10 +172,10 @@ class ExploreBudget:
     time, for a shorter one) plus what its last exploratory step lost beyond the cautious
     prediction: ε for a single drafter, 2ε for the hybrid. One step is outside it: the first probe
     of a draft model made ready for the generation and not yet measured (Planner._entry_paid), one
-    token, once per tracker, counts as part of making it ready, as its load and prefill do. The
-    budget is per source so that one
-    drafter's learning never starves the other's: the hybrid learns each part as the part alone
-    would. Every term is in seconds of the machine at hand, so the rule compares ratios only."""
+    token, once per tracker, is part of making it ready, as its load and prefill are. The budget is
+    per source so that one drafter's learning never starves the other's: the hybrid learns each
+    part as the part alone would. Every term is in seconds of the machine at hand, so the rule
+    compares ratios only."""
 
     def __init__(self, fraction: float = EXPLORE_FRACTION, grace_steps: int = GRACE_STEPS):
         self.fraction, self.grace_steps = fraction, grace_steps
@@ -380,9 +380,9 @@ class Planner:
         says: the entry was paid to learn that cost, and it is the probe that learns it. Denied, the
         draft would stay unmeasured, and every later process of the setup would pay the entry again
         (warm start only leaves out a draft measured not to pay). So the probe is part of the entry,
-        and its loss is not charged to the budget: charged, a probe that costs more than the budget's
-        grace (a 2-row verify of 1.6 plain steps, where W ε is 1.28) left no room for the next one,
-        which the first guess's acceptance could not yet price above one token."""
+        and its loss is not charged to the budget: where a 2-row verify costs more than the budget's
+        grace, a charged probe left no room for the next one, which one accepted guess cannot yet
+        price above one token, and the draft stayed at one token for the generation."""
         return source == self._model and source in self._prefilled and self.sources[source][1].draft_s.value is None
 
     def predict(self, source: int, n_drafted: int, tokens: float, bucket: int = 0) -> Prediction:

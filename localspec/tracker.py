@@ -294,7 +294,7 @@ class CostTracker:
     def to_dict(self) -> dict:
         """The measurements as JSON-ready data, for a warm start."""
         ema = lambda e: [e.value, e.n]  # noqa: E731
-        draft_s = self.draft_s if self.draft_s.value is not None else self.saved_draft_s  # one not redone here
+        draft_s = self.draft_s if self.draft_s.value is not None else self.saved_draft_s  # kept if not remeasured
         return {"draft_s": ema(draft_s), "overhead_s": ema(self.overhead_s), "load_s": ema(self.load_s),
                 "prefill_s": ema(self.prefill_s), "catchup_s": ema(self.catchup_s), "idle_s": self.idle_s,
                 "step_tokens": ema(self.step_tokens), "step_s": ema(self.step_s),
