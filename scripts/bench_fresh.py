@@ -4,7 +4,9 @@
 (plans saved in the model store by earlier runs). Prints each variant's tokens/s over prefill and
 decoding, summed over its runs, and its ratio to --target-only from this one run; and the same over
 each process's wall time, model loading included (what a user waits for: a draft costs its load).
-Both are per generated token.
+Both are per generated token. A second table groups the auto processes by whether they loaded the
+draft, each against the target-only process of the same prompt and round: what the draft's entry
+costs, apart from the spread between processes.
 
     python scripts/bench_fresh.py --prompts scripts/prompts/prose.jsonl --rounds 3 -n 96
 """
@@ -51,6 +53,7 @@ def main() -> None:
 
     prompts = load_prompts(args.prompts, args.n_prompts)
     totals = {name: [0, 0.0, 0.0] for name in VARIANTS}  # tokens, prefill + decode seconds, wall seconds
+    beside: dict[tuple[str, bool], list[float]] = {}  # (variant, draft loaded) -> ratios to target-only's process
     for r in range(args.rounds):
         for i, prompt in enumerate(prompts):
             for name, (flags, env) in VARIANTS.items():
@@ -59,6 +62,11 @@ def main() -> None:
                 totals[name][0] += stats["generated_tokens"]
                 totals[name][1] += seconds
                 totals[name][2] += wall
+                rate = stats["generated_tokens"] / seconds
+                if name == "target-only":
+                    plain_rate = rate
+                else:
+                    beside.setdefault((name, bool(stats.get("draft_loaded"))), []).append(rate / plain_rate)
                 drafted = {k: v["drafted"] for k, v in stats.get("by_drafter", {}).items()}
                 print(f"round {r} prompt {i} {name}: {stats['generated_tokens'] / seconds:.1f} tok/s, "
                       f"{wall:.1f} s wall (warm_start {stats.get('warm_start')}, draft loaded "
@@ -69,6 +77,13 @@ def main() -> None:
           "|---|---|---|---|---|---|---|")
     for name, (n, s, w) in totals.items():
         print(f"| {name} | {n} | {n / s:.1f} | {n / s / (n0 / s0):.2f}x | {w:.1f} | {n / w:.1f} | {n / w / (n0 / w0):.2f}x |")
+    # The spread between processes, apart from what the draft costs: each process against the
+    # target-only process of the same prompt and round, grouped by whether it loaded the draft.
+    print("\n| variant | draft loaded | processes | mean vs the target-only process beside it | range |\n"
+          "|---|---|---|---|---|")
+    for (name, loaded), ratios in sorted(beside.items()):
+        print(f"| {name} | {'yes' if loaded else 'no'} | {len(ratios)} | {sum(ratios) / len(ratios):.2f}x | "
+              f"{min(ratios):.2f}–{max(ratios):.2f}x |")
 
 
 if __name__ == "__main__":
