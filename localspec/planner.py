@@ -460,7 +460,8 @@ class Planner:
         if self._explored is not None:
             loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s, chain)
             source = self._explored.source
-            charged = (source, 0.0 if self._entry_paid(source) else loss)  # an entry's probe is the entry's
+            # an entry's probe is the entry's (asked before the trackers below record its draft cost)
+            charged = (source, 0.0 if self._entry_paid(source) else loss)
         self.budget.charge(seconds, charged)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
