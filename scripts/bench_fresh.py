@@ -68,7 +68,7 @@ def main() -> None:
                 else:
                     beside.setdefault((name, bool(stats.get("draft_loaded"))), []).append(rate / plain_rate)
                 drafted = {k: v["drafted"] for k, v in stats.get("by_drafter", {}).items()}
-                print(f"round {r} prompt {i} {name}: {stats['generated_tokens'] / seconds:.1f} tok/s, "
+                print(f"round {r} prompt {i} {name}: {rate:.1f} tok/s, "
                       f"{wall:.1f} s wall (warm_start {stats.get('warm_start')}, draft loaded "
                       f"{stats.get('draft_loaded')}, drafted {drafted})", file=sys.stderr)
     n0, s0, w0 = totals["target-only"]
