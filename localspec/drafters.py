@@ -274,12 +274,15 @@ class NGramDrafter:
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator | None = None,
                 stop: StopRule | None = None, branch: BranchRule | None = None,
                 handoff: Handoff | None = None) -> Proposal:
+        ids = self._match(context, k)
+        return Proposal(ids, [one_hot(t) for t in ids]) if ids else NO_PROPOSAL
+
+    def _match(self, context: Sequence[int], k: int) -> list[int]:
+        """The lookup of propose() and offer(): up to k tokens, the match's n, reach and end kept."""
         self._sync(context)
         ids, self.last_n, self.last_match, self.last_at = self._lookup((), k)
-        if not ids:
-            return NO_PROPOSAL
         self.last_len = len(ids)
-        return Proposal(ids, [one_hot(t) for t in ids])
+        return ids
 
     def continuation(self, context: Sequence[int], draft: Sequence[int], k: int) -> tuple[list[int], int, int]:
         """(up to k tokens that continue context + draft, how far their match reaches back, where its
@@ -338,7 +341,7 @@ class NGramDrafter:
         self._sync(prompt, full_check=True)
 
     def offer(self, context: Sequence[int], k: int) -> int:
-        return len(self.propose(context, k).ids)  # O(n_max): a lookup, nothing more
+        return len(self._match(context, k))  # O(n_max): a lookup, no proposal built
 
     def acceptance(self) -> dict[int, float]:
         """Fraction of proposed tokens accepted, per match length."""

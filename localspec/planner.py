@@ -284,8 +284,8 @@ class Planner:
         offers = []
         for i, (drafter, _) in enumerate(self.sources if room > 0 else []):
             fixed = self.config.gamma
-            limit = min(room, cap_of(drafter.name, self.config) if fixed is None else fixed,
-                        drafter.offer(tokens, room))
+            most = min(room, cap_of(drafter.name, self.config) if fixed is None else fixed)
+            limit = drafter.offer(tokens, most) if most > 0 else 0
             if limit > 0:
                 bucket = (ngram_bucket(drafter.last_match, drafter.last_at, self._prompt_len)
                           if drafter.name == "ngram" else 0)
@@ -326,11 +326,13 @@ class Planner:
         plain_s = self.sources[0][1].plain_seconds()
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
         for i, limit, bucket, _ in offers:
+            if not self.sources[i][1].confirmed():
+                continue  # not a known choice yet (CostTracker.confirmed)
             gamma, rate = self._known(i, limit, bucket)
-            if gamma and rate > best.rate and self.sources[i][1].confirmed():
+            if gamma and rate > best.rate:
                 best = Choice(i, gamma, bucket, rate)
         probe = max((self._probe(c, best.rate, plain_s) for c in offers), key=lambda c: c.rate)
-        if probe[:2] != best[:2] and probe.rate > best.rate * (1 + self.sources[probe.source][1].min_gain):
+        if probe.rate and probe[:2] != best[:2]:  # it beat the known choice by min_gain (_probe)
             drafter, tracker = self.sources[probe.source]
             known = (best.gamma, self._stop(drafter, tracker, best.gamma)) if best.source == probe.source else None
             self._explored = Exploration(probe.source, best.rate, known)
@@ -353,25 +355,31 @@ class Planner:
         return gamma, horizon / (horizon / rate + catch_up)
 
     def _probe(self, offer: Choice, r_best: float, plain_s: float) -> Choice:
-        """The γ ≤ offer's limit with the most optimistic tokens/s whose predicted loss fits the budget
-        (rate 0 where none does); one token while the drafter's cost is unmeasured, so that a draft
-        dearer than predicted can cost at most one token's drafting more than the budget allowed."""
+        """The γ ≤ offer's limit with the most optimistic tokens/s, if that beats r_best by the
+        tracker's min_gain and its predicted loss fits the budget (rate 0 where none does); one token
+        while the drafter's cost is unmeasured, so that a draft dearer than predicted can cost at most
+        one token's drafting more than the budget allowed. The loss is priced only for the γ that
+        could be taken: a drafter that cannot beat the known choice even optimistically, as on text
+        it does not draft well, costs the step one estimate, not three."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
-        hope, point = tracker.estimate(offer.bucket, True, switch), tracker.estimate(offer.bucket, switch=switch)
-        best = Choice(offer.source, 0, offer.bucket, 0.0)
+        hope = tracker.estimate(offer.bucket, True, switch)
         hope_tokens, hope_s = hope.tokens(offer.gamma), hope.seconds(offer.gamma)
+        rates = [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(offer.gamma + 1)]
+        floor = r_best * (1 + tracker.min_gain)
+        best = Choice(offer.source, 0, offer.bucket, 0.0)
+        if max(rates[1:], default=0.0) <= floor:
+            return best
+        point = tracker.estimate(offer.bucket, switch=switch)
         point_tokens = point.tokens(offer.gamma, tracker.cautious_acceptance(offer.bucket))
         point_s = point.seconds(offer.gamma)
         catch_up = self._catch_up_s(offer.source)
         loss = lambda gamma: catch_up + point_s[gamma] - point_tokens[gamma] / r_best  # noqa: E731
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
-            rate = max(hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(1, offer.gamma + 1))
             affordable = self.budget.allows(offer.source, loss(1), plain_s) or self._entry_paid(offer.source)
-            return best._replace(gamma=1, rate=rate) if affordable else best
+            return best._replace(gamma=1, rate=max(rates[1:])) if affordable else best
         for gamma in range(1, offer.gamma + 1):
-            rate = hope_tokens[gamma] / max(hope_s[gamma], 1e-300)
-            if rate > best.rate and self.budget.allows(offer.source, loss(gamma), plain_s):
-                best = Choice(offer.source, gamma, offer.bucket, rate)
+            if rates[gamma] > max(best.rate, floor) and self.budget.allows(offer.source, loss(gamma), plain_s):
+                best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
         return best
 
     def _entry_paid(self, source: int) -> bool:
