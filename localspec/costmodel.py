@@ -75,10 +75,15 @@ def _on(go_on: Sequence[float], i: int) -> float:
 def expected_tokens_upto(accept: Sequence[float], gamma_max: int, tokens_on: Sequence[float] = ()) -> list[float]:
     """E(γ) for every γ in 0..gamma_max, in one pass: expected_tokens(accept, γ) where every draft
     runs to its cap; with tokens_on (g_i, see the module docstring), where a stop rule may end it."""
-    totals, reach = [1.0], 1.0
+    totals, reach, total = [1.0], 1.0, 1.0
+    n, last, n_on = len(accept), accept[-1], len(tokens_on)  # (_on inlined: the planner's every step)
     for i in range(gamma_max):
-        reach *= (accept[i] if i < len(accept) else accept[-1]) * _on(tokens_on, i)
-        totals.append(totals[-1] + reach)
+        a = accept[i] if i < n else last
+        if 0 < i <= n_on:
+            a *= tokens_on[i - 1]
+        reach *= a
+        total += reach
+        totals.append(total)
     return totals
 
 
@@ -91,11 +96,14 @@ def expected_seconds_upto(gamma_max: int, draft_s: float, verify_s: Callable[[in
                           draft_on: Sequence[float] = ()) -> list[float]:
     """S(γ) for every γ in 0..gamma_max (the module docstring): step_seconds(γ) where every draft
     runs to its cap; with draft_on (u_i), the expected seconds over where a stop rule ends it."""
-    totals, reach, last = [step_seconds(0, draft_s, verify_s, overhead_s)], 1.0, verify_s(1)
+    total, reach, last, n_on = step_seconds(0, draft_s, verify_s, overhead_s), 1.0, verify_s(1), len(draft_on)
+    totals = [total]
     for n in range(1, gamma_max + 1):
-        reach *= _on(draft_on, n - 1)  # P(N ≥ n)
+        if 1 < n <= n_on + 1:
+            reach *= draft_on[n - 2]  # P(N ≥ n): _on(draft_on, n - 1), inlined
         cost = n * draft_s + verify_s(n + 1)
-        totals.append(totals[-1] + reach * (cost - last))
+        total += reach * (cost - last)
+        totals.append(total)
         last = cost
     return totals
 
@@ -222,14 +230,16 @@ class VerifyCurve:
 
     def __init__(self, means: dict[int, float] | None = None):
         self.points: dict[int, Ema] = {}
-        self._memo: dict[tuple[int, bool], float] = {}
-        self._known: list[tuple[int, float]] = []
+        self._memo: tuple[dict[int, float], dict[int, float]] = ({}, {})  # seconds(k), optimistic(k)
+        self._known: list[tuple[int, float]] | None = None  # known(), until the next add
         for k, seconds in (means or {}).items():
             self.add(k, seconds)
 
     def add(self, k: int, seconds: float) -> None:
         """One measured verify of k tokens."""
-        self._memo.clear()
+        self._memo[0].clear()
+        self._memo[1].clear()
+        self._known = None
         self.points.setdefault(k, Ema()).add(seconds)
 
     def __contains__(self, k: int) -> bool:
@@ -245,11 +255,13 @@ class VerifyCurve:
 
     def seconds(self, k: int) -> float:
         """Measured, interpolated or extrapolated seconds for a batch of k (0.0 before any measurement)."""
-        return self._lookup(k, False)
+        t = self._memo[0].get(k)  # the planner reads each width several times a step
+        return self._lookup(k, False) if t is None else t
 
     def optimistic(self, k: int) -> float:
         """The least a batch of k may cost given the measurements (see the class docstring)."""
-        return self._lookup(k, True)
+        t = self._memo[1].get(k)
+        return self._lookup(k, True) if t is None else t
 
     def next_width(self, k: int) -> float:
         """The estimate, with the first size wider than every measured one as optimistic() takes it
@@ -259,14 +271,12 @@ class VerifyCurve:
         return self.optimistic(k) if self.points and k == max(self.points) + 1 else self.seconds(k)
 
     def _lookup(self, k: int, optimistic: bool) -> float:
-        t = self._memo.get((k, optimistic))
-        if t is None:
-            if not self._memo:
-                self._known = self.known()
-            t = self._estimate(k, self._known)
-            if optimistic and self._known and k > self._known[-1][0]:
-                t = min(t, self._known[-1][1])
-            self._memo[(k, optimistic)] = t
+        if self._known is None:
+            self._known = self.known()
+        t = self._estimate(k, self._known)
+        if optimistic and self._known and k > self._known[-1][0]:
+            t = min(t, self._known[-1][1])
+        self._memo[optimistic][k] = t
         return t
 
     def _estimate(self, k: int, known: list[tuple[int, float]]) -> float:
