@@ -10,10 +10,11 @@ generation's time per drafter, counting a generation as at least GRACE_STEPS pla
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple, Sequence
 
 from .config import GenerationConfig
-from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
+from .costmodel import FALLBACK_P_MIN, Ema, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
 from .drafters import STEP_DECODE, Drafter, NGramDrafter, Proposal, StopRule
 from .tracker import CostTracker
 from .treeplan import BranchRule, branch_rule, tree_outcome
@@ -24,6 +25,12 @@ GRACE_STEPS = 128         # ... counting a generation as at least this many plai
 # step, and while drafting pays nothing measures it again: a process's first target decode can cost
 # several times the next ones (its weights still faulting in), and the median of three drops it.
 PLAIN_SAMPLES = 3
+# Pricing a drafter (its point and optimistic estimates) takes the controller tens of microseconds a
+# step. One that lost to plain decoding is priced again once this fraction of the generation's
+# seconds since covers what pricing it took (Planner._rests): nothing on a CPU, whose steps take
+# milliseconds, but where a step takes about a millisecond (a GPU), pricing every step would cost
+# more than the budget lets exploration lose.
+PRICE_FRACTION = EXPLORE_FRACTION
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -82,6 +89,17 @@ class Choice(NamedTuple):
     gamma: int
     bucket: int
     rate: float
+
+
+class Resting(NamedTuple):
+    """A drafter that lost at its last pricing: its offer then (bucket, γ limit), the step's room,
+    the generation's seconds at that step (ExploreBudget.elapsed) and the seconds pricing it took."""
+
+    bucket: int
+    limit: int
+    room: int
+    since: float
+    cost: float
 
 
 class Exploration(NamedTuple):
@@ -215,6 +233,8 @@ class Planner:
     as measurements come in the optimistic estimate falls to the point estimate and exploring stops.
     """
 
+    clock = staticmethod(time.perf_counter)  # what times the planner's own pricing (_rests)
+
     def __init__(self, sources: Sequence[tuple[Drafter, CostTracker]], config: GenerationConfig,
                  budget: ExploreBudget | None = None, max_branches: int = 1):
         """max_branches: the branches one verify can hold (the target context's sequences; 1: chains)."""
@@ -233,6 +253,8 @@ class Planner:
         self._ngram = next((i for i, (d, _) in enumerate(self.sources) if d.name == "ngram"), None)
         self._room = 0                     # the most the last plan could draft
         self._since_model: dict[int, int] = {}  # other sources' drafting steps since the model last drafted
+        self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
+        self._pricing: dict[int, Ema] = {}      # seconds pricing each source takes (a pause is not typical)
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -325,20 +347,55 @@ class Planner:
             return Choice(None, 0, 0, 0.0)  # plain decoding measures a one-token verify first
         plain_s = self.sources[0][1].plain_seconds()
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
-        for i, limit, bucket, _ in offers:
-            if not self.sources[i][1].confirmed():
-                continue  # not a known choice yet (CostTracker.confirmed)
-            gamma, rate = self._known(i, limit, bucket)
-            if gamma and rate > best.rate:
-                best = Choice(i, gamma, bucket, rate)
-        probe = max((self._probe(c, best.rate, plain_s) for c in offers), key=lambda c: c.rate)
-        if probe.rate and probe[:2] != best[:2]:  # it beat the known choice by min_gain (_probe)
+        live = [c for c in offers if not self._rests(c)]
+        priced = {}  # source -> seconds pricing it took
+        for i, limit, bucket, _ in live:
+            t0 = self.clock()
+            if self.sources[i][1].confirmed():  # else not a known choice yet (CostTracker.confirmed)
+                gamma, rate = self._known(i, limit, bucket)
+                if gamma and rate > best.rate:
+                    best = Choice(i, gamma, bucket, rate)
+            priced[i] = self.clock() - t0
+        probes = []
+        for c in live:
+            t0 = self.clock()
+            probes.append(self._probe(c, best.rate, plain_s))
+            priced[c.source] += self.clock() - t0
+        probe = max(probes, key=lambda c: c.rate, default=None)
+        # the probe beat the known choice by min_gain (_probe)
+        chosen = probe if probe is not None and probe.rate and probe[:2] != best[:2] else best
+        self._rest(live, chosen.source, priced)
+        if chosen is probe:
             drafter, tracker = self.sources[probe.source]
             known = (best.gamma, self._stop(drafter, tracker, best.gamma)) if best.source == probe.source else None
             self._explored = Exploration(probe.source, best.rate, known)
             self.explored += 1
-            return probe
-        return best
+        return chosen
+
+    def _rests(self, offer: Choice) -> bool:
+        """Whether offer's source is left unpriced this step: it lost at its last pricing; its offer
+        is no better than it was then (the same bucket, no more tokens, no more room, and so a
+        draft model's catch-up no shorter and spread over no more tokens); no step has drafted since
+        (a draft measures verify widths and acceptance, which move every estimate); and
+        PRICE_FRACTION of the generation's seconds since do not yet cover what that pricing took.
+        Its estimates have then moved only by the plain steps' measurements, and a choice that
+        lost to plain decoding stays lost until enough of those add up."""
+        rest = self._resting.get(offer.source)
+        return (rest is not None and offer.bucket == rest.bucket and offer.gamma <= rest.limit
+                and self._room <= rest.room and PRICE_FRACTION * (self.budget.elapsed - rest.since) < rest.cost)
+
+    def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float]) -> None:
+        """Keep which priced sources lost this step (see _rests); the chosen one is not resting. What
+        a pricing takes is a moving average (Ema): one held up by a pause of the process would
+        otherwise leave its source unpriced for a hundred times the pause."""
+        for offer in priced:
+            cost = self._pricing.setdefault(offer.source, Ema())
+            cost.add(seconds[offer.source])
+            if offer.source == chosen:
+                self._resting.pop(offer.source, None)
+            else:
+                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed,
+                                                      cost.value)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
@@ -464,6 +521,8 @@ class Planner:
             if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
                 self._since_model[self._ngram] = 1
         own_s = draft_s - load_s - extra_s  # drafting this step's tokens
+        if n:
+            self._resting.clear()  # what the step measured moves every source's estimates
         seconds, charged = draft_s + verify_s + overhead_s, None
         if self._explored is not None:
             loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s, chain)

@@ -10,7 +10,8 @@ import pytest
 from localspec.config import GenerationConfig
 from localspec.costmodel import FixedStop, VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal
-from localspec.planner import EXPLORE_FRACTION, PLAIN_SAMPLES, CostTracker, ExploreBudget, Plan, Planner
+from localspec.planner import (EXPLORE_FRACTION, PLAIN_SAMPLES, PRICE_FRACTION, Choice, CostTracker, ExploreBudget,
+                               Plan, Planner)
 from localspec.sampling import SamplingParams
 from plannersim import COPY, CPU_F16, CPU_LIGHT, GPU_FLAT, PROSE, Region, curve, generate, run_set, set_ratio
 
@@ -267,6 +268,59 @@ def measured(accept: float, draft_s: float) -> CostTracker:
         t.positions.record(1, int(i < accept * 200))
     t.buckets = {0: t.positions}
     return t
+
+
+class PricingClock:
+    """A clock that moves on `each` seconds at every reading: pricing a source reads it four times
+    (around its known choice and around its probe), and so takes 2 × each."""
+
+    def __init__(self, each: float):
+        self.now, self.each = 0.0, each
+
+    def __call__(self) -> float:
+        self.now += self.each
+        return self.now
+
+
+def pricings_over_plain_steps(pricing_s: float, steps: int = 50, room: int = 64) -> tuple[Planner, list[bool]]:
+    """A draft model that never pays (a token costs a plain step), plain steps of 0.2 s, pricing
+    that takes pricing_s: the planner, and whether each step priced the model."""
+    model = measured(0.5, 0.2)
+    planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.clock = PricingClock(pricing_s / 2)
+    priced, estimate = [], model.estimate
+    model.estimate = lambda *a, **k: (priced.__setitem__(-1, True), estimate(*a, **k))[1]
+    for i in range(steps):
+        priced.append(False)
+        assert planner.plan([1] * (20 + i), room).source is None
+        planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+    return planner, priced
+
+
+def test_a_drafter_that_lost_is_priced_again_once_a_fraction_of_the_time_since_covers_it():
+    # Pricing a drafter takes the controller tens of microseconds: nothing beside a CPU's plain step
+    # of tens of milliseconds, but several per cent of a step of about a millisecond. A drafter
+    # that lost to plain decoding is priced again once PRICE_FRACTION of the seconds since covers
+    # what its pricing took, so the planner's own time on a losing drafter is bounded as
+    # exploration's is.
+    assert PRICE_FRACTION == EXPLORE_FRACTION
+    _, priced = pricings_over_plain_steps(0.001)  # 0.5% of a step: below ε of it, priced every step
+    assert all(priced)
+    planner, priced = pricings_over_plain_steps(0.02)  # 10% of a step: priced about every 10 steps
+    assert priced[0] and 4 <= sum(priced) <= 6
+    assert 0.02 * sum(priced) <= PRICE_FRACTION * planner.budget.elapsed + 0.02
+    # an offer that got better is priced at once: more room (a catch-up spread over more tokens), a
+    # longer γ limit, another acceptance bucket (an n-gram match)
+    offer = Choice(0, planner._resting[0].limit, 0, 0.0)
+    assert planner._rests(offer)
+    planner._room += 1
+    assert not planner._rests(offer)
+    planner._room -= 1
+    assert not planner._rests(offer._replace(gamma=offer.gamma + 1))
+    assert not planner._rests(offer._replace(bucket=3))
+    # a drafting step moves every estimate: everything is priced at the next step
+    planner.record(Plan(0, 2), Proposal([5, 6], []), 1, 0.4, 0.21, 0.0)
+    assert not planner._rests(offer)
 
 
 def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
