@@ -4,10 +4,12 @@ Rows are real-sized (the model's whole vocabulary), noise plus a peak on the nex
 script and three runner-up tokens that depend on the seed, so a draft context with another seed agrees
 on the argmax (T=0) but not on the whole distribution (T>0). What llama.cpp's backend sampler chain
 would return for a row is computed inside decode, as llama.cpp computes it inside llama_decode.
+TimedRows makes each decode last as long as a model's would (bench_fast_regime.py).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
@@ -35,14 +37,17 @@ PEAK, RUNNER_UP, NOISE = 16.0, 13.2, 1.5
 class RowsContext:
     """The surface of localspec.llama.Context over synthetic rows of the model's vocabulary size."""
 
-    def __init__(self, model: Model, seed: int, n_ctx: int = 8192, sweep_mb: int = 0):
+    def __init__(self, model: Model, seed: int, n_ctx: int = 8192, sweep_mb: int = 0,
+                 script: Sequence[int] | None = None):
+        """script: the tokens whose next one each row peaks on (default: SCRIPT's, repeated)."""
         self.model, self.n_ctx, self.seed = model, n_ctx, seed
+        self.n_seq_max = 1
         # Memory each decode reads through, as a real decode streams the weights: the controller then
         # runs with cold caches, as it does after a decode on the CPU.
         self._sweep = np.ones(sweep_mb << 18, dtype=np.float32)
         self.tokens: list[int] = []
         self.chain_key: tuple | None = None
-        self.script = model.tokenize(SCRIPT, add_special=False)
+        self.script = list(script) if script is not None else model.tokenize(SCRIPT, add_special=False)
         vocab = model.n_vocab
         self._bank = (np.random.default_rng(seed).standard_normal((4, vocab)) * NOISE).astype(np.float32)
         self._out = np.zeros((SAMPLED_ROWS_MAX, vocab), dtype=np.float32)  # [rows, V]
@@ -115,3 +120,22 @@ class RowsContext:
         n = common_prefix_len(self.tokens, tokens)
         self.truncate(n)
         return n
+
+
+class TimedRows(RowsContext):
+    """A RowsContext whose decode lasts as long as a model's would: base_s a decode and row_s more
+    per row of logits asked for, spent in a busy wait (exact to microseconds, unlike a sleep).
+    Decode seconds are added up in decode_s, for the controller's share (wall time less them)."""
+
+    def __init__(self, model: Model, seed: int, base_s: float, row_s: float = 0.0, **kwargs):
+        super().__init__(model, seed, **kwargs)
+        self.base_s, self.row_s, self.decode_s = base_s, row_s, 0.0
+
+    def decode(self, tokens: Sequence[int], logits: str = "last", sampled: bool = False) -> None:
+        t0 = time.perf_counter()
+        super().decode(tokens, logits, sampled)
+        rows = len(tokens) if logits == "all" else int(logits == "last")
+        end = t0 + self.base_s + self.row_s * rows
+        while time.perf_counter() < end:
+            pass
+        self.decode_s += time.perf_counter() - t0

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Auto against plain decoding where a step takes about a millisecond (a GPU), simulated on any CPU.
+
+The target and the draft are fake contexts over Qwen's real vocabulary (bench_fakes.TimedRows) whose
+decodes last a set time in a busy wait: --plain-ms a decode, --row-ms more per verify row, and
+--draft-ms a draft decode. Everything else is localspec's own controller, planner and numpy on
+151,936-wide rows, timed for real: what this measures is what the controller costs beside steps
+that short. The reply is a seeded random token sequence (the n-gram lookup finds nothing in it) and
+the draft agrees with every other token. Each --draft-ms is one setting: with a draft token dearer
+than a plain step, no draft can pay and auto should match plain; with a cheap one, the model pays.
+Scenarios run in turn, plain first and last, each with its own new trackers per round; ratios are
+to the mean of this run's plain replies.
+
+    python scripts/bench_fast_regime.py                          # 1 ms steps, drafts 1.2 and 0.5 ms
+    python scripts/bench_fast_regime.py --plain-ms 3 --row-ms 0.3 --draft-ms 3.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from localspec.config import GenerationConfig  # noqa: E402
+from localspec.drafters import NGramDrafter  # noqa: E402
+from localspec.llama import Model  # noqa: E402
+from localspec.sampling import SamplingParams  # noqa: E402
+from localspec.session import make_sources  # noqa: E402
+from localspec.speculative import Finished, SpeculativeDecoder  # noqa: E402
+
+from bench_fakes import TimedRows  # noqa: E402
+
+MODELS = Path(os.environ.get("LOCALSPEC_TEST_MODELS", Path.home() / ".cache/localspec/test-models"))
+VOCAB = MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+SCENARIOS = {"plain": (), "ngram": ("ngram",), "model": ("model",), "hybrid": ("ngram", "model")}
+
+
+def contexts(vocab: Model, args, draft_ms: float) -> tuple[TimedRows, TimedRows, list[int]]:
+    """The target, the draft (agreeing on every other token) and the reply's random tokens."""
+    script = [int(t) for t in np.random.default_rng(0).integers(1000, 100_000, 50_000)]
+    draft_script = [t if i % 2 else t + 1 for i, t in enumerate(script)]
+    target = TimedRows(vocab, 0, args.plain_ms / 1e3, args.row_ms / 1e3, script=script)
+    draft = TimedRows(vocab, 1, draft_ms / 1e3, script=draft_script)
+    return target, draft, script
+
+
+def run(kind: str, target: TimedRows, draft: TimedRows, prompt: list[int], args) -> tuple[float, float, int]:
+    """One reply: (tokens/s, controller µs per token, tokens drafted)."""
+    config = GenerationConfig(max_tokens=args.tokens, gamma=None if SCENARIOS[kind] else 0,
+                              sampling=SamplingParams(temperature=0), seed=1)
+    target.truncate(0)
+    draft.truncate(0)
+    target.decode_s = draft.decode_s = 0.0
+    sources = make_sources(SCENARIOS[kind], draft, config, {}, NGramDrafter())
+    t0 = time.perf_counter()
+    *_, finished = SpeculativeDecoder(target, sources).generate(prompt, config)
+    wall = time.perf_counter() - t0
+    assert isinstance(finished, Finished)
+    n = finished.stats.generated
+    return n / wall, 1e6 * (wall - target.decode_s - draft.decode_s) / n, finished.stats.drafted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--plain-ms", type=float, default=1.0, help="a target decode (default 1.0)")
+    parser.add_argument("--row-ms", type=float, default=0.1, help="more per verify row (default 0.1)")
+    parser.add_argument("--draft-ms", default="1.2,0.5", help="draft decode(s), comma-separated (default 1.2,0.5)")
+    parser.add_argument("--tokens", type=int, default=300, help="tokens per reply (default 300)")
+    parser.add_argument("--rounds", type=int, default=5, help="replies per scenario (default 5)")
+    parser.add_argument("--scenarios", default="plain,ngram,model,hybrid,plain")
+    args = parser.parse_args()
+    vocab = Model(VOCAB, vocab_only=True)
+    kinds = args.scenarios.split(",")
+    print(f"plain decode {args.plain_ms} ms + {args.row_ms} ms a verify row; {args.tokens} tokens x {args.rounds}")
+    print("| draft ms | scenario | tok/s | vs plain | controller µs / token | drafted / reply |")
+    print("|---|---|---|---|---|---|")
+    for draft_ms in (float(x) for x in args.draft_ms.split(",")):
+        target, draft, script = contexts(vocab, args, draft_ms)
+        results: dict[str, list[tuple[float, float, int]]] = {k: [] for k in kinds}
+        for r in range(args.rounds):
+            for kind in kinds:
+                results[kind].append(run(kind, target, draft, script[1000 * r: 1000 * r + 40], args))
+        plain = np.mean([rate for rate, _, _ in results["plain"]]) if "plain" in results else float("nan")
+        for kind, rows in results.items():
+            rate, us, drafted = (np.mean(column) for column in zip(*rows))
+            print(f"| {draft_ms:g} | {kind} | {rate:.0f} | {rate / plain:.3f}x | {us:.0f} | {drafted:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
