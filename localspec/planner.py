@@ -26,11 +26,11 @@ GRACE_STEPS = 128         # ... counting a generation as at least this many plai
 # several times the next ones (its weights still faulting in), and the median of three drops it.
 PLAIN_SAMPLES = 3
 # Pricing a drafter (its point and optimistic estimates) takes the controller tens of microseconds a
-# step. One that lost to plain decoding is priced again once this fraction of the generation's
-# seconds since covers what pricing it took (Planner._rests): nothing on a CPU, whose steps take
-# milliseconds, but where a step takes about a millisecond (a GPU), pricing every step would cost
-# more than the budget lets exploration lose.
-PRICE_FRACTION = EXPLORE_FRACTION
+# step: a fraction of a per cent of a CPU's step, but where a step takes a few milliseconds (a GPU)
+# several per cent, more than the budget lets exploration lose. One that lost to plain decoding is
+# priced again once this fraction of the generation's seconds since covers what pricing it takes
+# (Planner._rests), so that learning costs a drafter at most ε and a quarter of it.
+PRICE_FRACTION = EXPLORE_FRACTION / 4
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 

@@ -151,6 +151,7 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
     sources = [(SimDrafter(k, world, draft_ratio * verify(1) if k == "model" else 0.0),
                 trackers.setdefault(k, CostTracker())) for k in kinds]
     planner = Planner(sources, config, ExploreBudget())
+    planner.clock = lambda: 0.0  # no clocks: pricing takes no simulated time (Planner._rests)
     seconds, gammas, worst = 0.0, [], -np.inf
     while world.pos < n_tokens:
         plan = planner.plan([], n_tokens - world.pos - 1)

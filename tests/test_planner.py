@@ -298,17 +298,17 @@ def pricings_over_plain_steps(pricing_s: float, steps: int = 50, room: int = 64)
 
 
 def test_a_drafter_that_lost_is_priced_again_once_a_fraction_of_the_time_since_covers_it():
-    # Pricing a drafter takes the controller tens of microseconds: nothing beside a CPU's plain step
-    # of tens of milliseconds, but several per cent of a step of about a millisecond. A drafter
-    # that lost to plain decoding is priced again once PRICE_FRACTION of the seconds since covers
-    # what its pricing took, so the planner's own time on a losing drafter is bounded as
+    # Pricing a drafter takes the controller tens of microseconds: a fraction of a per cent of a CPU's
+    # plain step of tens of milliseconds, several per cent of a step of a few milliseconds. A
+    # drafter that lost to plain decoding is priced again once PRICE_FRACTION of the seconds since
+    # covers what its pricing takes, so the planner's own time on a losing drafter is bounded as
     # exploration's is.
-    assert PRICE_FRACTION == EXPLORE_FRACTION
-    _, priced = pricings_over_plain_steps(0.001)  # 0.5% of a step: below ε of it, priced every step
+    assert PRICE_FRACTION == EXPLORE_FRACTION / 4
+    _, priced = pricings_over_plain_steps(0.0004)  # 0.2% of a step: priced every step
     assert all(priced)
-    planner, priced = pricings_over_plain_steps(0.02)  # 10% of a step: priced about every 10 steps
+    planner, priced = pricings_over_plain_steps(0.005)  # 2.5% of a step: about every 10th step
     assert priced[0] and 4 <= sum(priced) <= 6
-    assert 0.02 * sum(priced) <= PRICE_FRACTION * planner.budget.elapsed + 0.02
+    assert 0.005 * sum(priced) <= PRICE_FRACTION * planner.budget.elapsed + 0.005
     # an offer that got better is priced at once: more room (a catch-up spread over more tokens), a
     # longer γ limit, another acceptance bucket (an n-gram match)
     offer = Choice(0, planner._resting[0].limit, 0, 0.0)
