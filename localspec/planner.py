@@ -14,7 +14,7 @@ import time
 from typing import NamedTuple, Sequence
 
 from .config import GenerationConfig
-from .costmodel import FALLBACK_P_MIN, Ema, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
+from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
 from .drafters import STEP_DECODE, Drafter, NGramDrafter, Proposal, StopRule
 from .tracker import CostTracker
 from .treeplan import BranchRule, branch_rule, tree_outcome
@@ -254,7 +254,7 @@ class Planner:
         self._room = 0                     # the most the last plan could draft
         self._since_model: dict[int, int] = {}  # other sources' drafting steps since the model last drafted
         self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
-        self._pricing: dict[int, Ema] = {}      # seconds pricing each source takes (a pause is not typical)
+        self._pricing: dict[int, tuple[float, int]] = {}  # a source's quickest pricing and their count (_rest)
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -386,16 +386,18 @@ class Planner:
 
     def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float]) -> None:
         """Keep which priced sources lost this step (see _rests); the chosen one is not resting. What
-        a pricing takes is a moving average (Ema): one held up by a pause of the process would
-        otherwise leave its source unpriced for a hundred times the pause."""
+        a pricing takes is the least any of the source's pricings in this generation took, once
+        there are two: a pause of the process (a garbage collection, a page fault) only ever adds
+        time, and one pricing held up by 50 ms left a copy's n-gram lookup unpriced, at ε/4,
+        for the next 20 s: the rest of the reply."""
         for offer in priced:
-            cost = self._pricing.setdefault(offer.source, Ema())
-            cost.add(seconds[offer.source])
-            if offer.source == chosen:
+            least, n = self._pricing.get(offer.source, (seconds[offer.source], 0))
+            least, n = min(least, seconds[offer.source]), n + 1
+            self._pricing[offer.source] = least, n
+            if offer.source == chosen or n < 2:
                 self._resting.pop(offer.source, None)
             else:
-                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed,
-                                                      cost.value)
+                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed, least)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft

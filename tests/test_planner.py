@@ -271,23 +271,26 @@ def measured(accept: float, draft_s: float) -> CostTracker:
 
 
 class PricingClock:
-    """A clock that moves on `each` seconds at every reading: pricing a source reads it four times
-    (around its known choice and around its probe), and so takes 2 × each."""
+    """A clock that moves on at every reading: pricing a source reads it four times (around its known
+    choice and around its probe), and takes `pricing_s`; the first pricing takes `first_s`."""
 
-    def __init__(self, each: float):
-        self.now, self.each = 0.0, each
+    def __init__(self, pricing_s: float, first_s: float | None = None):
+        self.now, self.reads, self.pricing_s = 0.0, 0, pricing_s
+        self.first_s = pricing_s if first_s is None else first_s
 
     def __call__(self) -> float:
-        self.now += self.each
+        self.reads += 1
+        self.now += (self.first_s if self.reads <= 4 else self.pricing_s) / 2
         return self.now
 
 
-def pricings_over_plain_steps(pricing_s: float, steps: int = 50, room: int = 64) -> tuple[Planner, list[bool]]:
+def pricings_over_plain_steps(pricing_s: float, steps: int = 50, room: int = 64,
+                              first_s: float | None = None) -> tuple[Planner, list[bool]]:
     """A draft model that never pays (a token costs a plain step), plain steps of 0.2 s, pricing
-    that takes pricing_s: the planner, and whether each step priced the model."""
+    that takes pricing_s (the first first_s): the planner, and whether each step priced the model."""
     model = measured(0.5, 0.2)
     planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
-    planner.clock = PricingClock(pricing_s / 2)
+    planner.clock = PricingClock(pricing_s, first_s)
     priced, estimate = [], model.estimate
     model.estimate = lambda *a, **k: (priced.__setitem__(-1, True), estimate(*a, **k))[1]
     for i in range(steps):
@@ -307,8 +310,12 @@ def test_a_drafter_that_lost_is_priced_again_once_a_fraction_of_the_time_since_c
     _, priced = pricings_over_plain_steps(0.0004)  # 0.2% of a step: priced every step
     assert all(priced)
     planner, priced = pricings_over_plain_steps(0.005)  # 2.5% of a step: about every 10th step
-    assert priced[0] and 4 <= sum(priced) <= 6
-    assert 0.005 * sum(priced) <= PRICE_FRACTION * planner.budget.elapsed + 0.005
+    assert priced[:2] == [True, True] and 5 <= sum(priced) <= 7  # (from the second pricing on)
+    assert 0.005 * sum(priced) <= PRICE_FRACTION * planner.budget.elapsed + 2 * 0.005
+    # a pricing held up (a pause of the process) does not rest the drafter for 400 times the pause:
+    # the least a pricing took is what it costs
+    _, priced = pricings_over_plain_steps(0.0004, first_s=0.5)
+    assert all(priced)
     # an offer that got better is priced at once: more room (a catch-up spread over more tokens), a
     # longer γ limit, another acceptance bucket (an n-gram match)
     offer = Choice(0, planner._resting[0].limit, 0, 0.0)
