@@ -428,7 +428,7 @@ class Planner:
         best = Choice(offer.source, 0, offer.bucket, 0.0)
         if max(rates[1:], default=0.0) <= floor:
             return best
-        point = tracker.estimate(offer.bucket, switch=switch)
+        point = tracker.estimate(offer.bucket, switch=switch, probe=True)
         point_tokens = point.tokens(offer.gamma, tracker.cautious_acceptance(offer.bucket))
         point_s = point.seconds(offer.gamma)
         catch_up = self._catch_up_s(offer.source)

@@ -214,12 +214,19 @@ class CostTracker:
         return self.verify.seconds(k)
 
     def estimate(self, bucket: int | None = None, optimistic: bool = False, switch: bool = False,
-                 curve: VerifyCurve | None = None) -> Estimate:
+                 curve: VerifyCurve | None = None, probe: bool = False) -> Estimate:
         """The point or the optimistic estimate for a proposal in this bucket (needs verify(1) measured);
         switch: a drafting step also costs switch_s (a hybrid's other drafter catching up later);
-        curve: the verify costs to read instead of this process's (the point estimate's only)."""
+        curve: the verify costs to read instead of this process's (the point estimate's only);
+        probe: the point estimate with the first width beyond the widest measured read as no dearer
+        than the widest (VerifyCurve.next_width), as an exploratory step's loss is priced."""
         overhead, draft = self.overhead_s.value or 0.0, self.draft_s.value or 0.0
-        verify = self.verify.optimistic if optimistic else (curve if curve is not None else self.verify).seconds
+        if optimistic:
+            verify = self.verify.optimistic
+        elif probe:
+            verify = self.verify.next_width
+        else:
+            verify = (curve if curve is not None else self.verify).seconds
         extra = (self.switch_s.value or 0.0) if switch else 0.0
         if extra:
             verify = lambda k, base=verify: base(k) + (extra if k > 1 else 0.0)  # noqa: E731 (drafting steps only)

@@ -166,6 +166,31 @@ def cheap_wide_tracker(accept_short: float) -> CostTracker:
     return t
 
 
+def test_a_copy_is_probed_wider_where_two_rows_cost_two_plain_steps():
+    # On the CPU a 2-row verify of the light target costs two plain steps (64 ms against
+    # 31). After a first n-gram probe of one token (accepted), one more token can never beat plain
+    # decoding, and a probe of two was priced with verify(3) extrapolated along that slope (97 ms):
+    # a loss the budget's grace no longer covered. No probe fitted until 128 plain steps had passed,
+    # and 2 of 24 first copy replies drafted nothing more for 80-160 steps. The loss of a probe is
+    # now priced as its stop rule drafts: the first width past the widest measured no dearer than
+    # the widest.
+    ngram, tracker = Named("ngram"), CostTracker()
+    planner = Planner([(ngram, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    tokens = [1] * 200
+    for _ in range(PLAIN_SAMPLES):
+        plan = planner.plan(tokens, 100)
+        planner.record(plan, Proposal([], []), 0, 0.0, 0.031, 0.0)
+        tokens.append(1)
+    ngram.last_match = 2
+    plan = planner.plan(tokens, 100)
+    assert (plan.source, plan.gamma) == (0, 1)
+    planner.record(plan, Proposal([5], []), 1, 0.0, 0.064, 0.0)
+    tokens += [5, 1]
+    ngram.last_match = 5  # the copy's match reaches further back: another bucket
+    plan = planner.plan(tokens, 100)
+    assert plan.source == 0 and plan.gamma >= 2
+
+
 def test_an_unmeasured_wide_verify_is_probed_where_a_long_match_may_pay():
     tokens = list(range(100, 160)) * 2 + list(range(100, 110))  # a long copy: the lookup offers 50
     config = GenerationConfig(max_tokens=500)
