@@ -29,8 +29,9 @@ PLAIN_SAMPLES = 3
 # step: a fraction of a per cent of a CPU's step, but where a step takes a few milliseconds (a GPU)
 # several per cent, more than the budget lets exploration lose. One that lost to plain decoding is
 # priced again once this fraction of the generation's seconds since covers what pricing it takes
-# (Planner._rests), so that learning costs a drafter at most ε and a quarter of it.
-PRICE_FRACTION = EXPLORE_FRACTION / 4
+# (Planner._rests). At ε a CPU's steps leave every source priced every step; at ε/4 a copy's n-gram
+# lookup, resting a step or two between its probes, took more steps to learn a copy.
+PRICE_FRACTION = EXPLORE_FRACTION
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -388,8 +389,7 @@ class Planner:
         """Keep which priced sources lost this step (see _rests); the chosen one is not resting. What
         a pricing takes is the least any of the source's pricings in this generation took, once
         there are two: a pause of the process (a garbage collection, a page fault) only ever adds
-        time, and one pricing held up by 50 ms left a copy's n-gram lookup unpriced, at ε/4,
-        for the next 20 s: the rest of the reply."""
+        time, and one pricing held up by 50 ms would leave its source unpriced for the next 5 s."""
         for offer in priced:
             least, n = self._pricing.get(offer.source, (seconds[offer.source], 0))
             least, n = min(least, seconds[offer.source]), n + 1

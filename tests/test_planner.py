@@ -331,15 +331,15 @@ def test_a_drafter_that_lost_is_priced_again_once_a_fraction_of_the_time_since_c
     # drafter that lost to plain decoding is priced again once PRICE_FRACTION of the seconds since
     # covers what its pricing takes, so the planner's own time on a losing drafter is bounded as
     # exploration's is.
-    assert PRICE_FRACTION == EXPLORE_FRACTION / 4
-    _, priced = pricings_over_plain_steps(0.0004)  # 0.2% of a step: priced every step
+    assert PRICE_FRACTION == EXPLORE_FRACTION
+    _, priced = pricings_over_plain_steps(0.0016)  # 0.8% of a step: priced every step
     assert all(priced)
-    planner, priced = pricings_over_plain_steps(0.005)  # 2.5% of a step: about every 10th step
+    planner, priced = pricings_over_plain_steps(0.02)  # 10% of a step: about every 10th step
     assert priced[:2] == [True, True] and 5 <= sum(priced) <= 7  # (from the second pricing on)
-    assert 0.005 * sum(priced) <= PRICE_FRACTION * planner.budget.elapsed + 2 * 0.005
-    # a pricing held up (a pause of the process) does not rest the drafter for 400 times the pause:
+    assert 0.02 * sum(priced) <= PRICE_FRACTION * planner.budget.elapsed + 2 * 0.02
+    # a pricing held up (a pause of the process) does not rest the drafter for 100 times the pause:
     # the least a pricing took is what it costs
-    _, priced = pricings_over_plain_steps(0.0004, first_s=0.5)
+    _, priced = pricings_over_plain_steps(0.0016, first_s=0.5)
     assert all(priced)
     # an offer that got better is priced at once: more room (a catch-up spread over more tokens), a
     # longer γ limit, another acceptance bucket (an n-gram match)
