@@ -29,8 +29,7 @@ PLAIN_SAMPLES = 3
 # step: a fraction of a per cent of a CPU's step, but where a step takes a few milliseconds (a GPU)
 # several per cent, more than the budget lets exploration lose. One that lost to plain decoding is
 # priced again once this fraction of the generation's seconds since covers what pricing it takes
-# (Planner._rests). At ε a CPU's steps leave every source priced every step; at ε/4 a copy's n-gram
-# lookup, resting a step or two between its probes, took more steps to learn a copy.
+# (Planner._rests). At ε a CPU's steps, tens of milliseconds, leave every source priced every step.
 PRICE_FRACTION = EXPLORE_FRACTION
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
@@ -232,6 +231,8 @@ class Planner:
     the draft reach the first verify width not yet measured (CostTracker.draft_stop).
     So a width is only chosen once measured or while its measurement is worth its bounded cost, and
     as measurements come in the optimistic estimate falls to the point estimate and exploring stops.
+    Pricing takes time too: a source that lost to plain decoding is priced again once PRICE_FRACTION
+    of the seconds since covers it, unless its offer got better or a step drafted (_rests).
     """
 
     clock = staticmethod(time.perf_counter)  # what times the planner's own pricing (_rests)
@@ -417,9 +418,12 @@ class Planner:
         """The γ ≤ offer's limit with the most optimistic tokens/s, if that beats r_best by the
         tracker's min_gain and its predicted loss fits the budget (rate 0 where none does); one token
         while the drafter's cost is unmeasured, so that a draft dearer than predicted can cost at most
-        one token's drafting more than the budget allowed. The loss is priced only for the γ that
-        could be taken: a drafter that cannot beat the known choice even optimistically, as on text
-        it does not draft well, costs the step one estimate, not three."""
+        one token's drafting more than the budget allowed. The loss is priced by the point estimate
+        with the first width past the widest measured no dearer than the widest, as the step's stop
+        rule drafts (CostTracker.draft_stop): along the measured slope, where two rows cost two plain
+        steps, no probe past one token would ever fit the budget's grace. It is priced only for the
+        γ that could be taken: a drafter that cannot beat the known choice even optimistically, as on
+        text it does not draft well, costs the step one estimate, not three."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
         hope = tracker.estimate(offer.bucket, True, switch)
         hope_tokens, hope_s = hope.tokens(offer.gamma), hope.seconds(offer.gamma)
