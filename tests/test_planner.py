@@ -317,7 +317,12 @@ def pricings_over_plain_steps(pricing_s: float, steps: int = 50, room: int = 64,
     planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
     planner.clock = PricingClock(pricing_s, first_s)
     priced, estimate = [], model.estimate
-    model.estimate = lambda *a, **k: (priced.__setitem__(-1, True), estimate(*a, **k))[1]
+
+    def counted(*args, **kwargs):  # every pricing of the model asks for its estimates
+        priced[-1] = True
+        return estimate(*args, **kwargs)
+
+    model.estimate = counted
     for i in range(steps):
         priced.append(False)
         assert planner.plan([1] * (20 + i), room).source is None
