@@ -267,15 +267,22 @@ class VerifyCurve:
         """The estimate, with the first size wider than every measured one as optimistic() takes it
         (no dearer than the widest measured): what an exploratory step's stop rule reads, so that
         the draft reaches one size the curve has not measured, and stops beyond it where the
-        estimate says drafting on does not pay."""
-        return self.optimistic(k) if self.points and k == max(self.points) + 1 else self.seconds(k)
+        estimate says drafting on does not pay. (A probe's loss reads it at every width: the
+        widest measured comes from the sorted points kept until the next add, not a max each time.)"""
+        known = self._sorted()
+        return self.optimistic(k) if known and k == known[-1][0] + 1 else self.seconds(k)
 
-    def _lookup(self, k: int, optimistic: bool) -> float:
+    def _sorted(self) -> list[tuple[int, float]]:
+        """known(), kept until the next add."""
         if self._known is None:
             self._known = self.known()
-        t = self._estimate(k, self._known)
-        if optimistic and self._known and k > self._known[-1][0]:
-            t = min(t, self._known[-1][1])
+        return self._known
+
+    def _lookup(self, k: int, optimistic: bool) -> float:
+        known = self._sorted()
+        t = self._estimate(k, known)
+        if optimistic and known and k > known[-1][0]:
+            t = min(t, known[-1][1])
         self._memo[optimistic][k] = t
         return t
 
