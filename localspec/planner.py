@@ -10,6 +10,7 @@ generation's time per drafter, counting a generation as at least GRACE_STEPS pla
 
 from __future__ import annotations
 
+import math
 import time
 from typing import NamedTuple, Sequence
 
@@ -28,9 +29,10 @@ PLAIN_SAMPLES = 3
 # Pricing a drafter (its point and optimistic estimates) takes the controller tens of microseconds a
 # step: a fraction of a per cent of a CPU's step, but where a step takes a few milliseconds (a GPU)
 # several per cent, more than the budget lets exploration lose. One that lost to plain decoding is
-# priced again once this fraction of the generation's seconds since covers what pricing it takes
-# (Planner._rests). At ε a CPU's steps, tens of milliseconds, leave every source priced every step.
-PRICE_FRACTION = EXPLORE_FRACTION
+# priced again once this fraction of the generation's seconds since covers what pricing it takes, or
+# at once where the budget has grown to fit a probe it denied (Planner._rests): so a losing source's
+# pricing costs at most ε/4 of the time, on top of the ε its exploring may lose.
+PRICE_FRACTION = EXPLORE_FRACTION / 4
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -93,13 +95,16 @@ class Choice(NamedTuple):
 
 class Resting(NamedTuple):
     """A drafter that lost at its last pricing: its offer then (bucket, γ limit), the step's room,
-    the generation's seconds at that step (ExploreBudget.elapsed) and the seconds pricing it took."""
+    the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing it took, and
+    the allowance at which a probe the budget denied then would fit (ExploreBudget.needs; inf where
+    none was denied: it lost even optimistically)."""
 
     bucket: int
     limit: int
     room: int
     since: float
     cost: float
+    need: float = math.inf
 
 
 class Exploration(NamedTuple):
@@ -206,7 +211,11 @@ class ExploreBudget:
 
     def allows(self, source: int, loss: float, plain_s: float) -> bool:
         """Whether an exploratory step of source predicted to lose `loss` seconds fits its budget."""
-        return self.spent.get(source, 0.0) + max(loss, 0.0) <= self.allowance(plain_s)
+        return self.needs(source, loss) <= self.allowance(plain_s)
+
+    def needs(self, source: int, loss: float) -> float:
+        """The allowance at which an exploratory step of source predicted to lose `loss` fits."""
+        return self.spent.get(source, 0.0) + max(loss, 0.0)
 
     def charge(self, seconds: float, explored: tuple[int, float] | None = None) -> None:
         """Account one step; explored is (source, its loss) for an exploratory step."""
@@ -232,7 +241,8 @@ class Planner:
     So a width is only chosen once measured or while its measurement is worth its bounded cost, and
     as measurements come in the optimistic estimate falls to the point estimate and exploring stops.
     Pricing takes time too: a source that lost to plain decoding is priced again once PRICE_FRACTION
-    of the seconds since covers it, unless its offer got better or a step drafted (_rests).
+    of the seconds since covers it, unless its offer got better, a step drafted or the budget grew
+    to fit a probe it denied (_rests).
     """
 
     clock = staticmethod(time.perf_counter)  # what times the planner's own pricing (_rests)
@@ -257,6 +267,7 @@ class Planner:
         self._since_model: dict[int, int] = {}  # other sources' drafting steps since the model last drafted
         self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
         self._pricing: dict[int, tuple[float, int]] = {}  # a source's quickest pricing and their count (_rest)
+        self._denied: dict[int, float] = {}  # what a probe the budget denied at a source's last pricing needs (_probe)
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -349,7 +360,7 @@ class Planner:
             return Choice(None, 0, 0, 0.0)  # plain decoding measures a one-token verify first
         plain_s = self.sources[0][1].plain_seconds()
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
-        live = [c for c in offers if not self._rests(c)]
+        live = [c for c in offers if not self._rests(c, plain_s)]
         priced = {}  # source -> seconds pricing it took
         for i, limit, bucket, _ in live:
             t0 = self.clock()
@@ -374,17 +385,19 @@ class Planner:
             self.explored += 1
         return chosen
 
-    def _rests(self, offer: Choice) -> bool:
+    def _rests(self, offer: Choice, plain_s: float) -> bool:
         """Whether offer's source is left unpriced this step: it lost at its last pricing; its offer
         is no better than it was then (the same bucket, no more tokens, no more room, and so a
         draft model's catch-up no shorter and spread over no more tokens); no step has drafted since
-        (a draft measures verify widths and acceptance, which move every estimate); and
-        PRICE_FRACTION of the generation's seconds since do not yet cover what that pricing took.
-        Its estimates have then moved only by the plain steps' measurements, and a choice that
-        lost to plain decoding stays lost until enough of those add up."""
+        (a draft measures verify widths and acceptance, which move every estimate); the budget has
+        not grown to fit a probe it denied then (its allowance grows with the generation's seconds);
+        and PRICE_FRACTION of the generation's seconds since do not yet cover what that pricing
+        took. Its estimates have then moved only by the plain steps' measurements, and a choice
+        that lost to plain decoding stays lost until enough of those add up."""
         rest = self._resting.get(offer.source)
         return (rest is not None and offer.bucket == rest.bucket and offer.gamma <= rest.limit
-                and self._room <= rest.room and PRICE_FRACTION * (self.budget.elapsed - rest.since) < rest.cost)
+                and self._room <= rest.room and self.budget.allowance(plain_s) < rest.need
+                and PRICE_FRACTION * (self.budget.elapsed - rest.since) < rest.cost)
 
     def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float]) -> None:
         """Keep which priced sources lost this step (see _rests); the chosen one is not resting. What
@@ -398,7 +411,8 @@ class Planner:
             if offer.source == chosen or n < 2:
                 self._resting.pop(offer.source, None)
             else:
-                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed, least)
+                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed, least,
+                                                      self._denied.get(offer.source, math.inf))
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
@@ -430,6 +444,7 @@ class Planner:
         rates = [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(offer.gamma + 1)]
         floor = r_best * (1 + tracker.min_gain)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
+        self._denied[offer.source] = math.inf
         if max(rates[1:], default=0.0) <= floor:
             return best
         point = tracker.estimate(offer.bucket, switch=switch, probe=True)
@@ -438,12 +453,20 @@ class Planner:
         catch_up = self._catch_up_s(offer.source)
         loss = lambda gamma: catch_up + point_s[gamma] - point_tokens[gamma] / r_best  # noqa: E731
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
-            affordable = self.budget.allows(offer.source, loss(1), plain_s) or self._entry_paid(offer.source)
+            affordable = self._affords(offer.source, loss(1), plain_s) or self._entry_paid(offer.source)
             return best._replace(gamma=1, rate=max(rates[1:])) if affordable else best
         for gamma in range(1, offer.gamma + 1):
-            if rates[gamma] > max(best.rate, floor) and self.budget.allows(offer.source, loss(gamma), plain_s):
+            if rates[gamma] > max(best.rate, floor) and self._affords(offer.source, loss(gamma), plain_s):
                 best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
         return best
+
+    def _affords(self, source: int, loss: float, plain_s: float) -> bool:
+        """Whether source's budget fits a probe predicted to lose `loss`; where not, keep the least
+        allowance a denied probe of its pricing needs (_rests)."""
+        if self.budget.allows(source, loss, plain_s):
+            return True
+        self._denied[source] = min(self._denied[source], self.budget.needs(source, loss))
+        return False
 
     def _entry_paid(self, source: int) -> bool:
         """Whether source is a draft model made ready for this generation (loaded, the prompt taken

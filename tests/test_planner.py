@@ -336,28 +336,67 @@ def test_a_drafter_that_lost_is_priced_again_once_a_fraction_of_the_time_since_c
     # drafter that lost to plain decoding is priced again once PRICE_FRACTION of the seconds since
     # covers what its pricing takes, so the planner's own time on a losing drafter is bounded as
     # exploration's is.
-    assert PRICE_FRACTION == EXPLORE_FRACTION
-    _, priced = pricings_over_plain_steps(0.0016)  # 0.8% of a step: priced every step
+    assert PRICE_FRACTION == EXPLORE_FRACTION / 4
+    every_step = 0.8 * PRICE_FRACTION * 0.2  # a pricing that takes 80% of PRICE_FRACTION of a step
+    _, priced = pricings_over_plain_steps(every_step)
     assert all(priced)
-    planner, priced = pricings_over_plain_steps(0.02)  # 10% of a step: about every 10th step
+    cost = 10 * PRICE_FRACTION * 0.2
+    planner, priced = pricings_over_plain_steps(cost)  # about every 10th step
     assert priced[:2] == [True, True] and 5 <= sum(priced) <= 7  # (from the second pricing on)
-    assert 0.02 * sum(priced) <= PRICE_FRACTION * planner.budget.elapsed + 2 * 0.02
+    assert cost * sum(priced) <= PRICE_FRACTION * planner.budget.elapsed + 2 * cost
     # a pricing held up (a pause of the process) does not rest the drafter for 100 times the pause:
     # the least a pricing took is what it costs
-    _, priced = pricings_over_plain_steps(0.0016, first_s=0.5)
+    _, priced = pricings_over_plain_steps(every_step, first_s=0.5)
     assert all(priced)
     # an offer that got better is priced at once: more room (a catch-up spread over more tokens), a
     # longer γ limit, another acceptance bucket (an n-gram match)
     offer = Choice(0, planner._resting[0].limit, 0, 0.0)
-    assert planner._rests(offer)
+    assert planner._rests(offer, 0.2)
     planner._room += 1
-    assert not planner._rests(offer)
+    assert not planner._rests(offer, 0.2)
     planner._room -= 1
-    assert not planner._rests(offer._replace(gamma=offer.gamma + 1))
-    assert not planner._rests(offer._replace(bucket=3))
+    assert not planner._rests(offer._replace(gamma=offer.gamma + 1), 0.2)
+    assert not planner._rests(offer._replace(bucket=3), 0.2)
     # a drafting step moves every estimate: everything is priced at the next step
     planner.record(Plan(0, 2), Proposal([5, 6], []), 1, 0.4, 0.21, 0.0)
-    assert not planner._rests(offer)
+    assert not planner._rests(offer, 0.2)
+
+
+def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_its_probe():
+    # A drafter can lose a pricing for want of budget: its probe (a copy's next width) would have
+    # paid optimistically, but its predicted loss did not fit what the budget allowed yet. The
+    # allowance grows with the generation's seconds, so such a drafter is priced again at the first
+    # step whose allowance fits that probe, however long PRICE_FRACTION would rest it for what its
+    # pricing took. (At a quarter of ε, a copy's probes waited a step or two each time on the CPU.)
+    ngram, tracker = Named("ngram"), CostTracker()
+    planner = Planner([(ngram, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.clock = PricingClock(0.2)  # a pricing rests a losing drafter for 0.2 / ε seconds
+    measure_plain(tracker, 0.031)
+    tracker.verify.add(2, 0.064)
+    tracker.draft_s.add(0.0)
+    tracker.overhead_s.add(0.0)
+    tracker.record_acceptance(1, 1, bucket=2)
+    tracker.record_acceptance(1, 1, bucket=2)
+    budget = planner.budget
+    budget.elapsed = 10.0
+    budget.spent[0] = budget.allowance(0.031)  # nothing left: every probe is denied for now
+    tokens, first_fit, drafted = [1] * 200, None, None
+    for step in range(600):
+        plan = planner.plan(tokens, 100)
+        if plan.source is not None:
+            drafted = step
+            break
+        if step >= 2 and first_fit is None:
+            rest = planner._resting[0]
+            need = rest.need
+            assert need < float("inf")  # it lost for want of budget, not by its estimates
+            assert planner._rests(Choice(0, rest.limit, rest.bucket, 0.0), 0.031)
+        planner.record(plan, Proposal([], []), 0, 0.0, 0.031, 0.0)
+        tokens.append(1)
+        if step >= 2 and first_fit is None and budget.allowance(0.031) >= need:
+            first_fit = step + 1
+    assert first_fit is not None and drafted == first_fit
+    assert PRICE_FRACTION * (drafted - 2) * 0.031 < 0.2  # the time rule alone would still rest it
 
 
 def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
