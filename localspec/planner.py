@@ -31,7 +31,9 @@ PLAIN_SAMPLES = 3
 # several per cent, more than the budget lets exploration lose. One that lost to plain decoding is
 # priced again once this fraction of the generation's seconds since covers what pricing it takes, or
 # at once where the budget has grown to fit a probe it denied (Planner._rests): so a losing source's
-# pricing costs at most ε/4 of the time, on top of the ε its exploring may lose.
+# pricing costs at most ε/4 of the time, on top of the ε its exploring may lose. One whose optimistic
+# estimate came within its min_gain of the best known choice (a draft that pays by a few per cent,
+# priced on a noisy step) may win again at the plain step's next measurements: ε for those.
 PRICE_FRACTION = EXPLORE_FRACTION / 4
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
@@ -97,7 +99,8 @@ class Resting(NamedTuple):
     """A drafter that lost at its last pricing: its offer then (bucket, γ limit), the step's room,
     the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing it took, and
     the allowance at which a probe the budget denied then would fit (ExploreBudget.needs; inf where
-    none was denied: it lost even optimistically)."""
+    none was denied: it lost even optimistically), and the fraction of the seconds since that must
+    cover the pricing's (PRICE_FRACTION, or ε where it came close)."""
 
     bucket: int
     limit: int
@@ -105,6 +108,7 @@ class Resting(NamedTuple):
     since: float
     cost: float
     need: float = math.inf
+    fraction: float = PRICE_FRACTION
 
 
 class Exploration(NamedTuple):
@@ -267,7 +271,8 @@ class Planner:
         self._since_model: dict[int, int] = {}  # other sources' drafting steps since the model last drafted
         self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
         self._pricing: dict[int, tuple[float, int]] = {}  # a source's quickest pricing and their count (_rest)
-        self._denied: dict[int, float] = {}  # what a probe the budget denied at a source's last pricing needs (_probe)
+        # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
+        self._lost: dict[int, tuple[float, bool]] = {}
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -391,13 +396,14 @@ class Planner:
         draft model's catch-up no shorter and spread over no more tokens); no step has drafted since
         (a draft measures verify widths and acceptance, which move every estimate); the budget has
         not grown to fit a probe it denied then (its allowance grows with the generation's seconds);
-        and PRICE_FRACTION of the generation's seconds since do not yet cover what that pricing
-        took. Its estimates have then moved only by the plain steps' measurements, and a choice
-        that lost to plain decoding stays lost until enough of those add up."""
+        and a fraction of the generation's seconds since do not yet cover what that pricing took
+        (PRICE_FRACTION; ε where its optimistic estimate came within min_gain of the best choice).
+        Its estimates have then moved only by the plain steps' measurements, and a choice that lost
+        to plain decoding stays lost until enough of those add up."""
         rest = self._resting.get(offer.source)
         return (rest is not None and offer.bucket == rest.bucket and offer.gamma <= rest.limit
                 and self._room <= rest.room and self.budget.allowance(plain_s) < rest.need
-                and PRICE_FRACTION * (self.budget.elapsed - rest.since) < rest.cost)
+                and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost)
 
     def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float]) -> None:
         """Keep which priced sources lost this step (see _rests); the chosen one is not resting. What
@@ -411,8 +417,9 @@ class Planner:
             if offer.source == chosen or n < 2:
                 self._resting.pop(offer.source, None)
             else:
+                need, close = self._lost.get(offer.source, (math.inf, False))
                 self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed, least,
-                                                      self._denied.get(offer.source, math.inf))
+                                                      need, EXPLORE_FRACTION if close else PRICE_FRACTION)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
@@ -444,8 +451,9 @@ class Planner:
         rates = [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(offer.gamma + 1)]
         floor = r_best * (1 + tracker.min_gain)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
-        self._denied[offer.source] = math.inf
-        if max(rates[1:], default=0.0) <= floor:
+        hope_best = max(rates[1:], default=0.0)
+        self._lost[offer.source] = math.inf, hope_best >= r_best * (1 - tracker.min_gain)
+        if hope_best <= floor:
             return best
         point = tracker.estimate(offer.bucket, switch=switch, probe=True)
         point_tokens = point.tokens(offer.gamma, tracker.cautious_acceptance(offer.bucket))
@@ -465,7 +473,8 @@ class Planner:
         allowance a denied probe of its pricing needs (_rests)."""
         if self.budget.allows(source, loss, plain_s):
             return True
-        self._denied[source] = min(self._denied[source], self.budget.needs(source, loss))
+        need, close = self._lost[source]
+        self._lost[source] = min(need, self.budget.needs(source, loss)), close
         return False
 
     def _entry_paid(self, source: int) -> bool:
