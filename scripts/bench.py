@@ -269,6 +269,7 @@ class Runs:
     commands: dict[str, str] = field(default_factory=dict)  # label -> its first llama.cpp command line
     prompt_tokens: list[int] = field(default_factory=list)  # localspec's count per prompt
     llamacpp_prompt_tokens: dict[int, int] = field(default_factory=dict)  # llama.cpp's count per prompt
+    trackers: dict[str, dict] = field(default_factory=dict)  # label -> the planner's measurements (run_localspec)
 
 
 def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path]) -> Runs:
@@ -304,6 +305,10 @@ def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths
 
 
 def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, runs: Runs) -> None:
+    """One reply. Each scenario plans from its own measurements, as a process running only it would:
+    shared, the scenario that first drafts from a source pays its learning, and every later one
+    (a hybrid after its parts) starts from what that one learnt."""
+    pair.trackers = runs.trackers.setdefault(sc.label, {})
     p_min = {} if args.p_min is None else {"p_min": args.p_min}
     chain = sc.drafter == "chain"  # the model drafter with token trees off
     cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=sc.gamma, sampling=sampling_params(args), seed=seed,

@@ -202,3 +202,35 @@ def test_per_drafter_counts_are_summed_over_prompts():
     b.record_step(4, 1, "ngram")
     b.record_step(2, 2, "model")
     assert bench.by_drafter([a, b]) == {"ngram": {"drafted": 7, "accepted": 3}, "model": {"drafted": 2, "accepted": 2}}
+
+
+class RecordingPair:
+    """What run_all asks of a Pair, recording which trackers each generation planned from."""
+
+    def __init__(self):
+        self.trackers: dict = {}
+        self.seen: list[tuple[str | None, int]] = []  # (drafter, id of the trackers) per generation
+
+    def prompt_tokens(self, text: str, chat: bool) -> list[int]:
+        return [1, 2, 3]
+
+    def stream(self, prompt, config):
+        self.trackers.setdefault(config.drafter, object())  # what a generation would learn
+        self.seen.append((config.drafter, id(self.trackers)))
+        yield type("Reply", (), {"stats": GenerationStats()})()
+
+
+def test_each_scenario_plans_from_its_own_measurements(tmp_path):
+    # Shared, the scenario that first drafts from a source pays its learning and a hybrid run after
+    # its parts starts from what they learnt: its ratio would not be what a process running only the
+    # hybrid sees.
+    pair = RecordingPair()
+    args = bench.parse_args(["--rounds", "2", "--llamacpp-bin", str(tmp_path)])  # no llama.cpp tools there
+    scenarios = bench.parse_scenarios("plain,ngram:auto,hybrid:auto")
+    runs = bench.run_all(pair, ["a", "b"], scenarios, args, (tmp_path / "t.gguf", tmp_path / "d.gguf"))
+    by_label = {}
+    for (drafter, trackers), label in zip(pair.seen[1:], [sc.label for sc in scenarios] * 4):
+        by_label.setdefault(label, set()).add(trackers)
+    assert all(len(ids) == 1 for ids in by_label.values())  # one set of measurements per scenario ...
+    assert len(set.union(*by_label.values())) == 3          # ... none shared with another
+    assert set(runs.trackers["hybrid gamma=auto"]) == {"hybrid"}  # the hybrid learnt only from itself
