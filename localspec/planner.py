@@ -97,10 +97,10 @@ class Choice(NamedTuple):
 
 class Resting(NamedTuple):
     """A drafter that lost at its last pricing: its offer then (bucket, γ limit), the step's room,
-    the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing it took, and
-    the allowance at which a probe the budget denied then would fit (ExploreBudget.needs; inf where
-    none was denied: it lost even optimistically), and the fraction of the seconds since that must
-    cover the pricing's (PRICE_FRACTION, or ε where it came close)."""
+    the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing it took, the
+    allowance at which a probe the budget denied then would fit (ExploreBudget.needs; inf where none
+    was denied), and the fraction of the seconds since that must cover the pricing's (PRICE_FRACTION,
+    or ε where its optimistic estimate came close to the best choice)."""
 
     bucket: int
     limit: int
