@@ -273,7 +273,8 @@ class Runs:
 
 
 def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path]) -> Runs:
-    """Every prompt, every scenario in turn (alternating), after one untimed warm-up of each engine."""
+    """Every prompt, every scenario in turn (alternating, the order rotated: see reply_order), after one
+    untimed warm-up of each engine."""
     chat = args.chat or args.prompt_set in ("edit", "copy")
     prompts = [pair.prompt_tokens(t, chat) for t in texts]
     runs = Runs({sc.label: [] for sc in scenarios}, prompt_tokens=[len(p) for p in prompts])
@@ -294,14 +295,29 @@ def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths
     with tempfile.TemporaryDirectory(prefix="localspec-bench-") as tmp:
         files = [write_prompt_file(Path(tmp), i, llamacpp_prompt_text(pair, t, chat)) for i, t in enumerate(texts)]
         warm_llamacpp(tool, scenarios, files[0], paths, args, runs)
-        for i, prompt in [(i, p) for _ in range(args.rounds) for i, p in enumerate(prompts)]:
+        for n, (i, prompt) in enumerate([(i, p) for _ in range(args.rounds) for i, p in enumerate(prompts)]):
             print(f"prompt {i} ({len(prompt)} tokens)", file=sys.stderr)
-            for sc in scenarios:
+            for sc in reply_order(scenarios, n):
                 if sc.engine == "localspec":
                     run_localspec(pair, prompt, sc, args, args.seed + i, runs)
                 else:
                     run_llamacpp_scenario(tool, sc, files[i], paths, args, i, runs)
     return runs
+
+
+def reply_order(scenarios: list[Scenario], n: int) -> list[Scenario]:
+    """The scenarios in the order the n-th reply of each runs: the rows of a Williams design
+    (Williams 1949), in which each scenario follows every other equally often, so none always runs
+    right after the same one (a reply right after target-only's ran a few per cent slower on the
+    2-core CPU, whichever drafter it was). len(scenarios) rows, twice as many for an odd count."""
+    k = len(scenarios)
+    first = [0]
+    for j in range(1, k):  # 0, 1, k-1, 2, k-2, ...
+        first.append((j + 1) // 2 if j % 2 else k - j // 2)
+    rows = [[(x + r) % k for x in first] for r in range(k)]
+    if k % 2:
+        rows += [row[::-1] for row in rows]
+    return [scenarios[x] for x in rows[n % len(rows)]]
 
 
 def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, runs: Runs) -> None:

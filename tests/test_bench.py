@@ -229,8 +229,25 @@ def test_each_scenario_plans_from_its_own_measurements(tmp_path):
     scenarios = bench.parse_scenarios("plain,ngram:auto,hybrid:auto")
     runs = bench.run_all(pair, ["a", "b"], scenarios, args, (tmp_path / "t.gguf", tmp_path / "d.gguf"))
     by_label = {}
-    for (drafter, trackers), label in zip(pair.seen[1:], [sc.label for sc in scenarios] * 4):
+    order = [sc.label for n in range(4) for sc in bench.reply_order(scenarios, n)]
+    for (drafter, trackers), label in zip(pair.seen[1:], order):
+        assert drafter == {"target-only": "auto", "ngram gamma=auto": "ngram", "hybrid gamma=auto": "hybrid"}[label]
         by_label.setdefault(label, set()).add(trackers)
     assert all(len(ids) == 1 for ids in by_label.values())  # one set of measurements per scenario ...
     assert len(set.union(*by_label.values())) == 3          # ... none shared with another
     assert set(runs.trackers["hybrid gamma=auto"]) == {"hybrid"}  # the hybrid learnt only from itself
+
+
+@pytest.mark.parametrize("spec", ["plain,ngram:auto,hybrid:auto,llamacpp-ngram:48", "plain,model:auto,hybrid:auto"])
+def test_each_scenario_follows_every_other_equally_often(spec):
+    # A reply right after target-only's ran a few per cent slower, whichever drafter it was: in a fixed
+    # order one scenario would bear that in every round.
+    scenarios = bench.parse_scenarios(spec)
+    k = len(scenarios)
+    rows = k if k % 2 == 0 else 2 * k
+    orders = [[sc.label for sc in bench.reply_order(scenarios, n)] for n in range(rows)]
+    assert all(sorted(o) == sorted(orders[0]) for o in orders)  # every scenario once a reply
+    follows = [(o[j], o[j + 1]) for o in orders for j in range(k - 1)]
+    counts = {pair: follows.count(pair) for pair in set(follows)}
+    assert len(counts) == k * (k - 1) and len(set(counts.values())) == 1
+    assert bench.reply_order(scenarios, rows) == bench.reply_order(scenarios, 0)  # then the rows repeat
