@@ -273,7 +273,7 @@ class Runs:
 
 
 def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path]) -> Runs:
-    """Every prompt, every scenario in turn (alternating, the order rotated: see reply_order), after one
+    """Every prompt, every scenario in turn (alternating, in an order that changes: see reply_order), after one
     untimed warm-up of each engine."""
     chat = args.chat or args.prompt_set in ("edit", "copy")
     prompts = [pair.prompt_tokens(t, chat) for t in texts]
