@@ -273,8 +273,8 @@ class Runs:
 
 
 def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path]) -> Runs:
-    """Every prompt, every scenario in turn (alternating, in an order that changes: see reply_order), after one
-    untimed warm-up of each engine."""
+    """Every prompt, every scenario in turn (alternating, in an order that changes: see
+    reply_order), after one untimed warm-up of each engine."""
     chat = args.chat or args.prompt_set in ("edit", "copy")
     prompts = [pair.prompt_tokens(t, chat) for t in texts]
     runs = Runs({sc.label: [] for sc in scenarios}, prompt_tokens=[len(p) for p in prompts])
