@@ -107,8 +107,8 @@ class Resting(NamedTuple):
     room: int
     since: float
     cost: float
-    need: float = math.inf
-    fraction: float = PRICE_FRACTION
+    need: float
+    fraction: float
 
 
 class Exploration(NamedTuple):

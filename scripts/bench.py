@@ -289,9 +289,8 @@ def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths
     warm = GenerationConfig(max_tokens=8, gamma=4, sampling=sampling_params(args), seed=args.seed, drafter="model")
     for _ in pair.stream(prompts[0], warm):
         pass
-    # The warm-up warms llama.cpp and the page cache, not the planner: what it measured is dropped (the
-    # plan store's copy is replaced at the next save), so the first generation plans as a new process's.
-    pair.trackers.clear()
+    # The warm-up warms llama.cpp and the page cache, not the planner: each scenario plans from
+    # measurements of its own (run_localspec), so its first generation plans as a new process's.
     with tempfile.TemporaryDirectory(prefix="localspec-bench-") as tmp:
         files = [write_prompt_file(Path(tmp), i, llamacpp_prompt_text(pair, t, chat)) for i, t in enumerate(texts)]
         warm_llamacpp(tool, scenarios, files[0], paths, args, runs)
