@@ -376,7 +376,7 @@ def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_
     # pricing took. (At a quarter of ε, a copy's probes waited a step or two each time on the CPU.)
     ngram, tracker = Named("ngram"), CostTracker()
     planner = Planner([(ngram, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
-    planner.clock = PricingClock(0.2)  # a pricing rests a losing drafter for 0.2 / ε seconds
+    planner.clock = PricingClock(0.2)  # a pricing rests a losing drafter for 0.2 s / its fraction
     measure_plain(tracker, 0.031)
     tracker.verify.add(2, 0.064)
     tracker.draft_s.add(0.0)
@@ -394,7 +394,7 @@ def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_
             break
         if step >= 2 and first_fit is None:
             rest = planner._resting[0]
-            need = rest.need
+            need, fraction = rest.need, rest.fraction
             assert need < float("inf")  # it lost for want of budget, not by its estimates
             assert planner._rests(Choice(0, rest.limit, rest.bucket, 0.0), 0.031)
         planner.record(plan, Proposal([], []), 0, 0.0, 0.031, 0.0)
@@ -402,7 +402,7 @@ def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_
         if step >= 2 and first_fit is None and budget.allowance(0.031) >= need:
             first_fit = step + 1
     assert first_fit is not None and drafted == first_fit
-    assert PRICE_FRACTION * (drafted - 2) * 0.031 < 0.2  # the time rule alone would still rest it
+    assert fraction * (drafted - 2) * 0.031 < 0.2  # the time rule alone would still rest it
 
 
 def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
