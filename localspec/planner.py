@@ -417,7 +417,7 @@ class Planner:
             if offer.source == chosen or n < 2:
                 self._resting.pop(offer.source, None)
             else:
-                need, close = self._lost.get(offer.source, (math.inf, False))
+                need, close = self._lost[offer.source]  # _probe priced it this step
                 self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed, least,
                                                       need, EXPLORE_FRACTION if close else PRICE_FRACTION)
 
