@@ -7,8 +7,9 @@ model draft hands over to a copy; a drafter only follows them.
 
 from __future__ import annotations
 
+import bisect
 import time
-from typing import NamedTuple, Protocol, Sequence
+from typing import Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -255,15 +256,23 @@ class NGramDrafter:
     Each lookup also measures how far the match really reaches back (last_match: the tokens before
     the n-gram that agree too, up to match_cap): a copy being repeated matches far back, a phrase that
     merely recurs does not, and the planner keeps acceptance per match length to tell them apart.
+
+    A proposal ends at the first end-of-generation token it copies (`ends`: the target's, e.g. the
+    chat template's end of a turn): generation stops there if the target takes it, so a draft beyond
+    it could never be used, and a copy of a prompt's last line would otherwise run on into the chat
+    template's turn markers, a wide verify's rows spent on guesses never kept.
     """
 
     name = "ngram"
 
-    def __init__(self, n_min: int = 2, n_max: int = 8, match_cap: int = 64):
+    def __init__(self, n_min: int = 2, n_max: int = 8, match_cap: int = 64,
+                 ends: Callable[[int], bool] | None = None):
         assert 1 <= n_min <= n_max <= match_cap
         self.n_min, self.n_max, self.match_cap = n_min, n_max, match_cap
+        self.ends = ends  # whether a token ends generation (None: none does)
         self.tokens: list[int] = []
         self.index: dict[tuple[int, ...], int] = {}  # n-gram -> position of its last token, latest
+        self.ends_at: list[int] = []                  # positions of end-of-generation tokens, ascending
         self.probes = 0                               # dict lookups made by propose (tests count them)
         self.last_n = self.last_len = 0               # n-gram size and length of the last proposal
         self.last_match = 0                           # tokens the last match agrees on, ≤ match_cap
@@ -303,9 +312,17 @@ class NGramDrafter:
             self.probes += 1
             pos = self.index.get(tuple(tail[len(tail) - n:]))
             if pos is not None:
-                ids = self.tokens[pos + 1: pos + 1 + k]  # may run into the end of the context
-                return ids, n, self._reach(pos, n, extra), pos
+                return self._copy(pos + 1, k), n, self._reach(pos, n, extra), pos
         return [], 0, 0, 0
+
+    def _copy(self, start: int, k: int) -> list[int]:
+        """Up to k indexed tokens from position start, ending at the first end-of-generation token
+        among them; they may run into the end of the context."""
+        end = start + k
+        i = bisect.bisect_left(self.ends_at, start)
+        if i < len(self.ends_at):
+            end = min(end, self.ends_at[i] + 1)
+        return self.tokens[start:end]
 
     def _reach(self, pos: int, n: int, extra: Sequence[int] = ()) -> int:
         """How many tokens the earlier occurrence ending at pos shares with the end of the indexed
@@ -325,10 +342,12 @@ class NGramDrafter:
         n_old = len(self.tokens)
         same = len(context) >= n_old and (not n_old or context[n_old - 1] == self.tokens[-1])
         if not same or (full_check and self.tokens != list(context[:n_old])):
-            self.tokens, self.index, n_old = [], {}, 0
+            self.tokens, self.index, self.ends_at, n_old = [], {}, [], 0
         for t in context[n_old:]:
             self.tokens.append(t)
             i = len(self.tokens) - 1  # t is the continuation of every n-gram ending at i - 1
+            if self.ends is not None and self.ends(t):
+                self.ends_at.append(i)
             for n in range(self.n_min, min(self.n_max, i) + 1):
                 self.index[tuple(self.tokens[i - n: i])] = i - 1
 

@@ -130,7 +130,7 @@ class Pair:
         # where each model runs, as --stats and --json name it ("CPU", "CUDA0", "RPC0[host:port]")
         self.placement = {role: getattr(m, "where", "CPU") for role, m in
                           (("target", self.target_model), ("draft", draft)) if m is not None}
-        self.ngram = NGramDrafter()
+        self.ngram = NGramDrafter(ends=self.target_model.is_eog)  # a copy ends where generation would
         self.plan_key = self._plan_key() if options.warm_start and warmstart.enabled() else None
         # measured costs and acceptance, kept across generations (and processes, with a plan key)
         self.trackers: dict[tuple, CostTracker] = warmstart.load(self.plan_key) if self.plan_key else {}

@@ -94,7 +94,7 @@ def run_config(target_ctx: Context, prompt: list[int], kind: str, draft_ctx: Con
     config = replace(config, max_tokens=max_tokens or config.max_tokens)
     state = {} if state is None else state
     sources = make_sources(source_names(kind), draft_ctx, config, state.setdefault("trackers", {}),
-                           state.setdefault("ngram", NGramDrafter()))
+                           state.setdefault("ngram", NGramDrafter(ends=target_ctx.model.is_eog)))
     return generate_stats(target_ctx, prompt, config, sources)
 
 

@@ -88,7 +88,7 @@ def model_guess(run: Run, beta: Sequence[float], conf: Sequence[float], p_min: f
 
 def ngram_guess(run: Run, greedy: bool, is_eog: Callable[[int], bool]) -> Guess:
     """guess() of the n-gram drafter: its proposal at each step, scored against the continuation."""
-    ngram = NGramDrafter()
+    ngram = NGramDrafter(ends=is_eog)
     ngram.prefill(run.prompt)
 
     def chance(t: int, token: int) -> float:
