@@ -44,9 +44,11 @@ class GenerationConfig:
     trace: bool = False  # record each verify batch in the stats (tests replay them)
     gamma_max: int = 8   # the most that auto may draft from a draft model
     # ... and from n-gram lookup: its drafts cost nothing to make, only verify width, so a long copied
-    # span is worth proposing whole where the target verifies wide batches cheaply (the cap is that
-    # of llama.cpp's ngram-simple drafter; the planner measures each width before relying on it).
-    ngram_gamma_max: int = 48
+    # span is worth proposing whole where the target verifies wide batches cheaply. A CPU's verify
+    # costs less per row as the batch widens well past llama.cpp's ngram-simple cap of 48 (README),
+    # a GPU's more so; the planner measures each width before relying on it, and this only bounds
+    # what it prices: a verify of 128 rows, which context.SAMPLED_ROWS_MAX lets arrive sampled.
+    ngram_gamma_max: int = 127
     drafter: str = "auto"  # one of DRAFTERS
     p_min: float | None = None  # the draft model stops below this confidence; None: where it stops paying
     logprobs: int | None = None  # give each Piece its log-probability under the target and this many alternatives

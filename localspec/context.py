@@ -19,8 +19,9 @@ from .devices import watchdog
 from .llama import LlamaError, Model, common_prefix_len, default_threads
 
 # The most output rows one decode may ask a backend sampler chain to judge (llama.cpp sizes the
-# sampling graph by it): a verify of up to this many rows can arrive sampled.
-SAMPLED_ROWS_MAX = 64
+# sampling graph by it): a verify of up to this many rows can arrive sampled, the widest an n-gram
+# draft makes (config.ngram_gamma_max + 1) among them.
+SAMPLED_ROWS_MAX = 128
 
 
 class Context:

@@ -104,7 +104,7 @@ def test_auto_drafts_a_long_copy_whole_from_ngram_but_caps_model_drafts():
     from localspec.planner import Planner
     from localspec.config import GenerationConfig
 
-    config = GenerationConfig(max_tokens=200)  # gamma_max 8, ngram_gamma_max 48
+    config = GenerationConfig(max_tokens=200)  # gamma_max 8, ngram_gamma_max 127
     tokens = list(range(100, 140)) * 2 + list(range(100, 110))  # a copy: the lookup offers 40 tokens
     for drafter, cap in ((NGramDrafter(), 40), (FakeModelDrafter(), 8)):
         planner = Planner([(drafter, measured_cheap_wide_verify())], config)
