@@ -29,6 +29,7 @@ there, looks as dear as the γ it may reach.
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from typing import Callable, NamedTuple, Sequence
 
@@ -336,11 +337,27 @@ class PositionAcceptance:
 
     def rates(self, prior: float | Sequence[float] = 0.0, weight: float = 0.0) -> list[float]:
         """Conditional acceptance per position, smoothed towards prior with weight pseudo-observations
-        (prior: one rate for every position, or one per position, the last repeated beyond its end)."""
+        (prior: one rate for every position, or one per position, the last repeated beyond its end;
+        an infinite weight gives every position its prior)."""
         priors = [prior] if isinstance(prior, (int, float)) else list(prior) or [0.0]
         at = lambda i: priors[min(i, len(priors) - 1)]  # noqa: E731
+        if math.isinf(weight):
+            return [at(i) for i in range(len(self.judged))]
         return [(a + weight * at(i)) / (j + weight) if j + weight else 0.0
                 for i, (j, a) in enumerate(zip(self.judged, self.accepted))]
+
+    def spread(self, p: float) -> float | None:
+        """How much the positions' true rates differ around p, their common rate: the variance
+        between positions the counts show beyond what chance alone would give them (the
+        DerSimonian-Laird moment estimate, DerSimonian and Laird 1986; 0.0 where chance explains it
+        all). None where fewer than two positions were judged."""
+        pairs = [(j, a) for j, a in zip(self.judged, self.accepted) if j]
+        total = sum(j for j, _ in pairs)
+        scale = total - sum(j * j for j, _ in pairs) / total if total else 0.0
+        if len(pairs) < 2 or scale <= 0:
+            return None
+        q = sum(j * (a / j - p) ** 2 for j, a in pairs)
+        return max(0.0, (q - (len(pairs) - 1) * p * (1 - p)) / scale)
 
     def to_rows(self) -> list[list[int]]:
         """[drafted, judged, accepted], for saving."""

@@ -47,6 +47,13 @@ GPU_FLAT = {1: 0.010, 8: 0.0105, 16: 0.011, 64: 0.016}
 # step a token, a 1-token draft never pays where a 4-token one does.
 CPU_F16 = {1: 0.074, 2: 0.121, 3: 0.135, 4: 0.142, 5: 0.150, 6: 0.166, 7: 0.182, 8: 0.198, 9: 0.213, 16: 0.33}
 
+# The light target on the 2-core EPYC, measured with Context.decode (README): the cost steps with
+# llama.cpp's tiles (12 and 16 rows cost the same, one row past 16 costs 18% more) and a row keeps
+# getting cheaper up to about 128 rows.
+EPYC_TILED = {k: ms / 1e3 for k, ms in {1: 31, 2: 58, 3: 84, 4: 102, 5: 123, 8: 225, 9: 242, 12: 278, 16: 277,
+                                        17: 326, 24: 418, 32: 477, 40: 616, 48: 666, 49: 706, 56: 795, 64: 798,
+                                        65: 871, 80: 993, 96: 1153, 97: 1218, 112: 1318, 128: 1494}.items()}
+
 
 class Region(NamedTuple):
     """A stretch of the reply. ngram_every: the lookup has a match at one position in this many (0:

@@ -338,3 +338,41 @@ def test_a_value_measured_over_several_tokens_weighs_as_that_many_samples():
         for _ in range(times):
             each.add(x)
     assert once.value == each.value and once.n == each.n == 25
+
+
+def _counts(per_position: list[tuple[int, int]]) -> PositionAcceptance:
+    """A counter whose position i was judged j and accepted a times, (j, a) = per_position[i]."""
+    c = PositionAcceptance()
+    c.judged = [j for j, _ in per_position]
+    c.accepted = [a for _, a in per_position]
+    c.drafted = list(c.judged)
+    return c
+
+
+def test_the_spread_between_positions_is_what_chance_does_not_explain():
+    rng = np.random.default_rng(0)
+    same = _counts([(200, int(rng.binomial(200, 0.9))) for _ in range(12)])  # one rate everywhere
+    p = sum(same.accepted) / sum(same.judged)
+    assert same.spread(p) < 0.001
+    apart = _counts([(200, 190)] * 6 + [(200, 100)] * 6)  # 0.95 and 0.5: variance 0.05 between them
+    assert apart.spread(0.725) == pytest.approx(0.0506, abs=0.005)
+    assert _counts([(50, 49)]).spread(0.98) is None  # one position: nothing to compare
+
+
+def test_a_bucket_s_positions_take_its_rate_where_they_differ_by_chance_only():
+    t = CostTracker()
+    rng = np.random.default_rng(1)
+    for _ in range(60):  # copies accepted 98% of the time, some drafted 120 tokens
+        n = 120 if rng.random() < 0.2 else 30
+        accepted = next((i for i in range(n) if rng.random() > 0.98), n)
+        t.record(n, accepted, 0.0, 0.1, 0.0, bucket=7)
+    deep = t.acceptance(7)[40:]
+    rate = sum(t.buckets[7].accepted) / sum(t.buckets[7].judged)
+    assert max(deep) < rate + 0.005  # no deep position looks better for its few lucky drafts
+    # A draft model's acceptance that falls with depth keeps its shape.
+    m = CostTracker()
+    for _ in range(200):
+        accepted = next((i for i in range(6) if rng.random() > (0.9 if i < 3 else 0.4)), 6)
+        m.record(6, accepted, 0.0, 0.1, 0.0, bucket=0)
+    rates = m.acceptance(0)
+    assert min(rates[:3]) > 0.85 and max(rates[3:]) < 0.55
