@@ -181,9 +181,9 @@ class CostTracker:
         the bucket's rate, not one chance rejection's. How strongly a bucket's positions lean on its
         rate depends on how much they differ beyond chance (_pooling_weight): where chance explains
         their differences, each takes the bucket's rate. Otherwise the γ chosen is the one whose
-        deep positions were luckiest: a copy accepted 98% of the time whose few drafts past 40
-        tokens were all accepted looks accepted 99% of the time there, and a draft of 117 tokens
-        looks worth its verify (planner simulator: one reply at 0.88x plain)."""
+        deep positions were luckiest: a copy whose few drafts past 40 tokens were all accepted looks
+        more reliable there than the bucket is, and a draft far longer than pays looks worth its
+        verify (the README has the simulator's numbers)."""
         w = self.prior_weight
         pooled = self.positions.rates(self.prior_accept, w) or [self.prior_accept]
         counts = self.buckets.get(bucket) if bucket is not None else None
