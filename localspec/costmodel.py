@@ -218,29 +218,44 @@ class Ema:
         self.value, self._first = value, [value] * self.n
 
 
+TRUSTED_SAMPLES = 3  # a size measured this often has a median one outlier cannot set (Ema)
+
+
 class VerifyCurve:
     """Seconds to verify a batch of k tokens: measured per k (a moving average), linear between
     measured sizes; beyond the largest along the slope from the smallest to the largest, never
     negative (noise in the last segment cannot bend it down); below the smallest along the first
     segment. With one point only, cost is assumed to grow in proportion to k (pessimistic).
 
-    optimistic(k) is what a batch wider than every measured one may cost at best: no more than the
-    widest measured (the estimate where that is lower). Within the measured range it is the estimate:
-    a size chosen there is measured when it runs, and the widest measured size moves out only by
-    trying a wider one."""
+    One verify's seconds vary by 6-11% on a quiet 2-core CPU, and a size the planner does not choose
+    is not measured again. So a size measured fewer than TRUSTED_SAMPLES times is read no cheaper
+    than a narrower trusted size (one measured that often) and no dearer than a wider one: a wider
+    batch costs no less. Read as it came, one fast sample held the planner at a size no cheaper than
+    its neighbours. (Where trusted sizes break that law between themselves, it is held between them.)
+
+    optimistic(k) is what a batch may cost at best: beyond the widest measured size no more than
+    the widest (the estimate where that is lower), and a size wider than every trusted one also no
+    more per row than the widest trusted size, since a wider batch seldom costs more per row. Within
+    the trusted range the point estimate holds: there tile boundaries break that law by up to a
+    quarter on a CPU, and nothing the planner does not choose is measured again. next_width(k), what
+    an exploratory step is priced by, reads the optimistic curve: one slow sample at the widest size
+    otherwise priced every wider probe out of the budget for good. A size chosen is measured when it
+    runs, and the widest measured size moves out only by trying a wider one."""
 
     def __init__(self, means: dict[int, float] | None = None):
         self.points: dict[int, Ema] = {}
-        self._memo: tuple[dict[int, float], dict[int, float]] = ({}, {})  # seconds(k), optimistic(k)
-        self._known: list[tuple[int, float]] | None = None  # known(), until the next add
+        # seconds(k), optimistic(k), next_width(k), until the next add: the planner reads each width
+        # several times a step
+        self._memo: tuple[dict[int, float], ...] = ({}, {}, {})
+        self._fits: dict[bool, list[tuple[int, float]]] = {}  # fitted(hopeful), until the next add
         for k, seconds in (means or {}).items():
             self.add(k, seconds)
 
     def add(self, k: int, seconds: float) -> None:
         """One measured verify of k tokens."""
-        self._memo[0].clear()
-        self._memo[1].clear()
-        self._known = None
+        for memo in self._memo:
+            memo.clear()
+        self._fits.clear()
         self.points.setdefault(k, Ema()).add(seconds)
 
     def __contains__(self, k: int) -> bool:
@@ -254,53 +269,73 @@ class VerifyCurve:
         """Measured (k, seconds), by k."""
         return sorted((k, e.value) for k, e in self.points.items())
 
+    def fitted(self, hopeful: bool = False) -> list[tuple[int, float]]:
+        """known(), each size measured fewer than TRUSTED_SAMPLES times held between the trusted
+        sizes around it; hopeful: one wider than every trusted size also no dearer per row than the
+        widest trusted (the class docstring). Kept until the next add."""
+        fit = self._fits.get(hopeful)
+        if fit is None:
+            known = self.known()
+            trusted = [(k, t) for k, t in known if self.points[k].n >= TRUSTED_SAMPLES]
+            fit = known if not trusted else [
+                (k, t if self.points[k].n >= TRUSTED_SAMPLES else _bounded(k, t, trusted, hopeful)) for k, t in known]
+            self._fits[hopeful] = fit
+        return fit
+
     def seconds(self, k: int) -> float:
         """Measured, interpolated or extrapolated seconds for a batch of k (0.0 before any measurement)."""
-        t = self._memo[0].get(k)  # the planner reads each width several times a step
-        return self._lookup(k, False) if t is None else t
+        t = self._memo[0].get(k)
+        return self._lookup(k, 0) if t is None else t
 
     def optimistic(self, k: int) -> float:
         """The least a batch of k may cost given the measurements (see the class docstring)."""
         t = self._memo[1].get(k)
-        return self._lookup(k, True) if t is None else t
+        return self._lookup(k, 1) if t is None else t
 
     def next_width(self, k: int) -> float:
-        """The estimate, with the first size wider than every measured one as optimistic() takes it
-        (no dearer than the widest measured): what an exploratory step's stop rule reads, so that
-        the draft reaches one size the curve has not measured, and stops beyond it where the
-        estimate says drafting on does not pay. (A probe's loss reads it at every width: the
-        widest measured comes from the sorted points kept until the next add, not a max each time.)"""
-        known = self._sorted()
-        return self.optimistic(k) if known and k == known[-1][0] + 1 else self.seconds(k)
+        """The optimistic estimate, with sizes beyond the first one wider than every measured one
+        along the optimistic curve's slope, not capped at the widest: what an exploratory step's
+        stop rule and its loss read, so that the draft reaches one size the curve has not measured,
+        and stops beyond it where the estimate says drafting on does not pay."""
+        t = self._memo[2].get(k)
+        return self._lookup(k, 2) if t is None else t
 
-    def _sorted(self) -> list[tuple[int, float]]:
-        """known(), kept until the next add."""
-        if self._known is None:
-            self._known = self.known()
-        return self._known
-
-    def _lookup(self, k: int, optimistic: bool) -> float:
-        known = self._sorted()
+    def _lookup(self, k: int, mode: int) -> float:
+        known = self.fitted(hopeful=mode > 0)
         t = self._estimate(k, known)
-        if optimistic and known and k > known[-1][0]:
-            t = min(t, known[-1][1])
-        self._memo[optimistic][k] = t
+        if known:
+            widest, widest_s = known[-1]
+            if (mode == 1 and k > widest) or (mode == 2 and k == widest + 1):  # no dearer than the widest
+                t = min(t, widest_s)
+        self._memo[mode][k] = t
         return t
 
     def _estimate(self, k: int, known: list[tuple[int, float]]) -> float:
         if not known:
             return 0.0
-        if k in self.points:
-            return self.points[k].value
+        i = bisect.bisect_left(known, (k,))
+        if i < len(known) and known[i][0] == k:
+            return known[i][1]
         if len(known) == 1:
             n, t = known[0]
             return t * k / n
         (k0, t0), (kn, tn) = known[0], known[-1]
         if k > kn:
             return tn + max(0.0, (tn - t0) / (kn - k0)) * (k - kn)
-        i = min(max(bisect.bisect_left(known, (k,)), 1), len(known) - 1)  # known[i-1] < k < known[i]
+        i = min(max(i, 1), len(known) - 1)  # known[i-1] < k < known[i]
         (ka, ta), (kb, tb) = known[i - 1], known[i]
         return max(ta + (tb - ta) / (kb - ka) * (k - ka), t0 * 0.5)
+
+
+def _bounded(k: int, seconds: float, trusted: Sequence[tuple[int, float]], hopeful: bool) -> float:
+    """seconds for a batch of k held no lower than the trusted (k', t') narrower than k and no higher
+    than those wider (between the two where the trusted break that order); hopeful, where k is wider
+    than every trusted size: no higher than the widest one's seconds per row over k rows."""
+    low = max((t for w, t in trusted if w < k), default=0.0)
+    high = min((t for w, t in trusted if w > k), default=math.inf)
+    seconds = min(max(seconds, min(low, high)), max(low, high))
+    widest, t = trusted[-1]
+    return min(seconds, t * k / widest) if hopeful and k > widest else seconds
 
 
 class PositionAcceptance:

@@ -256,6 +256,29 @@ def test_verify_curve_extrapolates_with_one_rule_both_ways():
     assert falling.seconds(12) == pytest.approx(0.01)        # never a negative slope beyond the range
 
 
+def test_a_size_measured_fewer_than_three_times_is_read_within_what_trusted_sizes_allow():
+    from localspec.costmodel import TRUSTED_SAMPLES, VerifyCurve
+
+    curve = VerifyCurve()
+    for _ in range(TRUSTED_SAMPLES):
+        curve.add(32, 0.470)
+        curve.add(46, 0.670)
+    curve.add(48, 0.626)  # one fast sample: 48 rows read no cheaper than 46
+    curve.add(40, 0.700)  # one slow one inside the trusted range: read no dearer than 46
+    assert curve.seconds(48) == pytest.approx(0.670) and curve.seconds(40) == pytest.approx(0.670)
+    assert curve.known()[1] == (40, pytest.approx(0.700))  # what was measured is kept as it came
+    # hoped no dearer per row than the widest trusted, beyond it only; within, the estimate
+    assert curve.optimistic(40) == curve.seconds(40)
+    assert curve.next_width(48) == pytest.approx(0.670)
+    curve.add(64, 0.950)
+    assert curve.seconds(64) == pytest.approx(0.950) and curve.next_width(64) == pytest.approx(0.670 * 64 / 46)
+    assert curve.optimistic(80) == pytest.approx(0.670 * 64 / 46)  # no dearer than the widest, as hoped
+    for _ in range(TRUSTED_SAMPLES - 1):
+        curve.add(48, 0.626)
+    assert curve.seconds(48) == pytest.approx(0.626)  # measured three times: read as measured
+    assert VerifyCurve({4: 0.04, 2: 0.05}).seconds(4) == 0.04  # nothing trusted: every size as measured
+
+
 def test_position_acceptance_pools_runs_position_by_position():
     from localspec.costmodel import PositionAcceptance
 

@@ -215,6 +215,25 @@ def test_an_unmeasured_wide_verify_is_probed_where_a_long_match_may_pay():
     assert width in tracker.verify and planner.budget.spent[0] < 0  # it paid: credit for the next probe
 
 
+def test_one_slow_sample_at_the_widest_verify_does_not_price_wider_copies_out():
+    # A copy drafted 31 at a time (32 rows, 470 ms, measured many times) and once 39 (40 rows), whose
+    # one verify came 23% slow (755 ms; about 616 is typical). Read as it came, every wider probe was
+    # priced at 755 ms or more: a loss of 0.19 s against a budget of 0.04, and in a quiet-process
+    # trace the copy stayed at 31 for the rest of the process. A size wider than every trusted one
+    # is hoped no dearer per row than the widest trusted: the probe past it fits the budget.
+    ngram, tracker = Named("ngram"), CostTracker()
+    measure_plain(tracker, 0.031)
+    bucket = match_bucket(64)
+    for _ in range(20):
+        tracker.record(31, 31, 0.0, 0.470, 0.0, bucket=bucket)
+    tracker.record(39, 39, 0.0, 0.755, 0.0, bucket=bucket)
+    planner = Planner([(ngram, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    ngram.last_match = 64
+    plan = planner.plan([1] * 300, 127)
+    assert planner.explored == 1 and plan.gamma >= 40
+    assert tracker.verify_seconds(40) == pytest.approx(0.755)  # a known choice still reads the sample
+
+
 def test_the_verify_of_any_width_teaches_every_source():
     ngram, model = CostTracker(), CostTracker()
     planner = Planner([(NGramDrafter(), ngram), (NGramDrafter(), model)], GenerationConfig())
