@@ -110,3 +110,20 @@ def test_amx_guard_follows_the_build_and_the_override(monkeypatch):
     monkeypatch.delenv("LOCALSPEC_ALLOW_AMX")
     monkeypatch.setattr(layer.lc, "llama_print_system_info", lambda: info % 0)
     assert not layer.amx_guard()
+
+
+@pytest.mark.slow
+def test_a_model_loads_on_the_gpu_with_numpy_imported_first(smol_path):
+    # On the lent H100 a CUDA build segfaulted at model load wherever numpy came before llama.cpp
+    # (localspec/__init__.py says why). Runs where this build sees a GPU; CI's CPU skips it.
+    import subprocess
+    import sys
+
+    from localspec.devices import local_devices
+
+    if not any(d.type == "GPU" for d in local_devices()):
+        pytest.skip("no GPU in this llama.cpp build or on this machine")
+    code = ("import sys, numpy, localspec\nfrom localspec.llama import Model\n"
+            "Model(sys.argv[1], n_gpu_layers=999)\nprint('loaded')")
+    proc = subprocess.run([sys.executable, "-c", code, str(smol_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "loaded" in proc.stdout, proc.stderr[-2000:]
