@@ -12,6 +12,9 @@ import pytest
 import localspec  # noqa: F401  (loads llama.cpp before numpy)
 
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Layers that the exactness tests on real llama.cpp (the real pair, backend sampling, trees) offload:
+# 0 on CI's CPU; LOCALSPEC_TEST_GPU_LAYERS=999 runs the same proofs on a GPU build's device path.
+GPU_LAYERS = int(os.environ.get("LOCALSPEC_TEST_GPU_LAYERS", "0"))
 
 
 @pytest.fixture(autouse=True)

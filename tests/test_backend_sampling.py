@@ -22,6 +22,7 @@ from localspec.sampling import (
     top_probability,
 )
 
+from conftest import GPU_LAYERS
 from fakes import FakeContext, RecordingContext, SampledContext, fake_contexts
 from test_controller import GREEDY, HOT, PURE_T1, first_two, generate, model_source, same_distribution_pvalue
 from test_sampling import ALPHA, N, PAIRS, V8, dense, first_tokens, gof_pvalue
@@ -214,9 +215,9 @@ def smol_contexts(smol_path, smol_q4_0):
     from localspec.context import Context
     from localspec.llama import Model
 
-    model = Model(smol_path)
+    model = Model(smol_path, n_gpu_layers=GPU_LAYERS)
     return (model, Context(model, n_ctx=256, n_threads=2), Context(model, n_ctx=256, n_threads=2),
-            Context(Model(smol_q4_0), n_ctx=256, n_threads=2))
+            Context(Model(smol_q4_0, n_gpu_layers=GPU_LAYERS), n_ctx=256, n_threads=2))
 
 
 @pytest.mark.slow

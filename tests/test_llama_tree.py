@@ -9,6 +9,8 @@ import pytest
 from localspec.context import Context, _branch_seqs
 from localspec.llama import LlamaError, Model
 
+from conftest import GPU_LAYERS
+
 # Rows computed in batches of different shapes differ by float rounding (a few hundredths); a cell seen
 # that should not be (another branch's node) moves logits by whole units.
 ATOL = 0.1
@@ -20,7 +22,7 @@ PARENTS = [-1, -1, 0, 0, 2, 1]
 
 @pytest.fixture(scope="module")
 def model(smol_f16):
-    return Model(smol_f16)
+    return Model(smol_f16, n_gpu_layers=GPU_LAYERS)
 
 
 @pytest.fixture(scope="module")

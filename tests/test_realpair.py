@@ -23,6 +23,8 @@ from localspec.config import GenerationConfig
 from localspec.speculative import Finished, SpeculativeDecoder
 from localspec.treeplan import MAX_BRANCHES
 
+from conftest import GPU_LAYERS
+
 pytestmark = [pytest.mark.realpair, pytest.mark.slow]
 GREEDY = SamplingParams(temperature=0)
 N_TOKENS = 64
@@ -37,14 +39,14 @@ def prompts():
 
 @pytest.fixture(scope="module")
 def draft_ctx(real_pair):
-    return Context(Model(real_pair["draft"]), n_ctx=1024)
+    return Context(Model(real_pair["draft"], n_gpu_layers=GPU_LAYERS), n_ctx=1024)
 
 
 @pytest.fixture(scope="module")
 def f16(real_pair):
     """The F16 target's context, with a sequence per tree branch as a Pair with a draft makes it,
     and baseline(prompt): its target-only reply, generated once for both F16 tests."""
-    ctx = Context(Model(real_pair["target_f16"]), n_ctx=1024, n_seq_max=MAX_BRANCHES)
+    ctx = Context(Model(real_pair["target_f16"], n_gpu_layers=GPU_LAYERS), n_ctx=1024, n_seq_max=MAX_BRANCHES)
     replies: dict[tuple, list[int]] = {}
 
     def baseline(prompt) -> list[int]:
@@ -109,7 +111,7 @@ def argmax_batched(ctx, prompt, trace, j) -> tuple[int, np.ndarray]:
 
 
 def test_q4_divergences_are_batch_numerics(real_pair, draft_ctx, prompts):
-    model = Model(real_pair["target"])
+    model = Model(real_pair["target"], n_gpu_layers=GPU_LAYERS)
     ctx = Context(model, n_ctx=1024)
     flips, compared = [], 0
     for text in prompts:
