@@ -77,17 +77,23 @@ class GenerationConfig:
         return self
 
 
-def rows_on_backend(ctx, config: GenerationConfig | None = None) -> bool:
+def rows_on_backend(ctx, config: GenerationConfig | None = None, greedy: bool = False) -> bool:
     """The one switch between the two ways of judging a context's rows: True when llama.cpp's backend
     sampler chain reduces each decoded row to a short candidate list inside the decode; False when
     numpy reads the full logits rows. The backend path is for rows made on a GPU (a row is 151,936
     floats to bring back, session.rows_on_gpu); on the CPU the chain inside the decode costs more
     than numpy's reading of the row (scripts/bench_controller.py --real), and over RPC it measured
-    slower too, so rows stay in numpy there. Logprobs need the raw rows; LOCALSPEC_BACKEND_SAMPLING=1
-    or 0 forces the path on or off (tests, benchmarks)."""
-    if config is not None and config.logprobs is not None:
-        return False
+    slower too, so rows stay in numpy there. On a GPU it is the default for greedy rows only
+    (config's sampling, or `greedy` for a drafter's own): on an H100 the greedy chain kept target-only
+    output token for token, but with top-k/top-p/min-p filters the chain's rows failed the chi-square
+    and a context's logits after a filtered chain decode were off by up to 1.8 (README, GPU; not yet
+    explained), so sampled rows stay in numpy, the path whose exactness is proven. Logprobs need the
+    raw rows; LOCALSPEC_BACKEND_SAMPLING=1 or 0 forces the path on or off (tests, benchmarks)."""
+    if config is not None:
+        if config.logprobs is not None:
+            return False
+        greedy = config.sampling.greedy
     forced = os.environ.get("LOCALSPEC_BACKEND_SAMPLING")
     if forced in ("0", "1"):
         return forced == "1"
-    return bool(getattr(ctx, "rows_offloaded", False))
+    return greedy and bool(getattr(ctx, "rows_offloaded", False))

@@ -144,7 +144,7 @@ class ModelDrafter:
         self._load()
         # Where a row's top-k logits determine q and the confidence, llama.cpp keeps only those in the
         # decode (a top_k chain on the backend) and numpy reads k floats instead of the whole row.
-        top_k = candidates_needed(self.params) if rows_on_backend(self.ctx) else 0
+        top_k = candidates_needed(self.params) if rows_on_backend(self.ctx, greedy=self.params.greedy) else 0
         self.sampled = top_k > 0 and self.ctx.keep_top_k_on_backend(top_k)
         catchup_s, first_apart = self._catch_up(context)
         # (token, q, parent, confidence) per node, parents first: each chain node, then its sibling if any

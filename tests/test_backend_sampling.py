@@ -28,6 +28,7 @@ from test_controller import GREEDY, HOT, PURE_T1, first_two, generate, model_sou
 from test_sampling import ALPHA, N, PAIRS, V8, dense, first_tokens, gof_pvalue
 
 FILTERED = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, min_p=0.02)
+GREEDY_CONFIG = GenerationConfig(sampling=GREEDY)
 HOT_FILTERED = SamplingParams(temperature=1.6, top_k=20, top_p=0.9, min_p=0.02)  # q far from p, filtered
 SETTINGS = {
     "default": SamplingParams(),
@@ -120,11 +121,13 @@ def test_candidates_needed():
 def test_rows_on_backend_where_rows_are_made_on_a_device(monkeypatch):
     monkeypatch.delenv("LOCALSPEC_BACKEND_SAMPLING", raising=False)
     device, cpu = fake_contexts(context=SampledContext, draft=False)[0], fake_contexts(draft=False)[0]
-    assert rows_on_backend(device, GenerationConfig()) and rows_on_backend(device)
-    assert not rows_on_backend(cpu, GenerationConfig()) and not rows_on_backend(cpu)  # numpy is cheaper there
-    assert not rows_on_backend(device, GenerationConfig(logprobs=2))  # logprobs need the raw rows
+    assert rows_on_backend(device, GREEDY_CONFIG) and rows_on_backend(device, greedy=True)
+    # sampled rows stay in numpy on a GPU too until the filtered chain's H100 failures are explained
+    assert not rows_on_backend(device, GenerationConfig()) and not rows_on_backend(device)
+    assert not rows_on_backend(cpu, GREEDY_CONFIG) and not rows_on_backend(cpu, greedy=True)  # numpy is cheaper there
+    assert not rows_on_backend(device, GenerationConfig(logprobs=2, sampling=GREEDY))  # logprobs need the raw rows
     monkeypatch.setenv("LOCALSPEC_BACKEND_SAMPLING", "0")
-    assert not rows_on_backend(device, GenerationConfig())
+    assert not rows_on_backend(device, GREEDY_CONFIG)
     monkeypatch.setenv("LOCALSPEC_BACKEND_SAMPLING", "1")
     assert rows_on_backend(cpu, GenerationConfig()) and not rows_on_backend(cpu, GenerationConfig(logprobs=2))
 
@@ -141,7 +144,8 @@ class SampledRecording(SampledContext, RecordingContext):
         return [c for c in self.calls if c[0] == "decode"]
 
 
-def test_verify_batches_arrive_sampled_and_logprobs_read_raw_rows():
+def test_verify_batches_arrive_sampled_and_logprobs_read_raw_rows(monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_BACKEND_SAMPLING", "1")  # sampled rows: the chain only where asked for
     target, _ = fake_contexts(context=SampledRecording)
     prompt = target.model.tokenize("My favourite colour is")
     generate(target, [], prompt, GenerationConfig(6, 0, PURE_T1, seed=1))
@@ -179,9 +183,10 @@ def test_greedy_on_sampled_rows_equals_numpy_rows(gamma):
 
 @pytest.mark.parametrize("sampling, draft_sampling", [(PURE_T1, HOT), (FILTERED, HOT_FILTERED)],
                          ids=["T1-hot-draft", "filtered-hot-draft"])
-def test_sampled_rows_keep_the_target_distribution(sampling, draft_sampling):
+def test_sampled_rows_keep_the_target_distribution(sampling, draft_sampling, monkeypatch):
     # First two tokens over 4,000 seeds a side: speculative on backend rows (p as candidate lists,
     # q from the draft's top-k where the filters keep one) vs target-only on numpy rows.
+    monkeypatch.setenv("LOCALSPEC_BACKEND_SAMPLING", "1")
     plain_t, _ = fake_contexts()
     sampled_t, sampled_d = fake_contexts(context=SampledContext)
     prompt = plain_t.model.tokenize("My favourite colour is")
@@ -189,7 +194,7 @@ def test_sampled_rows_keep_the_target_distribution(sampling, draft_sampling):
     plain, _ = first_two(plain_t, None, prompt, sampling, 0, range(n))
     spec, drafted = first_two(sampled_t, lambda: model_source(sampled_d, draft_sampling), prompt, sampling, 2,
                               range(n, 2 * n))
-    assert drafted >= 2 * n
+    assert drafted >= 2 * n and sampled_t.chain == sampling
     assert same_distribution_pvalue(plain, spec) > 1e-3
 
 
@@ -198,6 +203,7 @@ def test_sampled_rows_distribution_test_has_power(monkeypatch):
     import localspec.sampling as rule_mod
 
     monkeypatch.setattr(rule_mod, "_sample_residual", lambda p, q, rng: sample(p, rng))
+    monkeypatch.setenv("LOCALSPEC_BACKEND_SAMPLING", "1")
     plain_t, _ = fake_contexts()
     sampled_t, sampled_d = fake_contexts(context=SampledContext)
     prompt = plain_t.model.tokenize("My favourite colour is")
