@@ -307,10 +307,10 @@ class NGramDrafter:
         the indexed tokens + extra, n, how far the match reaches back, the position the occurrence
         ends at); ([], 0, 0, 0) without a match."""
         end = len(self.tokens) + len(extra)
-        tail = (self.tokens[-self.n_max:] + list(extra))[-self.n_max:] if extra else self.tokens[-self.n_max:]
+        tail = tuple((self.tokens[-self.n_max:] + list(extra))[-self.n_max:] if extra else self.tokens[-self.n_max:])
         for n in range(min(self.n_max, end), self.n_min - 1, -1):
             self.probes += 1
-            pos = self.index.get(tuple(tail[len(tail) - n:]))
+            pos = self.index.get(tail[len(tail) - n:])
             if pos is not None:
                 return self._copy(pos + 1, k), n, self._reach(pos, n, extra), pos
         return [], 0, 0, 0
@@ -348,8 +348,9 @@ class NGramDrafter:
             i = len(self.tokens) - 1  # t is the continuation of every n-gram ending at i - 1
             if self.ends is not None and self.ends(t):
                 self.ends_at.append(i)
+            window = tuple(self.tokens[max(i - self.n_max, 0): i])  # every n-gram ending at i - 1 is its tail
             for n in range(self.n_min, min(self.n_max, i) + 1):
-                self.index[tuple(self.tokens[i - n: i])] = i - 1
+                self.index[window[len(window) - n:]] = i - 1
 
     def observe(self, n_accepted: int) -> None:
         if self.last_n:  # counted here, not in propose(): offer() proposes without drafting
