@@ -28,7 +28,6 @@ there, looks as dear as the γ it may reach.
 
 from __future__ import annotations
 
-import bisect
 import math
 import statistics
 from typing import Callable, NamedTuple, Sequence
@@ -244,17 +243,18 @@ class VerifyCurve:
 
     def __init__(self, means: dict[int, float] | None = None):
         self.points: dict[int, Ema] = {}
-        # seconds(k), optimistic(k), next_width(k), until the next add: the planner reads each width
-        # several times a step
-        self._memo: tuple[dict[int, float], ...] = ({}, {}, {})
+        # seconds(k), optimistic(k), next_width(k) for k = 0, 1, ..., until the next add: the planner
+        # reads every width up to a drafter's cap (127 for n-gram copies) each step, so each table is
+        # filled in one pass along the curve's segments, as far as it is read (_extend)
+        self._memo: tuple[list[float], ...] = ([], [], [])
         self._fits: dict[bool, list[tuple[int, float]]] = {}  # fitted(hopeful), until the next add
         for k, seconds in (means or {}).items():
             self.add(k, seconds)
 
     def add(self, k: int, seconds: float) -> None:
         """One measured verify of k tokens."""
-        for memo in self._memo:
-            memo.clear()
+        for table in self._memo:
+            table.clear()
         self._fits.clear()
         point = self.points.get(k)
         if point is None:
@@ -289,50 +289,67 @@ class VerifyCurve:
         """Measured, interpolated or extrapolated seconds for a batch of k (0.0 before any measurement).
         A trusted size reads as measured, without a fit: a plain step measures one token's verify and
         asks its seconds again each step, which would otherwise refit the curve every time."""
-        t = self._memo[0].get(k)
-        if t is not None:
-            return t
+        table = self._memo[0]
+        if k < len(table):
+            return table[k]
         point = self.points.get(k)
-        return point.value if point is not None and point.n >= TRUSTED_SAMPLES else self._lookup(k, 0)
+        return point.value if point is not None and point.n >= TRUSTED_SAMPLES else self._extend(0, k)
 
     def optimistic(self, k: int) -> float:
         """The least a batch of k may cost given the measurements (see the class docstring)."""
-        t = self._memo[1].get(k)
-        return self._lookup(k, 1) if t is None else t
+        table = self._memo[1]
+        return table[k] if k < len(table) else self._extend(1, k)
 
     def next_width(self, k: int) -> float:
         """The optimistic estimate, with sizes beyond the first one wider than every measured one
         along the optimistic curve's slope, not capped at the widest: what an exploratory step's
         stop rule and its loss read, so that the draft reaches one size the curve has not measured,
         and stops beyond it where the estimate says drafting on does not pay."""
-        t = self._memo[2].get(k)
-        return self._lookup(k, 2) if t is None else t
+        table = self._memo[2]
+        return table[k] if k < len(table) else self._extend(2, k)
 
-    def _lookup(self, k: int, mode: int) -> float:
+    def _extend(self, mode: int, k: int) -> float:
+        """Fill mode's table past k in one pass (see __init__), at least doubling it, since widths
+        are read in ascending order; return its value at k."""
         known = self.fitted(hopeful=mode > 0)
-        t = self._estimate(k, known)
+        table = self._memo[mode]
+        start = len(table)
+        end = max(k, 2 * start, 16)
+        values = _estimates(known, start, end)
         if known:
             widest, widest_s = known[-1]
-            if (mode == 1 and k > widest) or (mode == 2 and k == widest + 1):  # no dearer than the widest
-                t = min(t, widest_s)
-        self._memo[mode][k] = t
-        return t
+            if mode == 1:  # beyond the widest measured size, no dearer than it
+                values = [min(t, widest_s) if w > widest else t for w, t in enumerate(values, start)]
+            elif mode == 2 and start <= widest + 1 <= end:  # the first size beyond it, likewise
+                values[widest + 1 - start] = min(values[widest + 1 - start], widest_s)
+        table.extend(values)
+        return table[k]
 
-    def _estimate(self, k: int, known: list[tuple[int, float]]) -> float:
-        if not known:
-            return 0.0
-        i = bisect.bisect_left(known, (k,))
-        if i < len(known) and known[i][0] == k:
-            return known[i][1]
-        if len(known) == 1:
-            n, t = known[0]
-            return t * k / n
-        (k0, t0), (kn, tn) = known[0], known[-1]
-        if k > kn:
-            return tn + max(0.0, (tn - t0) / (kn - k0)) * (k - kn)
-        i = min(max(i, 1), len(known) - 1)  # known[i-1] < k < known[i]
-        (ka, ta), (kb, tb) = known[i - 1], known[i]
-        return max(ta + (tb - ta) / (kb - ka) * (k - ka), t0 * 0.5)
+
+def _estimates(known: Sequence[tuple[int, float]], lo: int, hi: int) -> list[float]:
+    """Seconds for every batch size lo..hi along the measured points (k, t), sorted by k: a measured
+    size as measured; between two, linear (never below half the smallest's seconds); below the
+    smallest, along the first segment; beyond the widest, along the slope from the smallest to the
+    widest, never falling; one point alone, in proportion to k; none: 0.0."""
+    if not known:
+        return [0.0] * (hi - lo + 1)
+    if len(known) == 1:
+        n, t = known[0]
+        return [t if k == n else t * k / n for k in range(lo, hi + 1)]
+    (k0, t0), (kn, tn) = known[0], known[-1]
+    floor, end = t0 * 0.5, hi + 1
+    (ka, ta), (kb, tb) = known[0], known[1]
+    slope = (tb - ta) / (kb - ka)
+    out = [max(ta + slope * (k - ka), floor) for k in range(lo, min(end, k0))]  # below the smallest
+    for (ka, ta), (kb, tb) in zip(known, known[1:]):  # segment by segment, in one list
+        if lo <= ka < end:
+            out.append(ta)
+        slope = (tb - ta) / (kb - ka)
+        out += [max(ta + slope * (k - ka), floor) for k in range(max(lo, ka + 1), min(end, kb))]
+    if lo <= kn < end:
+        out.append(tn)
+    rise = max(0.0, (tn - t0) / (kn - k0))
+    return out + [tn + rise * (k - kn) for k in range(max(lo, kn + 1), end)]
 
 
 def _bounded(k: int, seconds: float, trusted: Sequence[tuple[int, float]], hopeful: bool) -> float:

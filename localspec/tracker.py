@@ -96,6 +96,9 @@ class CostTracker:
     idle_s: float = 0.0
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
     saved_verify: VerifyCurve = field(default_factory=VerifyCurve)  # the curve as saved, plain step too
+    # acceptance(bucket) as last computed, with the counts it read (_acceptance_key): the planner asks
+    # for the same bucket's several times a step, and pooling a copy's 128 positions takes tens of µs
+    _acceptance_memo: dict = field(default_factory=dict, repr=False, compare=False)
     saved_draft_s: Ema = field(default_factory=Ema)  # the draft's cost as saved (see may_pay)
     own_drafts: int = 0   # drafting steps this tracker has measured itself
     proposals: int = 0    # proposals whose acceptance it counts, over every process that saved it (from_dict)
@@ -184,14 +187,27 @@ class CostTracker:
         deep positions were luckiest: a copy whose few drafts past 40 tokens were all accepted looks
         more reliable there than the bucket is, and a draft far longer than pays looks worth its
         verify (the README has the simulator's numbers)."""
+        counts = self.buckets.get(bucket) if bucket is not None else None
+        key = self._acceptance_key(counts)
+        memo = self._acceptance_memo.get(bucket)
+        if memo is not None and memo[0] == key:
+            return memo[1]
         w = self.prior_weight
         pooled = self.positions.rates(self.prior_accept, w) or [self.prior_accept]
-        counts = self.buckets.get(bucket) if bucket is not None else None
         if counts is None:
-            return pooled
-        overall = _overall(self.positions, self.prior_accept, w)
-        rate = _overall(counts, overall, w)
-        return counts.rates(rate, _pooling_weight(counts, rate, w)) or pooled
+            rates = pooled
+        else:
+            overall = _overall(self.positions, self.prior_accept, w)
+            rate = _overall(counts, overall, w)
+            rates = counts.rates(rate, _pooling_weight(counts, rate, w)) or pooled
+        self._acceptance_memo[bucket] = key, rates
+        return rates
+
+    def _acceptance_key(self, counts: PositionAcceptance | None) -> tuple:
+        """What acceptance() reads: every count it pools (each record adds to the judged totals) and
+        the prior."""
+        return (id(self.positions), sum(self.positions.judged), id(counts), sum(counts.judged) if counts else 0,
+                self.prior_accept, self.prior_weight)
 
     def cautious_acceptance(self, bucket: int | None = None) -> list[float]:
         """The point estimate less one standard error per position (the position's judged count plus

@@ -399,3 +399,49 @@ def test_a_bucket_s_positions_take_its_rate_where_they_differ_by_chance_only():
         m.record(6, accepted, 0.0, 0.1, 0.0, bucket=0)
     rates = m.acceptance(0)
     assert min(rates[:3]) > 0.85 and max(rates[3:]) < 0.55
+
+
+def _one_width(k: int, known: list[tuple[int, float]]) -> float:
+    """VerifyCurve's point estimate for one width, read from its definition (class docstring)."""
+    if not known:
+        return 0.0
+    measured = dict(known)
+    if k in measured:
+        return measured[k]
+    if len(known) == 1:
+        n, t = known[0]
+        return t * k / n
+    (k0, t0), (kn, tn) = known[0], known[-1]
+    if k > kn:
+        return tn + max(0.0, (tn - t0) / (kn - k0)) * (k - kn)
+    below = [p for p in known if p[0] < k]
+    (ka, ta), (kb, tb) = (known[0], known[1]) if not below else (below[-1], known[len(below)])
+    return max(ta + (tb - ta) / (kb - ka) * (k - ka), t0 * 0.5)
+
+
+def test_a_curve_read_in_one_pass_gives_each_width_as_read_alone():
+    # The planner reads every width up to a cap each step; the curve fills them in one pass
+    # (costmodel._estimates), which must give each width exactly what its definition gives.
+    from localspec.costmodel import _estimates
+
+    rng = np.random.default_rng(3)
+    for _ in range(3000):
+        ks = sorted(rng.choice(np.arange(1, 140), size=rng.integers(0, 8), replace=False).tolist())
+        known = [(k, float(rng.uniform(0.001, 0.5))) for k in ks]
+        lo = int(rng.integers(0, 60))
+        hi = lo + int(rng.integers(0, 150))
+        assert _estimates(known, lo, hi) == [_one_width(k, known) for k in range(lo, hi + 1)], (known, lo, hi)
+
+
+def test_acceptance_is_recomputed_after_every_record():
+    from localspec.tracker import CostTracker
+
+    t = CostTracker()
+    first = t.acceptance(3)
+    t.record_acceptance(4, 4, bucket=3)
+    second = t.acceptance(3)
+    t.record_acceptance(4, 0, bucket=3)
+    fresh = CostTracker()
+    fresh.record_acceptance(4, 4, bucket=3)
+    fresh.record_acceptance(4, 0, bucket=3)
+    assert second != first and t.acceptance(3) != second and t.acceptance(3) == fresh.acceptance(3)
