@@ -24,3 +24,7 @@ B=("$PY" scripts/bench.py --pair qwen2.5-coder --gpu)
 # before localspec are kept out, as on the machine this was first run on).
 LOCALSPEC_TEST_GPU_LAYERS=999 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "$PY" -m pytest -q -m slow \
     tests/test_backend_sampling.py tests/test_llama_tree.py tests/test_realpair.py tests/test_llama_layer.py
+# What tells apart the explanations of the H100's filtered-chain failures (README, GPU): batch-shape
+# numerics would show without any chain, and with numpy rows in the chi-square too.
+"$PY" scripts/gpu_exactness_check.py 999
+"$PY" scripts/gpu_chisq_check.py 999 1000
