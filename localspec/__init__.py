@@ -7,12 +7,12 @@ import sys
 def _cxx_runtime_global() -> None:
     """Make the C++ runtime (libstdc++) part of the process's global symbol scope before llama.cpp
     loads. A CUDA build's libggml-cuda.so carries and exports its own copy of libstdc++'s code
-    (3,465 std:: symbols in the vendored llama.cpp built with CUDA 13). Where another library has
-    loaded libstdc++ privately first, as Python loads an extension module (numpy's OpenBLAS needs
-    it), libllama's calls into the C++ runtime were seen to bind to that copy, whose locale was never
-    set up: loading any model segfaulted in llama_model::print_info (writing a number to a stream).
-    With libstdc++ global, every library binds to the one real runtime; elsewhere this changes
-    nothing, since libllama links it anyway."""
+    (3,465 std:: symbols in the vendored llama.cpp built with CUDA 13). Where an extension module
+    has loaded libstdc++ privately first (numpy's does; Python opens extension modules without
+    RTLD_GLOBAL), libllama's calls into the C++ runtime were seen to bind to that copy, whose locale
+    was never set up: loading any model segfaulted in llama_model::print_info (writing a number to a
+    stream). With libstdc++ global, every library binds to the one real runtime; elsewhere this
+    changes nothing, since libllama links it anyway."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
