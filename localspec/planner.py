@@ -444,7 +444,11 @@ class Planner:
         rule drafts (CostTracker.draft_stop): along the measured slope, where two rows cost two plain
         steps, no probe past one token would ever fit the budget's grace. It is priced only for the
         γ that could be taken: a drafter that cannot beat the known choice even optimistically, as on
-        text it does not draft well, costs the step one estimate, not three."""
+        text it does not draft well, costs the step one estimate, not three. A draft cost that rests
+        on too few steps to be trusted (CostTracker.optimistic_draft_s) is measured again by a
+        one-token probe where the budget fits no wider one that could win: priced at the cost as
+        measured, a wider probe may never fit a generation's budget, and a cost a stall inflated
+        would then stand for good."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
         hope = tracker.estimate(offer.bucket, True, switch)
         hope_tokens, hope_s = hope.tokens(offer.gamma), hope.seconds(offer.gamma)
@@ -466,6 +470,8 @@ class Planner:
         for gamma in range(1, offer.gamma + 1):
             if rates[gamma] > max(best.rate, floor) and self._affords(offer.source, loss(gamma), plain_s):
                 best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
+        if not best.gamma and not tracker.cost_trusted() and self._affords(offer.source, loss(1), plain_s):
+            return best._replace(gamma=1, rate=hope_best)  # measures the draft's cost again (below)
         return best
 
     def _affords(self, source: int, loss: float, plain_s: float) -> bool:

@@ -14,7 +14,8 @@ counts are held down); unmeasured batch sizes interpolated or extrapolated along
 cautious estimate is the point estimate less one standard error: what prices an exploratory step.
 The optimistic estimate is the best the measurements still allow: counts smoothed towards
 acceptance 1 plus a bonus that shrinks with the count, a batch wider than every measured one no
-dearer than the widest measured. Until the draft's cost is measured all take it as free, and only
+dearer than the widest measured, and a draft cost that rests on fewer than TRUSTED_SAMPLES drafting
+steps as low as a stall could have inflated it (optimistic_draft_s). Until the draft's cost is measured all take it as free, and only
 the optimistic one is used: a drafter is no known choice before one of its steps has run (the
 planner's first step from it drafts one token).
 Both depend on measured seconds only through their ratios: scaling every cost scales every
@@ -27,8 +28,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
-from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, DraftStops, Ema, FixedStop,
-                        PositionAcceptance, VerifyCurve, best_gamma, expected_seconds_upto, expected_tokens_upto)
+from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, STALL_FACTOR, TRUSTED_SAMPLES, DraftStop, DraftStops, Ema,
+                        FixedStop, PositionAcceptance, VerifyCurve, best_gamma, expected_seconds_upto,
+                        expected_tokens_upto)
 from .treeplan import SiblingAcceptance
 
 CONFIRM_STEPS = 2   # own drafting steps before a loaded tracker's point estimate is a known choice
@@ -231,6 +233,24 @@ class CostTracker:
         bonus = [math.sqrt(self.ucb_scale * total / (j + w)) for j in counts.judged]
         return [min(1.0, r + b) for r, b in zip(rates, bonus)] or [1.0]
 
+    def optimistic_draft_s(self) -> float:
+        """The least a draft token may cost given the measurements: as measured once it rests on
+        TRUSTED_SAMPLES drafting steps (over every process that saved it), before that a
+        STALL_FACTOR-th of it. A draft's first measurement is often its only one: where it came out
+        high (a stall of the machine, the first decode's page faults) the optimistic estimate read it
+        as it came, no probe looked worth taking, and the draft was never measured again: one stalled
+        one-token probe kept a draft that pays out of the process (and of every later one that loaded
+        its plan). Probes it allows are priced at the measured cost against the budget, as every
+        exploratory step is, so a draft that truly costs that much loses at most what the budget
+        lets it."""
+        draft = self.draft_s.value or 0.0
+        return draft if self.cost_trusted() else draft / STALL_FACTOR
+
+    def cost_trusted(self) -> bool:
+        """Whether the draft's cost rests on TRUSTED_SAMPLES drafting steps, over every process that
+        saved it: a median of that many is one stall cannot set (costmodel.Ema)."""
+        return self.proposals >= TRUSTED_SAMPLES
+
     def verify_seconds(self, k: int) -> float:
         """Measured verify time for a batch of k, interpolated or extrapolated otherwise."""
         return self.verify.seconds(k)
@@ -249,6 +269,8 @@ class CostTracker:
             verify = self.verify.next_width
         else:
             verify = (curve if curve is not None else self.verify).seconds
+        if optimistic:
+            draft = self.optimistic_draft_s()
         extra = (self.switch_s.value or 0.0) if switch else 0.0
         if extra:
             verify = lambda k, base=verify: base(k) + (extra if k > 1 else 0.0)  # noqa: E731 (drafting steps only)

@@ -149,9 +149,10 @@ class Result(NamedTuple):
 
 
 def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, verify: Callable[[int], float],
-             draft_ratio: float, seed: int, config: GenerationConfig = GREEDY) -> Result:
+             draft_ratio: float, seed: int, config: GenerationConfig = GREEDY, first_stall: float = 1.0) -> Result:
     """One simulated generation of the whole scenario by the real Planner over drafters `kinds`
-    (trackers: kept across generations, by kind, as a Pair keeps them)."""
+    (trackers: kept across generations, by kind, as a Pair keeps them). first_stall: the generation's
+    first drafting step takes this many times its drafting seconds (the machine stalled)."""
     world, rng = World(regions), np.random.default_rng(seed)
     n_tokens = sum(r.length for r in regions)
     luck = rng.random(n_tokens + 64)  # drafts may reach past the reply's end
@@ -166,6 +167,8 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         proposal = drafter.propose([], plan.gamma, rng, plan.stop) if drafter else NO_PROPOSAL
         n_accepted = _accepted(len(proposal.ids), drafter, world, luck)
         draft_s = len(proposal.ids) * drafter.draft_s if drafter else 0.0
+        if draft_s and not any(gammas):
+            draft_s *= first_stall
         verify_s = verify(len(proposal.ids) + 1)
         planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0)
         b = planner.budget

@@ -86,6 +86,22 @@ def test_a_model_draft_gets_going_where_one_drafted_token_never_pays():
     assert mean_ratio(runs) >= 1.15
 
 
+def test_a_stalled_first_measurement_of_the_draft_does_not_keep_it_out():
+    # CPU_F16, where drafts of several tokens pay (1.2x and more). The machine stalls during the
+    # draft's first step, a one-token probe: its cost is measured at three times the truth. Read as it
+    # came, no probe looked worth taking, the draft was never measured again, and every later reply
+    # of the process decoded plain (1.000x in each of these 10 processes).
+    prose = [Region(96, 0, 0, False, 0.0, 0.92)]
+    second = []
+    for seed in range(10):
+        trackers = {}
+        first = generate(prose, ["model"], trackers, curve(CPU_F16), 0.32, 7 * seed, first_stall=3.0)
+        assert first.ratio >= 1 - EXPLORE_FRACTION - 0.02  # the stalled probe's own loss, on top of ε
+        second.append(generate(prose, ["model"], trackers, curve(CPU_F16), 0.32, 7 * seed + 1))
+    assert float(np.mean([g.ratio for g in second])) >= 1.1
+    assert sum(max(g.gammas) >= 4 for g in second) >= 8
+
+
 def test_exploring_costs_at_most_its_budget_where_nothing_pays():
     # Short drafts are accepted, which makes wider ones look promising, but wide batches are dear
     # and long matches are no better: exploring them can only lose.
@@ -321,8 +337,7 @@ def measured(accept: float, draft_s: float) -> CostTracker:
     t.draft_s.add(draft_s)
     t.overhead_s.add(0.0)
     for i in range(200):
-        t.positions.record(1, int(i < accept * 200))
-    t.buckets = {0: t.positions}
+        t.record_acceptance(1, int(i < accept * 200))
     return t
 
 
