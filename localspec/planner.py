@@ -33,7 +33,8 @@ PLAIN_SAMPLES = 3
 # at once where the budget has grown to fit a probe it denied (Planner._rests): so a losing source's
 # pricing costs at most ε/4 of the time, on top of the ε its exploring may lose. One whose optimistic
 # estimate came within its min_gain of the best known choice (a draft that pays by a few per cent,
-# priced on a noisy step) may win again at the plain step's next measurements: ε for those.
+# priced on a noisy step) may win again at the plain step's next measurements: ε for those, unless
+# the budget denied its probe (it is priced again as soon as the allowance fits that probe).
 PRICE_FRACTION = EXPLORE_FRACTION / 4
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
@@ -418,8 +419,10 @@ class Planner:
                 self._resting.pop(offer.source, None)
             else:
                 need, close = self._lost[offer.source]  # _probe priced it this step
+                # one the budget denied is priced again once the allowance fits it (_rests)
+                fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
                 self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed, least,
-                                                      need, EXPLORE_FRACTION if close else PRICE_FRACTION)
+                                                      need, fraction)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft

@@ -8,8 +8,9 @@ decodes last a set time in a busy wait: --plain-ms a decode, --row-ms more per v
 that short. The reply is a seeded random token sequence (the n-gram lookup finds nothing in it) and
 the draft agrees with every other token. Each --draft-ms is one setting: with a draft token dearer
 than a plain step, no draft can pay and auto should match plain; with a cheap one, the model pays.
-Scenarios run in turn, plain first and last, each with its own new trackers per round; ratios are
-to the mean of this run's plain replies.
+Scenarios run in turn, plain first and last, each with its own new trackers per round (--keep: one
+set per scenario kept across its rounds, as a chat session or the server keeps them); ratios are to
+the mean of this run's plain replies.
 
     python scripts/bench_fast_regime.py                          # 1 ms steps, drafts 1.2 and 0.5 ms
     python scripts/bench_fast_regime.py --plain-ms 3 --row-ms 0.3 --draft-ms 3.5
@@ -50,14 +51,15 @@ def contexts(vocab: Model, args, draft_ms: float) -> tuple[TimedRows, TimedRows,
     return target, draft, script
 
 
-def run(kind: str, target: TimedRows, draft: TimedRows, prompt: list[int], args) -> tuple[float, float, int]:
-    """One reply: (tokens/s, controller µs per token, tokens drafted)."""
+def run(kind: str, target: TimedRows, draft: TimedRows, prompt: list[int], args,
+        trackers: dict) -> tuple[float, float, int]:
+    """One reply: (tokens/s, controller µs per token, tokens drafted); trackers: the scenario's."""
     config = GenerationConfig(max_tokens=args.tokens, gamma=None if SCENARIOS[kind] else 0,
                               sampling=SamplingParams(temperature=0), seed=1)
     target.truncate(0)
     draft.truncate(0)
     target.decode_s = draft.decode_s = 0.0
-    sources = make_sources(SCENARIOS[kind], draft, config, {}, NGramDrafter())
+    sources = make_sources(SCENARIOS[kind], draft, config, trackers, NGramDrafter())
     t0 = time.perf_counter()
     *_, finished = SpeculativeDecoder(target, sources).generate(prompt, config)
     wall = time.perf_counter() - t0
@@ -74,18 +76,22 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=300, help="tokens per reply (default 300)")
     parser.add_argument("--rounds", type=int, default=5, help="replies per scenario (default 5)")
     parser.add_argument("--scenarios", default="plain,ngram,model,hybrid,plain")
+    parser.add_argument("--keep", action="store_true", help="keep each scenario's trackers across its rounds")
     args = parser.parse_args()
     vocab = Model(VOCAB, vocab_only=True)
     kinds = args.scenarios.split(",")
-    print(f"plain decode {args.plain_ms} ms + {args.row_ms} ms a verify row; {args.tokens} tokens x {args.rounds}")
+    print(f"plain decode {args.plain_ms} ms + {args.row_ms} ms a verify row; {args.tokens} tokens x {args.rounds}"
+          f"{'; trackers kept across rounds' if args.keep else ''}")
     print("| draft ms | scenario | tok/s | vs plain | controller µs / token | drafted / reply |")
     print("|---|---|---|---|---|---|")
     for draft_ms in (float(x) for x in args.draft_ms.split(",")):
         target, draft, script = contexts(vocab, args, draft_ms)
         results: dict[str, list[tuple[float, float, int]]] = {k: [] for k in kinds}
+        kept: dict[str, dict] = {k: {} for k in kinds}
         for r in range(args.rounds):
             for kind in kinds:
-                results[kind].append(run(kind, target, draft, script[1000 * r: 1000 * r + 40], args))
+                trackers = kept[kind] if args.keep else {}
+                results[kind].append(run(kind, target, draft, script[1000 * r: 1000 * r + 40], args, trackers))
         plain = np.mean([rate for rate, _, _ in results["plain"]]) if "plain" in results else float("nan")
         for kind, rows in results.items():
             rate, us, drafted = (np.mean(column) for column in zip(*rows))

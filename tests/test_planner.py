@@ -442,6 +442,9 @@ def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_
             rest = planner._resting[0]
             need, fraction = rest.need, rest.fraction
             assert need < float("inf")  # it lost for want of budget, not by its estimates
+            # ... so it rests at PRICE_FRACTION, though its hopes beat plain decoding: only the
+            # budget's growth can let it in, and that wakes it by itself
+            assert fraction == PRICE_FRACTION
             assert planner._rests(Choice(0, rest.limit, rest.bucket, 0.0), 0.031)
         planner.record(plan, Proposal([], []), 0, 0.0, 0.031, 0.0)
         tokens.append(1)
