@@ -103,6 +103,7 @@ class CostTracker:
     _acceptance_memo: dict = field(default_factory=dict, repr=False, compare=False)
     saved_draft_s: Ema = field(default_factory=Ema)  # the draft's cost as saved (see may_pay)
     own_drafts: int = 0   # drafting steps this tracker has measured itself
+    draft_least: float | None = None  # the least seconds a token any of those steps measured
     proposals: int = 0    # proposals whose acceptance it counts, over every process that saved it (from_dict)
 
     def confirmed(self) -> bool:
@@ -122,6 +123,8 @@ class CostTracker:
         self.overhead_s.add(overhead_s)
         if n_drafted:
             self.own_drafts += 1
+            per_token = draft_s / n_drafted
+            self.draft_least = per_token if self.draft_least is None else min(self.draft_least, per_token)
             # weighed by tokens: what a step's draft costs is the mean per token over tokens, not
             # over steps (a step's first decode brings the draft up to the context, so a short
             # draft costs more per token than a long one)
@@ -244,7 +247,9 @@ class CostTracker:
         exploratory step is, so a draft that truly costs that much loses at most what the budget
         lets it."""
         draft = self.draft_s.value or 0.0
-        return draft if self.cost_trusted() else draft / STALL_FACTOR
+        if not self.cost_trusted():
+            return draft / STALL_FACTOR
+        return draft if self.draft_least is None else min(draft, self.draft_least)
 
     def cost_trusted(self) -> bool:
         """Whether the draft's cost rests on TRUSTED_SAMPLES drafting steps, over every process that

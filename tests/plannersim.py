@@ -149,10 +149,11 @@ class Result(NamedTuple):
 
 
 def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, verify: Callable[[int], float],
-             draft_ratio: float, seed: int, config: GenerationConfig = GREEDY, first_stall: float = 1.0) -> Result:
+             draft_ratio: float, seed: int, config: GenerationConfig = GREEDY,
+             stall: tuple[int, float] = (1, 1.0)) -> Result:
     """One simulated generation of the whole scenario by the real Planner over drafters `kinds`
-    (trackers: kept across generations, by kind, as a Pair keeps them). first_stall: the generation's
-    first drafting step takes this many times its drafting seconds (the machine stalled)."""
+    (trackers: kept across generations, by kind, as a Pair keeps them). stall: (n, f): the
+    generation's n-th drafting step takes f times its drafting seconds (the machine stalled)."""
     world, rng = World(regions), np.random.default_rng(seed)
     n_tokens = sum(r.length for r in regions)
     luck = rng.random(n_tokens + 64)  # drafts may reach past the reply's end
@@ -167,8 +168,8 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         proposal = drafter.propose([], plan.gamma, rng, plan.stop) if drafter else NO_PROPOSAL
         n_accepted = _accepted(len(proposal.ids), drafter, world, luck)
         draft_s = len(proposal.ids) * drafter.draft_s if drafter else 0.0
-        if draft_s and not any(gammas):
-            draft_s *= first_stall
+        if draft_s and sum(1 for g in gammas if g) + 1 == stall[0]:
+            draft_s *= stall[1]
         verify_s = verify(len(proposal.ids) + 1)
         planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0)
         b = planner.budget
