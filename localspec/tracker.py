@@ -14,9 +14,10 @@ counts are held down); unmeasured batch sizes interpolated or extrapolated along
 cautious estimate is the point estimate less one standard error: what prices an exploratory step.
 The optimistic estimate is the best the measurements still allow: counts smoothed towards
 acceptance 1 plus a bonus that shrinks with the count, a batch wider than every measured one no
-dearer than the widest measured, and a draft cost that rests on fewer than TRUSTED_SAMPLES drafting
-steps as low as a stall could have inflated it (optimistic_draft_s). Until the draft's cost is measured all take it as free, and only
-the optimistic one is used: a drafter is no known choice before one of its steps has run (the
+dearer than the widest measured, and a draft cost no dearer than the least a drafting step measured
+(a third of what was measured while it rests on fewer than TRUSTED_SAMPLES drafting steps, since a
+stall may have inflated it: optimistic_draft_s). Until the draft's cost is measured all take it as free, and only the
+optimistic one is used: a drafter is no known choice before one of its steps has run (the
 planner's first step from it drafts one token).
 Both depend on measured seconds only through their ratios: scaling every cost scales every
 prediction of tokens/s by the same factor and changes no choice.
@@ -237,15 +238,18 @@ class CostTracker:
         return [min(1.0, r + b) for r, b in zip(rates, bonus)] or [1.0]
 
     def optimistic_draft_s(self) -> float:
-        """The least a draft token may cost given the measurements: as measured once it rests on
-        TRUSTED_SAMPLES drafting steps (over every process that saved it), before that a
+        """The least a draft token may cost given the measurements: once the cost rests on
+        TRUSTED_SAMPLES drafting steps (over every process that saved it), as measured or the least
+        a token cost in any of this process's drafting steps, whichever is less; before that a
         STALL_FACTOR-th of it. A draft's first measurement is often its only one: where it came out
         high (a stall of the machine, the first decode's page faults) the optimistic estimate read it
         as it came, no probe looked worth taking, and the draft was never measured again: one stalled
         one-token probe kept a draft that pays out of the process (and of every later one that loaded
-        its plan). Probes it allows are priced at the measured cost against the budget, as every
-        exploratory step is, so a draft that truly costs that much loses at most what the budget
-        lets it."""
+        its plan). Later, one stalled long draft holds most of the average's first samples (one a
+        token), which set its median; a stall only ever adds time, so the least a step measured is
+        a bound no stall can raise. Probes it allows are priced at the measured cost against the
+        budget, as every exploratory step is, so a draft that truly costs that much loses at most
+        what the budget lets it."""
         draft = self.draft_s.value or 0.0
         if not self.cost_trusted():
             return draft / STALL_FACTOR
