@@ -129,7 +129,7 @@ class CostTracker:
             # weighed by tokens: what a step's draft costs is the mean per token over tokens, not
             # over steps (a step's first decode brings the draft up to the context, so a short
             # draft costs more per token than a long one)
-            self.draft_s.add(draft_s / n_drafted, n_drafted)
+            self.draft_s.add(per_token, n_drafted)
             self.step_tokens.add(emitted or n_accepted + 1)
             self.step_s.add(draft_s + verify_s + overhead_s)
         self.record_acceptance(n_drafted, n_accepted, bucket)
@@ -273,13 +273,11 @@ class CostTracker:
         than the widest (VerifyCurve.next_width), as an exploratory step's loss is priced."""
         overhead, draft = self.overhead_s.value or 0.0, self.draft_s.value or 0.0
         if optimistic:
-            verify = self.verify.optimistic
+            verify, draft = self.verify.optimistic, self.optimistic_draft_s()
         elif probe:
             verify = self.verify.next_width
         else:
             verify = (curve if curve is not None else self.verify).seconds
-        if optimistic:
-            draft = self.optimistic_draft_s()
         extra = (self.switch_s.value or 0.0) if switch else 0.0
         if extra:
             verify = lambda k, base=verify: base(k) + (extra if k > 1 else 0.0)  # noqa: E731 (drafting steps only)

@@ -161,15 +161,16 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
                 trackers.setdefault(k, CostTracker())) for k in kinds]
     planner = Planner(sources, config, ExploreBudget())
     planner.clock = lambda: 0.0  # no clocks: pricing takes no simulated time (Planner._rests)
-    seconds, gammas, worst = 0.0, [], -np.inf
+    seconds, gammas, worst, drafting = 0.0, [], -np.inf, 0
     while world.pos < n_tokens:
         plan = planner.plan([], n_tokens - world.pos - 1)
         drafter = sources[plan.source][0] if plan.source is not None else None
         proposal = drafter.propose([], plan.gamma, rng, plan.stop) if drafter else NO_PROPOSAL
         n_accepted = _accepted(len(proposal.ids), drafter, world, luck)
         draft_s = len(proposal.ids) * drafter.draft_s if drafter else 0.0
-        if draft_s and sum(1 for g in gammas if g) + 1 == stall[0]:
-            draft_s *= stall[1]
+        if draft_s:
+            drafting += 1
+            draft_s *= stall[1] if drafting == stall[0] else 1.0
         verify_s = verify(len(proposal.ids) + 1)
         planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0)
         b = planner.budget
