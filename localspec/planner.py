@@ -200,7 +200,9 @@ class ExploreBudget:
     time, for a shorter one) plus what its last exploratory step lost beyond the cautious
     prediction: ε for a single drafter, 2ε for the hybrid. One step is outside it: the first probe
     of a draft model made ready for the generation and not yet measured (Planner._entry_paid), one
-    token, once per tracker, is part of making it ready, as its load and prefill are. The budget is
+    token, once per tracker, is part of making it ready, as its load and prefill are. Another is the
+    n-gram lookup's first look at a match bucket never judged (Planner._first_look): one token, at
+    most once a generation, its loss charged. The budget is
     per source so that one drafter's learning never starves the other's: the hybrid learns each
     part as the part alone would. Every term is in seconds of the machine at hand, so the rule
     compares ratios only."""
@@ -274,6 +276,7 @@ class Planner:
         self._pricing: dict[int, tuple[float, int]] = {}  # a source's quickest pricing and their count (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
+        self._looked: set[int] = set()  # sources that took a first look at a bucket this generation (_first_look)
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -451,7 +454,8 @@ class Planner:
         on too few steps to be trusted (CostTracker.optimistic_draft_s) is measured again by a
         one-token probe where the budget fits no wider one that could win: priced at the cost as
         measured, a wider probe may never fit a generation's budget, and a cost a stall inflated
-        would then stand for good."""
+        would then stand for good. An n-gram match bucket never judged gets a one-token probe the
+        budget does not decide (_first_look)."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
         hope = tracker.estimate(offer.bucket, True, switch)
         hope_tokens, hope_s = hope.tokens(offer.gamma), hope.seconds(offer.gamma)
@@ -475,7 +479,21 @@ class Planner:
                 best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
         if not best.gamma and not tracker.cost_trusted() and self._affords(offer.source, loss(1), plain_s):
             return best._replace(gamma=1, rate=hope_best)  # measures the draft's cost again (below)
+        if not best.gamma and self._first_look(offer):
+            return best._replace(gamma=1, rate=hope_best)
         return best
+
+    def _first_look(self, offer: Choice) -> bool:
+        """Whether offer is the n-gram lookup's first at a match bucket no step has judged (here or
+        in the plans loaded), and this generation has had no such look from it yet: a one-token probe
+        is then taken whatever the budget says, its loss charged as any probe's. A bucket is a kind
+        of match, a copy reaching back 16 tokens or a phrase that merely recurs, and what the lookup
+        learnt of one says little of another: a long copy met after short recurring phrases had spent
+        the generation's budget was otherwise never tried, and decoded plain. So beyond ε a source
+        may lose at most one such probe a generation (one verify row beyond a plain step), and at
+        most one per bucket over a tracker's life."""
+        return (offer.source == self._ngram and offer.source not in self._looked
+                and not self.sources[offer.source][1].judged(offer.bucket))
 
     def _affords(self, source: int, loss: float, plain_s: float) -> bool:
         """Whether source's budget fits a probe predicted to lose `loss`; where not, keep the least
@@ -571,6 +589,8 @@ class Planner:
         if n:
             self._resting.clear()  # what the step measured moves every source's estimates
         seconds, charged = draft_s + verify_s + overhead_s, None
+        if n and not self.sources[plan.source][1].judged(plan.bucket):
+            self._looked.add(plan.source)  # its first look at the bucket (_first_look), whatever chose it
         if self._explored is not None:
             loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s, chain)
             source = self._explored.source

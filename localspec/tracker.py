@@ -149,6 +149,11 @@ class CostTracker:
             self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
             self.positions.record(n_drafted, n_accepted)
 
+    def judged(self, bucket: int) -> int:
+        """How many proposals in bucket the target judged (their first guess)."""
+        counts = self.buckets.get(bucket)
+        return counts.judged[0] if counts is not None and counts.judged else 0
+
     @staticmethod
     def _bin(confidence: float) -> int:
         return min(max(int(confidence * CONFIDENCE_BINS), 0), CONFIDENCE_BINS - 1)

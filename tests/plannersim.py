@@ -46,6 +46,10 @@ GPU_FLAT = {1: 0.010, 8: 0.0105, 16: 0.011, 64: 0.016}
 # measures: a 2-row verify costs 1.6 plain steps, 5 rows 2.0. With the 0.5B draft at 0.32 of a plain
 # step a token, a 1-token draft never pays where a 4-token one does.
 CPU_F16 = {1: 0.074, 2: 0.121, 3: 0.135, 4: 0.142, 5: 0.150, 6: 0.166, 7: 0.182, 8: 0.198, 9: 0.213, 16: 0.33}
+# The light target on the 2-core Xeon (AVX-512 VNNI, no AMX), as bench.py measured it on chat prose:
+# a 2-row verify costs 1.6 plain steps, 4 rows less than 3; 16 rows about 5.
+XEON_LIGHT = {k: ms / 1e3 for k, ms in {1: 77, 2: 121, 3: 163, 4: 145, 5: 193, 6: 238, 8: 306, 16: 374,
+                                        20: 500}.items()}
 
 # The light target on the 2-core EPYC, measured with Context.decode (README): the cost steps with
 # llama.cpp's tiles (12 and 16 rows cost the same, one row past 16 costs 18% more) and a row keeps

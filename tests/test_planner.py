@@ -13,8 +13,8 @@ from localspec.drafters import NGramDrafter, Proposal
 from localspec.planner import (EXPLORE_FRACTION, PLAIN_SAMPLES, PRICE_FRACTION, Choice, CostTracker, ExploreBudget,
                                Plan, Planner)
 from localspec.sampling import SamplingParams
-from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, GPU_FLAT, PROSE, Region, curve, generate, run_set,
-                        set_ratio)
+from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, GPU_FLAT, PROSE, XEON_LIGHT, Region, curve, generate,
+                        run_set, set_ratio)
 
 SEEDS = [100 * s for s in range(6)]
 GREEDY = SamplingParams(temperature=0)
@@ -347,6 +347,14 @@ class Named:
         return k
 
 
+class Lookup(Named):
+    """An n-gram drafter stub whose match reaches back `reach` tokens into the prompt."""
+
+    def __init__(self, reach: int):
+        super().__init__("ngram")
+        self.last_match = reach
+
+
 def measured(accept: float, draft_s: float) -> CostTracker:
     """A tracker with a measured verify curve (0.2 s + 0.01 s a row), draft cost and acceptance."""
     t = CostTracker()
@@ -451,6 +459,7 @@ def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_
     budget = planner.budget
     budget.elapsed = 10.0
     budget.spent[0] = budget.allowance(0.031)  # nothing left: every probe is denied for now
+    planner._looked.add(0)  # ... and this generation's look at a bucket never judged is taken (_first_look)
     tokens, first_fit, drafted = [1] * 200, None, None
     for step in range(600):
         plan = planner.plan(tokens, 100)
@@ -473,6 +482,56 @@ def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_
     assert fraction * (drafted - 2) * 0.031 < 0.2  # the time rule alone would still rest it
 
 
+
+def test_a_match_bucket_never_judged_gets_one_look_a_generation_whatever_the_budget():
+    # Short recurring phrases in prose spent the generation's budget; then a long copy begins. Its
+    # bucket was never judged, and priced on the other buckets' acceptance no probe of it fitted
+    # the budget: the copy was decoded plain (the light pair on this Xeon, a chat reply that repeated
+    # a passage: 12.2 tok/s where the n-gram drafter alone, whose probes had paid, ran 19.6).
+    tracker = CostTracker()
+    measure_plain(tracker, 0.077)
+    tracker.verify.add(2, 0.121)
+    tracker.draft_s.add(0.0)
+    tracker.overhead_s.add(0.0)
+    for i in range(20):  # short matches, a third of their guesses accepted
+        tracker.record_acceptance(1, int(i % 3 == 0), bucket=match_bucket(2))
+    lookup = Lookup(2)
+    planner = Planner([(lookup, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    budget = planner.budget
+    budget.spent[0] = budget.allowance(0.077) + 0.01  # spent, and then some
+    assert planner.plan([1] * 50, 6).source is None  # a judged bucket: no probe fits
+    lookup.last_match = 20  # a copy reaching back 20 tokens: a bucket never judged
+    plan = planner.plan([1] * 50, 6)
+    assert (plan.source, plan.gamma, plan.bucket) == (0, 1, match_bucket(20))
+    planner.record(plan, Proposal([5], []), 0, 0.0, 0.121, 0.0)  # rejected: its loss is charged
+    assert budget.spent[0] > budget.allowance(0.077) + 0.01
+    lookup.last_match = 40  # another bucket never judged: one look a generation
+    assert planner.plan([1] * 51, 6).source is None
+    later = Planner([(lookup, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    later.budget.spent[0] = later.budget.allowance(0.077) + 0.01
+    assert later.plan([1] * 50, 6)[:2] == (0, 1)  # the next generation may look at it
+    lookup.last_match = 20
+    assert later.plan([1] * 50, 6).source is None  # ... but once judged, a bucket's probes are the budget's
+
+
+def test_a_copy_after_prose_is_drafted_though_the_prose_spent_the_budget():
+    # Four prose replies teach the n-gram drafter that short matches are seldom right; the fifth
+    # repeats a passage after 48 tokens of prose. With the light pair's costs on this Xeon, 13 of these
+    # 40 processes (n-gram alone, 12 for the hybrid) decoded the copy plain before buckets never
+    # judged got their look; now 7 (8): the rest lost the look's one token to a rejection.
+    prose = [Region(128, 4, 2, False, 0.3, 0.6)]
+    prose_then_copy = [Region(48, 4, 2, False, 0.3, 0.6), Region(80, 1, 8, True, 0.95, 0.6)]
+    for kinds in (["ngram"], ["ngram", "model"]):
+        copies = []
+        for seed in range(40):
+            trackers = {}
+            for i in range(4):
+                generate(prose, kinds, trackers, curve(XEON_LIGHT), 0.7, 100 * seed + i)
+            copies.append(generate(prose_then_copy, kinds, trackers, curve(XEON_LIGHT), 0.7, 100 * seed + 9).ratio)
+        assert sum(r < 1.15 for r in copies) <= 9, kinds
+        assert float(np.mean(copies)) >= 1.32, kinds
+
+
 def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
     # An n-gram step's tokens must later be decoded by the draft model before its next guess; that
     # catch-up is what the n-gram step cost beyond its verify, so it is charged to n-gram steps.
@@ -480,8 +539,8 @@ def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
     no_probes = ExploreBudget(fraction=0.0)  # known choices only: a long match's bucket is unmeasured
     planner = Planner([ngram, model], GenerationConfig(gamma=None, sampling=GREEDY), no_probes)
     assert planner.plan([1] * 20, 8).source == 0  # n-gram steps look free beside a model 20 behind
-    for _ in range(2):
-        planner.record(Plan(0, 3), Proposal([5, 6, 7], []), 1, 0.0, 0.22, 0.0)
+    for _ in range(2):  # in the bucket of the stub's matches
+        planner.record(Plan(0, 3, bucket=match_bucket(0)), Proposal([5, 6, 7], []), 1, 0.0, 0.22, 0.0)
     planner.record(Plan(1, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.3), 4, 0.16, 0.24, 0.0)
     # 0.3 s less the one-token decode the model's step takes anyway (0.04 s), over the two n-gram steps
     assert ngram[1].switch_s.value == pytest.approx(0.13)
