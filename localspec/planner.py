@@ -380,7 +380,7 @@ class Planner:
         probes = []
         for c in live:
             t0 = self.clock()
-            probes.append(self._probe(c, best.rate, plain_s, best.source is not None))
+            probes.append(self._probe(c, best.rate, plain_s, best.source == c.source))
             priced[c.source] += self.clock() - t0
         probe = max(probes, key=lambda c: c.rate, default=None)
         # the probe beat the known choice by min_gain (_probe)
@@ -454,9 +454,8 @@ class Planner:
         one-token probe where the budget fits no wider one that could win: priced at the cost as
         measured, a wider probe may never fit a generation's budget, and a cost a stall inflated
         would then stand for good. An n-gram match bucket never judged gets a one-token probe the
-        budget does not decide (_first_look) where the best known choice is plain decoding (not
-        `drafting`): a look never displaces a known drafting step, which may bring many tokens (a
-        hybrid's model step handing over to a long copy) where the look brings at most two."""
+        budget does not decide (_first_look), unless the best known choice drafts from the same
+        source (`drafting`): that step will have it judged."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
         hope = tracker.estimate(offer.bucket, True, switch)
         hope_tokens, hope_s = hope.tokens(offer.gamma), hope.seconds(offer.gamma)
