@@ -201,8 +201,8 @@ class ExploreBudget:
     prediction: ε for a single drafter, 2ε for the hybrid. One step is outside it: the first probe
     of a draft model made ready for the generation and not yet measured (Planner._entry_paid), one
     token, once per tracker, is part of making it ready, as its load and prefill are. Another is the
-    n-gram lookup's first look at a match bucket never judged (Planner._first_look): one token, once
-    per bucket and tracker, its loss charged. The budget is
+    n-gram lookup's first look at a match bucket never judged (Planner._first_look): one token, at
+    most once a generation, its loss charged. The budget is
     per source so that one drafter's learning never starves the other's: the hybrid learns each
     part as the part alone would. Every term is in seconds of the machine at hand, so the rule
     compares ratios only."""
@@ -276,6 +276,7 @@ class Planner:
         self._pricing: dict[int, tuple[float, int]] = {}  # a source's quickest pricing and their count (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
+        self._looked: set[int] = set()  # sources that took a first look at a bucket this generation (_first_look)
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -380,7 +381,7 @@ class Planner:
         probes = []
         for c in live:
             t0 = self.clock()
-            probes.append(self._probe(c, best.rate, plain_s, best.source == c.source))
+            probes.append(self._probe(c, best.rate, plain_s))
             priced[c.source] += self.clock() - t0
         probe = max(probes, key=lambda c: c.rate, default=None)
         # the probe beat the known choice by min_gain (_probe)
@@ -440,7 +441,7 @@ class Planner:
         horizon = min(self._room + 1, GRACE_STEPS)
         return gamma, horizon / (horizon / rate + catch_up)
 
-    def _probe(self, offer: Choice, r_best: float, plain_s: float, drafting: bool = False) -> Choice:
+    def _probe(self, offer: Choice, r_best: float, plain_s: float) -> Choice:
         """The γ ≤ offer's limit with the most optimistic tokens/s, if that beats r_best by the
         tracker's min_gain and its predicted loss fits the budget (rate 0 where none does); one token
         while the drafter's cost is unmeasured, so that a draft dearer than predicted can cost at most
@@ -454,8 +455,7 @@ class Planner:
         one-token probe where the budget fits no wider one that could win: priced at the cost as
         measured, a wider probe may never fit a generation's budget, and a cost a stall inflated
         would then stand for good. An n-gram match bucket never judged gets a one-token probe the
-        budget does not decide (_first_look), unless the best known choice drafts from the same
-        source (`drafting`): that step will have it judged."""
+        budget does not decide (_first_look)."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
         hope = tracker.estimate(offer.bucket, True, switch)
         hope_tokens, hope_s = hope.tokens(offer.gamma), hope.seconds(offer.gamma)
@@ -479,21 +479,21 @@ class Planner:
                 best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
         if not best.gamma and not tracker.cost_trusted() and self._affords(offer.source, loss(1), plain_s):
             return best._replace(gamma=1, rate=hope_best)  # measures the draft's cost again (below)
-        if not best.gamma and not drafting and self._first_look(offer):
+        if not best.gamma and self._first_look(offer):
             return best._replace(gamma=1, rate=hope_best)
         return best
 
     def _first_look(self, offer: Choice) -> bool:
         """Whether offer is the n-gram lookup's first at a match bucket no step has judged (here or
-        in the plans loaded): a one-token probe is then taken whatever the budget says, its loss
-        charged as any probe's. A bucket is a kind of match, a copy reaching back 16 tokens or a
-        phrase that merely recurs, and what the lookup learnt of one says little of another: a long
-        copy met after short recurring phrases had spent the generation's budget was otherwise never
-        tried, and decoded plain; and where a look at a copy's first bucket was rejected, the next
-        buckets its growing match reaches still need theirs. The probe's first guess is always
-        judged, so beyond ε the lookup loses at most one such probe per bucket (12) over a tracker's
-        life, one verify row beyond a plain step each."""
-        return offer.source == self._ngram and not self.sources[offer.source][1].judged(offer.bucket)
+        in the plans loaded), and this generation has had no such look from it yet: a one-token probe
+        is then taken whatever the budget says, its loss charged as any probe's. A bucket is a kind
+        of match, a copy reaching back 16 tokens or a phrase that merely recurs, and what the lookup
+        learnt of one says little of another: a long copy met after short recurring phrases had spent
+        the generation's budget was otherwise never tried, and decoded plain. So beyond ε a source
+        may lose at most one such probe a generation (one verify row beyond a plain step), and at
+        most one per bucket over a tracker's life."""
+        return (offer.source == self._ngram and offer.source not in self._looked
+                and not self.sources[offer.source][1].judged(offer.bucket))
 
     def _affords(self, source: int, loss: float, plain_s: float) -> bool:
         """Whether source's budget fits a probe predicted to lose `loss`; where not, keep the least
@@ -589,6 +589,8 @@ class Planner:
         if n:
             self._resting.clear()  # what the step measured moves every source's estimates
         seconds, charged = draft_s + verify_s + overhead_s, None
+        if n and not self.sources[plan.source][1].judged(plan.bucket):
+            self._looked.add(plan.source)  # its first look at the bucket (_first_look), whatever chose it
         if self._explored is not None:
             loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s, chain)
             source = self._explored.source

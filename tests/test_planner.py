@@ -458,12 +458,9 @@ def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_
     tracker.record_acceptance(1, 1, bucket=2)
     budget = planner.budget
     budget.elapsed = 10.0
-    budget.spent[0] = budget.allowance(0.031)  # nothing left: every probe is denied for now ...
+    budget.spent[0] = budget.allowance(0.031)  # nothing left: every probe is denied for now
+    planner._looked.add(0)  # ... and this generation's look at a bucket never judged is taken (_first_look)
     tokens, first_fit, drafted = [1] * 200, None, None
-    look = planner.plan(tokens, 100)  # ... but the first look at the stub's bucket (_first_look)
-    assert (look.source, look.gamma) == (0, 1)
-    planner.record(look, Proposal([5], []), 0, 0.0, 0.064, 0.0)  # rejected
-    tokens.append(1)
     for step in range(600):
         plan = planner.plan(tokens, 100)
         if plan.source is not None:
@@ -486,7 +483,7 @@ def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_
 
 
 
-def test_a_match_bucket_never_judged_gets_one_look_whatever_the_budget():
+def test_a_match_bucket_never_judged_gets_one_look_a_generation_whatever_the_budget():
     # Short recurring phrases in prose spent the generation's budget; then a long copy begins. Its
     # bucket was never judged, and priced on the other buckets' acceptance no probe of it fitted
     # the budget: the copy was decoded plain (the light pair on this Xeon, a chat reply that repeated
@@ -508,35 +505,20 @@ def test_a_match_bucket_never_judged_gets_one_look_whatever_the_budget():
     assert (plan.source, plan.gamma, plan.bucket) == (0, 1, match_bucket(20))
     planner.record(plan, Proposal([5], []), 0, 0.0, 0.121, 0.0)  # rejected: its loss is charged
     assert budget.spent[0] > budget.allowance(0.077) + 0.01
-    assert planner.plan([1] * 51, 6).source is None  # once judged, a bucket's probes are the budget's
-    lookup.last_match = 40  # the copy's match grows into the next bucket, never judged: its own look
-    plan = planner.plan([1] * 51, 6)
-    assert (plan.source, plan.gamma, plan.bucket) == (0, 1, match_bucket(40))
-
-
-def test_a_first_look_never_displaces_a_known_step_from_the_same_drafter():
-    # Where the best known choice already drafts from the lookup in the new bucket (priced on the
-    # other buckets' acceptance), that step has the bucket judged: a one-token look would only cost.
-    tracker = CostTracker()
-    measure_plain(tracker, 0.077)
-    for k in range(2, 10):
-        tracker.verify.add(k, 0.077 + 0.01 * k)
-    tracker.draft_s.add(0.0)
-    tracker.overhead_s.add(0.0)
-    for _ in range(50):  # short matches, nearly always right
-        tracker.record_acceptance(4, 4, bucket=match_bucket(2))
-    planner = Planner([(Lookup(20), tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
-    planner.budget.spent[0] = planner.budget.allowance(0.077) + 0.01
-    plan = planner.plan([1] * 50, 8)
-    assert (plan.source, plan.bucket) == (0, match_bucket(20)) and plan.gamma > 1
+    lookup.last_match = 40  # another bucket never judged: one look a generation
+    assert planner.plan([1] * 51, 6).source is None
+    later = Planner([(lookup, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    later.budget.spent[0] = later.budget.allowance(0.077) + 0.01
+    assert later.plan([1] * 50, 6)[:2] == (0, 1)  # the next generation may look at it
+    lookup.last_match = 20
+    assert later.plan([1] * 50, 6).source is None  # ... but once judged, a bucket's probes are the budget's
 
 
 def test_a_copy_after_prose_is_drafted_though_the_prose_spent_the_budget():
     # Four prose replies teach the n-gram drafter that short matches are seldom right; the fifth
     # repeats a passage after 48 tokens of prose. With the light pair's costs on this Xeon, 13 of these
     # 40 processes (n-gram alone, 12 for the hybrid) decoded the copy plain before buckets never
-    # judged got their look; 7 (8) with one look a generation, where a rejected look left the copy's
-    # later buckets without one; 1 (2) now.
+    # judged got their look; now 7 (8): the rest lost the look's one token to a rejection.
     prose = [Region(128, 4, 2, False, 0.3, 0.6)]
     prose_then_copy = [Region(48, 4, 2, False, 0.3, 0.6), Region(80, 1, 8, True, 0.95, 0.6)]
     for kinds in (["ngram"], ["ngram", "model"]):
@@ -546,8 +528,8 @@ def test_a_copy_after_prose_is_drafted_though_the_prose_spent_the_budget():
             for i in range(4):
                 generate(prose, kinds, trackers, curve(XEON_LIGHT), 0.7, 100 * seed + i)
             copies.append(generate(prose_then_copy, kinds, trackers, curve(XEON_LIGHT), 0.7, 100 * seed + 9).ratio)
-        assert sum(r < 1.15 for r in copies) <= 3, kinds
-        assert float(np.mean(copies)) >= 1.36, kinds
+        assert sum(r < 1.15 for r in copies) <= 9, kinds
+        assert float(np.mean(copies)) >= 1.32, kinds
 
 
 def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
