@@ -276,7 +276,7 @@ class Planner:
         self._pricing: dict[int, tuple[float, int]] = {}  # a source's quickest pricing and their count (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
-        self._looked: set[int] = set()  # sources that took a first look at a bucket this generation (_first_look)
+        self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -492,7 +492,7 @@ class Planner:
         the generation's budget was otherwise never tried, and decoded plain. So beyond ε a source
         may lose at most one such probe a generation (one verify row beyond a plain step), and at
         most one per bucket over a tracker's life."""
-        return (offer.source == self._ngram and offer.source not in self._looked
+        return (offer.source == self._ngram and not self._looked
                 and not self.sources[offer.source][1].judged(offer.bucket))
 
     def _affords(self, source: int, loss: float, plain_s: float) -> bool:
@@ -589,8 +589,8 @@ class Planner:
         if n:
             self._resting.clear()  # what the step measured moves every source's estimates
         seconds, charged = draft_s + verify_s + overhead_s, None
-        if n and not self.sources[plan.source][1].judged(plan.bucket):
-            self._looked.add(plan.source)  # its first look at the bucket (_first_look), whatever chose it
+        if n and plan.source == self._ngram and not self.sources[plan.source][1].judged(plan.bucket):
+            self._looked = True  # its first look at the bucket (_first_look), whatever chose it
         if self._explored is not None:
             loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s, chain)
             source = self._explored.source
