@@ -592,7 +592,11 @@ class Planner:
         if n and plan.source == self._ngram and not self.sources[plan.source][1].judged(plan.bucket):
             self._looked = True  # its first look at the bucket (_first_look), whatever chose it
         if self._explored is not None:
-            loss = self._loss(seconds, emitted, proposal, n_accepted, verify_s, own_s, chain)
+            probe_s, probe_verify_s, probe_emitted = seconds, verify_s, emitted
+            if copied:  # a probe is judged by the model's own draft: the copy's tokens are the lookup's gain
+                probe_verify_s = self.sources[plan.source][1].verify_seconds(n + 1)
+                probe_s, probe_emitted = seconds - verify_s + probe_verify_s, n_accepted + 1
+            loss = self._loss(probe_s, probe_emitted, proposal, n_accepted, probe_verify_s, own_s, chain or bool(copied))
             source = self._explored.source
             # an entry's probe is the entry's (asked before the trackers below record its draft cost)
             charged = (source, 0.0 if self._entry_paid(source) else loss)
@@ -640,7 +644,11 @@ class Planner:
         + 1 tokens in this step's seconds less the drafting beyond m and with the verify of m + 1 as
         the tracker prices it. Where the draft ended by m, the step was the known one and lost
         nothing: only what the probe did beyond the known step is counted, not the luck of the step
-        both would have run."""
+        both would have run. A model draft that handed over to a copy (Handoff) is judged as its own
+        draft alone, verified at its own width (record): the copy is the lookup's, which an n-gram step
+        would have drafted as well. Counted whole, a copy of 80 accepted tokens credited the model's
+        budget with seconds it spent on one-token probes behind catch-ups of 80 tokens, each dearer
+        than the budget allows."""
         explored = self._explored
         if explored.known is None or not chain:
             return seconds - emitted / explored.r_best

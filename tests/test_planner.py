@@ -734,6 +734,43 @@ def test_a_hybrids_model_draft_hands_over_to_a_copy_that_pays_more():
     assert fixed.plan(tokens, 64).handoff is None
 
 
+def test_a_copy_handed_over_to_does_not_fund_the_models_probes():
+    # Seen on the copy set: the model's one-token probe handed over to an 87-token copy, all accepted.
+    # Counted whole against plain decoding, that step "gained" seconds the copy earned, and the budget
+    # then let the model probe behind catch-ups of 50 to 90 tokens (0.5 to 1.2 s each) in every reply,
+    # though the lookup offered the copy's continuation. The probe is judged by its own draft alone.
+    line = list(range(100, 200))
+    tokens = [7] + line + [8, 9]                 # "8 9" never occurred: no n-gram offer
+    ngram = copy_tracker(8, match_bucket(3))
+    model = CostTracker()
+    measure_plain(model, 0.2)
+    for k in range(2, 10):
+        model.verify.add(k, 0.19 + 0.01 * k)
+    model.draft_s.add(0.08)
+    model.overhead_s.add(0.0)
+    model.catchup_s.add(0.05)                     # a further token of a catch-up: 50 ms
+    model.record_acceptance(1, 1)
+    model.record_acceptance(1, 0)                 # two guesses judged: a hope, not yet a known choice
+    planner = Planner([(NGramDrafter(), ngram), (FakeModelDrafter(), model)],
+                      GenerationConfig(gamma=None, sampling=GREEDY))
+    assert planner.wants_prefill(1)
+    plan = planner.plan(tokens, 64)
+    assert plan.source == 1 and planner._explored is not None and planner._explored.known is None
+    own = plan.gamma
+    copied = plan.handoff.after(tokens, line[:own])
+    assert len(copied) > 40
+    proposal = Proposal(line[:own] + copied, [], (0.9,) * own + (1.0,) * len(copied), tail=len(copied))
+    planner.record(plan, proposal, own + len(copied), 0.08 * own, 0.3, 0.0)
+    # its own guesses, verified at their own width, against plain decoding's rate (as the planner's
+    # first source measured it)
+    own_loss = 0.08 * own + model.verify_seconds(own + 1) - (own + 1) * ngram.plain_seconds()
+    assert planner.budget.spent[1] == pytest.approx(own_loss)
+    # Behind by the copy, its catch-up dearer than the budget: the model does not probe
+    after = tokens + line[:own] + copied + [5, 6]  # "5 6": no n-gram offer
+    assert planner.plan(after, 64).source is None
+    assert planner._catch_up_s(1) > planner.budget.allowance(ngram.plain_seconds())
+
+
 def test_a_match_in_the_output_is_counted_apart_from_a_match_in_the_prompt():
     # A reply that copies its input and a reply that repeats itself are different bets: the short match
     # that begins a copy of the prompt is right where a short match of the reply's own opening (a code
