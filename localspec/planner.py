@@ -195,8 +195,10 @@ class ExploreBudget:
         spent[source] + its predicted loss ≤ ε × max(elapsed, W × plain step seconds),
 
     its loss predicted cautiously (acceptance one standard error below the point estimate, see
-    CostTracker.cautious_acceptance), and afterwards its measured loss is added to spent[source].
-    So each source's exploration in a generation costs at most ε of its time (ε of W plain steps'
+    CostTracker.cautious_acceptance), and afterwards its measured loss is added to spent[source]. In
+    a hybrid, an n-gram step also costs the draft model's catch-up over its tokens: an exploratory
+    step's share of it is added when the model next drafts (Planner._charge_switches), so the probe
+    that gave it may overrun by that share. So each source's exploration in a generation costs at most ε of its time (ε of W plain steps'
     time, for a shorter one) plus what its last exploratory step lost beyond the cautious
     prediction: ε for a single drafter, 2ε for the hybrid. One step is outside it: the first probe
     of a draft model made ready for the generation and not yet measured (Planner._entry_paid), one
@@ -272,6 +274,7 @@ class Planner:
         self._ngram = next((i for i, (d, _) in enumerate(self.sources) if d.name == "ngram"), None)
         self._room = 0                     # the most the last plan could draft
         self._since_model: dict[int, int] = {}  # other sources' drafting steps since the model last drafted
+        self._probes_since_model: dict[int, int] = {}  # ... and how many of them were exploratory
         self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
         self._pricing: dict[int, tuple[float, int]] = {}  # a source's quickest pricing and their count (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
@@ -663,15 +666,24 @@ class Planner:
 
     def _charge_switches(self, source: int, catchup_s: float) -> None:
         """A hybrid's model draft that had to catch up on tokens other sources' steps emitted charges
-        those seconds to them, shared per step: their steps cost that much more than their verifies."""
+        those seconds to them, shared per step: their steps cost that much more than their verifies.
+        An exploratory step's share is part of what it lost (ExploreBudget), charged to its source's
+        budget now: priced, a probe's loss includes it (CostTracker.estimate's switch), and left out of
+        the ledger, a hybrid's n-gram probes on prose cost it their own loss and as much again in the
+        model's catch-ups after them."""
         if source != self._model:
             self._since_model[source] = self._since_model.get(source, 0) + 1
+            if self._explored is not None:
+                self._probes_since_model[source] = self._probes_since_model.get(source, 0) + 1
             return
         steps = sum(self._since_model.values())
         if steps and catchup_s > 0:
             for i in self._since_model:
                 self.sources[i][1].switch_s.add(catchup_s / steps)
+            for i, probes in self._probes_since_model.items():
+                self.budget.charge(0.0, (i, catchup_s * probes / steps))
         self._since_model.clear()
+        self._probes_since_model.clear()
 
     def _record_tail(self, plan: Plan, proposal: Proposal, n_accepted: int) -> tuple[Proposal, int]:
         """Teach the n-gram tracker how much of a handoff's copy was accepted, where the target got to

@@ -771,6 +771,44 @@ def test_a_copy_handed_over_to_does_not_fund_the_models_probes():
     assert planner._catch_up_s(1) > planner.budget.allowance(ngram.plain_seconds())
 
 
+class Switchable(Lookup):
+    """An n-gram drafter stub whose match can be switched off (then it offers nothing)."""
+
+    matching = True
+
+    def offer(self, tokens, k: int) -> int:
+        return k if self.matching else 0
+
+
+def test_a_hybrids_ngram_probe_is_charged_the_catch_up_it_leaves_the_model():
+    # In a hybrid, each n-gram step leaves the draft model behind by its tokens, and the model's next
+    # draft first catches up on them. Traced on F16 prose: the hybrid's 13 n-gram probes in 8 replies
+    # cost their own verifies, and about as much again in the model's catch-ups after them, which no
+    # budget counted. A probe's share of the catch-up is its source's exploration too.
+    model = measured(0.7, 0.05)
+    ngram = CostTracker()
+    measure_plain(ngram, 0.2)
+    for k in range(2, 10):
+        ngram.verify.add(k, 0.19 + 0.01 * k)
+    lookup = Switchable(16)
+    planner = Planner([(lookup, ngram), (Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    assert planner.wants_prefill(1)
+    plan = planner.plan([1] * 20, 64)
+    assert plan.source == 0 and planner._explored is not None  # the lookup's first, a probe
+    planner.record(plan, Proposal([5] * plan.gamma, []), plan.gamma, 0.0, ngram.verify_seconds(plan.gamma + 1), 0.0)
+    spent = planner.budget.spent[0]
+    lookup.matching = False
+    context = [1] * (20 + plan.gamma + 1)
+    step = planner.plan(context, 64)
+    assert step.source == 1 and planner._explored is None and planner._behind(1) == plan.gamma + 1
+    # the model's catch-up: a batch of the tokens behind, 0.04 s beyond the step's first decode (0.05 s)
+    draft = Proposal([6, 6], [], (0.9, 0.9), catchup_s=0.09)
+    planner.record(step, draft, 2, 0.09 + 0.05, model.verify_seconds(3), 0.0)
+    assert planner.budget.spent[0] == pytest.approx(spent + 0.04)
+    assert ngram.switch_s.value == pytest.approx(0.04)
+    assert 1 not in planner.budget.spent  # the model's step was its known choice: nothing explored
+
+
 def test_a_match_in_the_output_is_counted_apart_from_a_match_in_the_prompt():
     # A reply that copies its input and a reply that repeats itself are different bets: the short match
     # that begins a copy of the prompt is right where a short match of the reply's own opening (a code
