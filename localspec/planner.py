@@ -196,17 +196,18 @@ class ExploreBudget:
 
     its loss predicted cautiously (acceptance one standard error below the point estimate, see
     CostTracker.cautious_acceptance), and afterwards its measured loss is added to spent[source]. In
-    a hybrid, an n-gram step also costs the draft model's catch-up over its tokens: an exploratory
-    step's share of it is added when the model next drafts (Planner._charge_switches), so the probe
-    that gave it may overrun by that share. So each source's exploration in a generation costs at most ε of its time (ε of W plain steps'
-    time, for a shorter one) plus what its last exploratory step lost beyond the cautious
-    prediction: ε for a single drafter, 2ε for the hybrid. One step is outside it: the first probe
-    of a draft model made ready for the generation and not yet measured (Planner._entry_paid), one
-    token, once per tracker, is part of making it ready, as its load and prefill are. Another is the
-    n-gram lookup's first look at a match bucket never judged (Planner._first_look): one token, at
-    most once a generation, its loss charged. The budget is
-    per source so that one drafter's learning never starves the other's: the hybrid learns each
-    part as the part alone would. Every term is in seconds of the machine at hand, so the rule
+    a hybrid an n-gram step also costs the draft model's catch-up over its tokens, which its price
+    counts (the switch cost) and which comes due when the model next drafts: an exploratory step's
+    share is added to spent[source] then (Planner._charge_switches). So each source's exploration in
+    a generation costs at most ε of its time (ε of W plain steps' time, for a shorter one) plus what
+    its last exploratory step lost beyond the cautious prediction, and in a hybrid the n-gram probes'
+    shares of a catch-up still to come: ε for a single drafter, 2ε for the hybrid. One step is outside
+    it: the first probe of a draft model made ready for the generation and not yet measured
+    (Planner._entry_paid), one token, once per tracker, is part of making it ready, as its load and
+    prefill are. Another is the n-gram lookup's first look at a match bucket never judged
+    (Planner._first_look): one token, at most once a generation, its loss charged. The budget is per
+    source so that one drafter's learning never starves the other's: the hybrid learns each part as
+    the part alone would. Every term is in seconds of the machine at hand, so the rule
     compares ratios only."""
 
     def __init__(self, fraction: float = EXPLORE_FRACTION, grace_steps: int = GRACE_STEPS):
@@ -599,7 +600,8 @@ class Planner:
             if copied:  # a probe is judged by the model's own draft: the copy's tokens are the lookup's gain
                 probe_verify_s = self.sources[plan.source][1].verify_seconds(n + 1)
                 probe_s, probe_emitted = seconds - verify_s + probe_verify_s, n_accepted + 1
-            loss = self._loss(probe_s, probe_emitted, proposal, n_accepted, probe_verify_s, own_s, chain or bool(copied))
+            loss = self._loss(probe_s, probe_emitted, proposal, n_accepted, probe_verify_s, own_s,
+                              chain or bool(copied))
             source = self._explored.source
             # an entry's probe is the entry's (asked before the trackers below record its draft cost)
             charged = (source, 0.0 if self._entry_paid(source) else loss)
