@@ -568,7 +568,7 @@ class Planner:
         an exploratory step's loss to the budget. A tree (path: its accepted nodes) teaches its
         chain's acceptance, its siblings' and the cost of its full width."""
         width, emitted = len(proposal.ids) + 1, n_accepted + 1
-        chain = proposal.parents is None and not proposal.tail  # a chain of the source's own guesses
+        chain = proposal.parents is None  # not a tree: once a handoff's copy is set apart, the source's own guesses
         if proposal.parents is not None:
             emitted = len(path) + 1
             proposal, n_accepted = self._record_tree(plan, proposal, path)
@@ -600,8 +600,7 @@ class Planner:
             if copied:  # a probe is judged by the model's own draft: the copy's tokens are the lookup's gain
                 probe_verify_s = self.sources[plan.source][1].verify_seconds(n + 1)
                 probe_s, probe_emitted = seconds - verify_s + probe_verify_s, n_accepted + 1
-            loss = self._loss(probe_s, probe_emitted, proposal, n_accepted, probe_verify_s, own_s,
-                              chain or bool(copied))
+            loss = self._loss(probe_s, probe_emitted, proposal, n_accepted, probe_verify_s, own_s, chain)
             source = self._explored.source
             # an entry's probe is the entry's (asked before the trackers below record its draft cost)
             charged = (source, 0.0 if self._entry_paid(source) else loss)
