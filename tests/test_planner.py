@@ -355,16 +355,23 @@ class Lookup(Named):
         self.last_match = reach
 
 
-def measured(accept: float, draft_s: float) -> CostTracker:
-    """A tracker with a measured verify curve (0.2 s + 0.01 s a row), draft cost and acceptance."""
+def measured_curve() -> CostTracker:
+    """A tracker with a measured verify curve only (0.2 s + 0.01 s a row, up to 9 rows)."""
     t = CostTracker()
     measure_plain(t, 0.2)
     for k in range(2, 10):
         t.verify.add(k, 0.19 + 0.01 * k)
+    return t
+
+
+def measured(accept: float, draft_s: float, judged: int = 200) -> CostTracker:
+    """A tracker with a measured verify curve (measured_curve), draft cost and acceptance over
+    `judged` one-token proposals."""
+    t = measured_curve()
     t.draft_s.add(draft_s)
     t.overhead_s.add(0.0)
-    for i in range(200):
-        t.record_acceptance(1, int(i < accept * 200))
+    for i in range(judged):
+        t.record_acceptance(1, int(i < accept * judged))
     return t
 
 
@@ -743,15 +750,8 @@ def test_a_copy_handed_over_to_does_not_fund_the_models_probes():
     line = list(range(100, 200))
     tokens = [7] + line + [8, 9]                 # "8 9" never occurred: no n-gram offer
     ngram = copy_tracker(8, match_bucket(3))
-    model = CostTracker()
-    measure_plain(model, 0.2)
-    for k in range(2, 10):
-        model.verify.add(k, 0.19 + 0.01 * k)
-    model.draft_s.add(0.08)
-    model.overhead_s.add(0.0)
+    model = measured(0.5, 0.08, judged=2)         # two guesses judged: a hope, not yet a known choice
     model.catchup_s.add(0.05)                     # a further token of a catch-up: 50 ms
-    model.record_acceptance(1, 1)
-    model.record_acceptance(1, 0)                 # two guesses judged: a hope, not yet a known choice
     planner = Planner([(NGramDrafter(), ngram), (FakeModelDrafter(), model)],
                       GenerationConfig(gamma=None, sampling=GREEDY))
     assert planner.wants_prefill(1)
@@ -786,11 +786,7 @@ def test_a_hybrids_ngram_probe_is_charged_the_catch_up_it_leaves_the_model():
     # draft first catches up on them. Traced on F16 prose: the hybrid's 13 n-gram probes in 8 replies
     # lost about 0.5 s against the model's rate, and about as much again in the model's catch-ups
     # after them, which no budget counted. A probe's share of the catch-up is its source's exploration.
-    model = measured(0.7, 0.05)
-    ngram = CostTracker()
-    measure_plain(ngram, 0.2)
-    for k in range(2, 10):
-        ngram.verify.add(k, 0.19 + 0.01 * k)
+    model, ngram = measured(0.7, 0.05), measured_curve()
     lookup = Switchable(16)
     planner = Planner([(lookup, ngram), (Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
     assert planner.wants_prefill(1)
