@@ -308,6 +308,9 @@ class NGramDrafter:
         ends at); ([], 0, 0, 0) without a match."""
         end = len(self.tokens) + len(extra)
         tail = tuple((self.tokens[-self.n_max:] + list(extra))[-self.n_max:] if extra else self.tokens[-self.n_max:])
+        self.probes += 1  # a longer n-gram found implies its n_min-token tail is indexed: where that is
+        if tail[len(tail) - self.n_min:] not in self.index:  # not (most steps of text that does not
+            return [], 0, 0, 0                                # repeat), the longer ones are not probed
         for n in range(min(self.n_max, end), self.n_min - 1, -1):
             self.probes += 1
             pos = self.index.get(tail[len(tail) - n:])

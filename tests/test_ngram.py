@@ -80,7 +80,23 @@ def test_lookup_cost_does_not_grow_with_the_context():
             context.append(int(rng.integers(0, 50_000)))
             d.propose(context, 4)
         probes.append(d.probes - before)
-    assert probes[0] == probes[1] <= 20 * 4
+    # at most one probe per n (4..1), plus the n_min-gram's look first, whatever the length
+    assert max(probes) <= 20 * (4 + 1)
+
+
+def test_text_that_does_not_repeat_costs_one_probe_a_lookup():
+    # No n-gram of the context recurs: the n_min-gram tail is not indexed, so no longer one is probed.
+    d = NGramDrafter(n_min=2, n_max=8)
+    context = list(range(1000))
+    d.prefill(context)
+    before = d.probes
+    for t in range(1000, 1020):
+        context.append(t)
+        assert d.propose(context, 4).ids == []
+    assert d.probes - before == 20
+    # ... and a recurring one is still found at its longest n: "3 4 5 6" recurs, 7 followed it
+    context += [3, 4, 5, 6]
+    assert d.propose(context, 3).ids == [7, 8, 9] and d.last_n == 4
 
 
 class FakeModelDrafter(NGramDrafter):
