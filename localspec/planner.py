@@ -318,10 +318,9 @@ class Planner:
         still wanted allow). Fixed γ: the first source with a guess to offer. Auto: see the class."""
         self._explored = None
         self._length, self._room = len(tokens), room
-        if self._prompt_len is None:
+        if self._prompt_len is None:  # the first step
             self._prompt_len = len(tokens)
-        for i in range(len(self.sources)):
-            self._seen.setdefault(i, len(tokens) if i in self._prefilled else 0)
+            self._seen = {i: len(tokens) if i in self._prefilled else 0 for i in range(len(self.sources))}
         offers = self._offers(tokens, room)
         if self.config.gamma is not None:
             return self._plan(offers[0]) if offers else Plan(None, 0)
@@ -374,6 +373,8 @@ class Planner:
         plain_s = self.sources[0][1].plain_seconds()
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
         live = [c for c in offers if not self._rests(c, plain_s)]
+        if not live:
+            return best
         priced = {}  # source -> seconds pricing it took
         for i, limit, bucket, _ in live:
             t0 = self.clock()
@@ -567,6 +568,11 @@ class Planner:
         (a plain step also the overhead), the drafting source its costs and acceptance; and charge
         an exploratory step's loss to the budget. A tree (path: its accepted nodes) teaches its
         chain's acceptance, its siblings' and the cost of its full width."""
+        if plan.source is None:  # a plain step: the target's one-token verify, the same for every source
+            self.budget.charge(draft_s + verify_s + overhead_s)
+            for _, tracker in self.sources:
+                tracker.record_verify(1, verify_s, overhead_s)
+            return
         width, emitted = len(proposal.ids) + 1, n_accepted + 1
         chain = proposal.parents is None  # not a tree: once a handoff's copy is set apart, the source's own guesses
         if proposal.parents is not None:

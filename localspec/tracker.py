@@ -120,8 +120,7 @@ class CostTracker:
         bucket: the proposal's acceptance bucket; cap: the most a stop rule let it draft, where one
         judged the draft). A tree's step gives the rows of its verify batch (width) and the tokens it
         emitted, which its siblings make more than n_drafted + 1 and n_accepted + 1 of its chain."""
-        self.verify.add(width or n_drafted + 1, verify_s)
-        self.overhead_s.add(overhead_s)
+        self.record_verify(width or n_drafted + 1, verify_s, overhead_s)
         if n_drafted:
             self.own_drafts += 1
             per_token = draft_s / n_drafted
@@ -139,6 +138,11 @@ class CostTracker:
             b = self._bin(c)
             self.conf_judged[b] += 1
             self.conf_accepted[b] += i < n_accepted
+
+    def record_verify(self, width: int, verify_s: float, overhead_s: float) -> None:
+        """Add a verify of `width` rows and the step's overhead (all that a plain step measures)."""
+        self.verify.add(width, verify_s)
+        self.overhead_s.add(overhead_s)
 
     def record_acceptance(self, n_drafted: int, n_accepted: int, bucket: int = 0) -> None:
         """Count n_drafted guesses in bucket, the first n_accepted accepted: a step's own (record), or
