@@ -11,6 +11,7 @@ generation's time per drafter, counting a generation as at least GRACE_STEPS pla
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from typing import NamedTuple, Sequence
 
@@ -36,6 +37,7 @@ PLAIN_SAMPLES = 3
 # priced on a noisy step) may win again at the plain step's next measurements: ε for those, unless
 # the budget denied its probe (it is priced again as soon as the allowance fits that probe).
 PRICE_FRACTION = EXPLORE_FRACTION / 4
+PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -277,7 +279,7 @@ class Planner:
         self._since_model: dict[int, int] = {}  # other sources' drafting steps since the model last drafted
         self._probes_since_model: dict[int, int] = {}  # ... and how many of them were exploratory
         self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
-        self._pricing: dict[int, tuple[float, int]] = {}  # a source's quickest pricing and their count (_rest)
+        self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
@@ -416,21 +418,25 @@ class Planner:
 
     def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float]) -> None:
         """Keep which priced sources lost this step (see _rests); the chosen one is not resting. What
-        a pricing takes is the least any of the source's pricings in this generation took, once
-        there are two: a pause of the process (a garbage collection, a page fault) only ever adds
-        time, and one pricing held up by 50 ms would leave its source unpriced for the next 5 s."""
+        a pricing takes is the lower median of the source's last PRICINGS_KEPT pricings, once there
+        are two: a pause of the process (a garbage collection, a page fault) only ever adds time, and
+        one pricing held up by 50 ms would leave its source unpriced for the next 5 s. The least is
+        a pricing with warm caches, which steps of a few milliseconds seldom leave: at a GPU's costs
+        (bench_fast_regime) it was a third of the mean, and pricing took about three times the
+        PRICE_FRACTION meant for it."""
         for offer in priced:
-            least, n = self._pricing.get(offer.source, (seconds[offer.source], 0))
-            least, n = min(least, seconds[offer.source]), n + 1
-            self._pricing[offer.source] = least, n
+            latest = self._pricing.setdefault(offer.source, [])
+            latest.append(seconds[offer.source])
+            del latest[:-PRICINGS_KEPT]
+            n = len(latest)
             if offer.source == chosen or n < 2:
                 self._resting.pop(offer.source, None)
             else:
                 need, close = self._lost[offer.source]  # _probe priced it this step
                 # one the budget denied is priced again once the allowance fits it (_rests)
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
-                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed, least,
-                                                      need, fraction)
+                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed,
+                                                      statistics.median_low(latest), need, fraction)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
