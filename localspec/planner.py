@@ -276,8 +276,9 @@ class Planner:
         self._model = next((i for i, (d, _) in enumerate(self.sources) if d.name == "model"), None)
         self._ngram = next((i for i, (d, _) in enumerate(self.sources) if d.name == "ngram"), None)
         self._room = 0                     # the most the last plan could draft
-        self._since_model: dict[int, int] = {}  # other sources' drafting steps since the model last drafted
-        self._probes_since_model: dict[int, int] = {}  # ... and how many of them were exploratory
+        # other sources' drafting steps since the model last drafted: the tokens each emitted ...
+        self._since_model: dict[int, list[int]] = {}
+        self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
         self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
@@ -598,9 +599,9 @@ class Planner:
             caught_up = behind if proposal.catchup_s > 0 and behind > STEP_DECODE else 0
             extra_s = self._beyond_first_decode(plan.source, proposal, caught_up)
             self._seen[plan.source] = self._length + n_accepted
-            self._charge_switches(plan.source, extra_s)
+            self._charge_switches(plan.source, extra_s, caught_up, emitted)
             if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
-                self._since_model[self._ngram] = 1
+                self._since_model[self._ngram] = [emitted - n_accepted]
         own_s = draft_s - load_s - extra_s  # drafting this step's tokens
         if n:
             self._resting.clear()  # what the step measured moves every source's estimates
@@ -677,24 +678,30 @@ class Planner:
         known_s = seconds - own_s * (n - m) / n - verify_s + self.sources[explored.source][1].verify_seconds(m + 1)
         return seconds - emitted * known_s / (min(n_accepted, m) + 1)
 
-    def _charge_switches(self, source: int, catchup_s: float) -> None:
-        """A hybrid's model draft that had to catch up on tokens other sources' steps emitted charges
-        those seconds to them, shared per step: their steps cost that much more than their verifies.
-        An exploratory step's share is part of what it lost (ExploreBudget), charged to its source's
-        budget now: priced, a probe's loss includes it (CostTracker.estimate's switch), and left out of
-        the ledger, a hybrid's n-gram probes on prose cost it their own loss and as much again in the
-        model's catch-ups after them."""
+    def _charge_switches(self, source: int, catchup_s: float, caught_up: int, emitted: int) -> None:
+        """A hybrid's model draft that had to catch up on the tokens generated since it last drafted
+        (caught_up of them, in catchup_s beyond its first decode) charges each step of another source
+        since then its tokens' share (emitted: what the step emitted): that step cost that much more
+        than its verify. The tokens plain steps emitted in between bear their share too, charged to no
+        one: plain decoding leaves the model as far behind. Shared per step, a catch-up after 50 plain
+        steps and one n-gram step was all the n-gram step's, and on prose the hybrid's lookup priced
+        its steps dearer and drafted less than the lookup alone. An exploratory step's share is part
+        of what it lost (ExploreBudget), charged to its source's budget now: priced, a probe's loss
+        includes it (CostTracker.estimate's switch), and left out of the ledger, a hybrid's n-gram
+        probes on prose cost it their own loss and as much again in the model's catch-ups after them."""
         if source != self._model:
-            self._since_model[source] = self._since_model.get(source, 0) + 1
+            self._since_model.setdefault(source, []).append(emitted)
             if self._explored is not None:
-                self._probes_since_model[source] = self._probes_since_model.get(source, 0) + 1
+                self._probes_since_model[source] = self._probes_since_model.get(source, 0) + emitted
             return
-        steps = sum(self._since_model.values())
+        steps = self._since_model
         if steps and catchup_s > 0:
-            for i in self._since_model:
-                self.sources[i][1].switch_s.add(catchup_s / steps)
-            for i, probes in self._probes_since_model.items():
-                self.budget.charge(0.0, (i, catchup_s * probes / steps))
+            per_token = catchup_s / max(caught_up, sum(map(sum, steps.values())))
+            for i, tokens in steps.items():
+                for k in tokens:
+                    self.sources[i][1].switch_s.add(per_token * k)
+            for i, tokens in self._probes_since_model.items():
+                self.budget.charge(0.0, (i, per_token * tokens))
         self._since_model.clear()
         self._probes_since_model.clear()
 

@@ -541,22 +541,46 @@ def test_a_copy_after_prose_is_drafted_though_the_prose_spent_the_budget():
         assert float(np.mean(copies)) >= 1.32, kinds
 
 
+def hybrid_after(steps, catchup_s: float) -> tuple[Planner, CostTracker]:
+    """A hybrid whose draft model took in the prompt (20 tokens), after `steps` (each the source that
+    drafted, None for a plain step, and the tokens it emitted), then a model step whose catch-up took
+    catchup_s; the n-gram's tracker. A token of the model's draft costs 0.04 s."""
+    ngram, model = (Named("ngram"), measured(0.5, 0.0)), (Named("model"), measured(0.9, 0.04))
+    no_probes = ExploreBudget(fraction=0.0)  # known choices only
+    planner = Planner([ngram, model], GenerationConfig(gamma=None, sampling=GREEDY), no_probes)
+    assert planner.wants_prefill(1)
+    context = [1] * 20
+    for source, emitted in steps:
+        planner.plan(context, 8)
+        drafted = Proposal([5] * 3, []) if source is not None else Proposal([], [])
+        plan = Plan(source, 3, bucket=match_bucket(0)) if source is not None else Plan(None, 0)  # the stub's bucket
+        planner.record(plan, drafted, emitted - 1 if source is not None else 0, 0.0, 0.22, 0.0)
+        context += [5] * emitted
+    planner.plan(context, 8)
+    assert planner._behind(1) == sum(emitted for _, emitted in steps)
+    planner.record(Plan(1, 4), Proposal([5, 6, 7, 8], [], catchup_s=catchup_s), 4, catchup_s + 0.12, 0.24, 0.0)
+    return planner, ngram[1]
+
+
 def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
     # An n-gram step's tokens must later be decoded by the draft model before its next guess; that
     # catch-up is what the n-gram step cost beyond its verify, so it is charged to n-gram steps.
-    ngram, model = (Named("ngram"), measured(0.5, 0.0)), (Named("model"), measured(0.9, 0.04))
-    no_probes = ExploreBudget(fraction=0.0)  # known choices only: a long match's bucket is unmeasured
-    planner = Planner([ngram, model], GenerationConfig(gamma=None, sampling=GREEDY), no_probes)
-    assert planner.plan([1] * 20, 8).source == 0  # n-gram steps look free beside a model 20 behind
-    for _ in range(2):  # in the bucket of the stub's matches
-        planner.record(Plan(0, 3, bucket=match_bucket(0)), Proposal([5, 6, 7], []), 1, 0.0, 0.22, 0.0)
-    planner.record(Plan(1, 4), Proposal([5, 6, 7, 8], [], catchup_s=0.3), 4, 0.16, 0.24, 0.0)
+    planner, ngram = hybrid_after([(0, 2), (0, 2)], 0.3)
     # 0.3 s less the one-token decode the model's step takes anyway (0.04 s), over the two n-gram steps
-    assert ngram[1].switch_s.value == pytest.approx(0.13)
-    assert ngram[1].plan(8, 0, switch=True)[1] < ngram[1].plan(8, 0)[1]
+    assert ngram.switch_s.value == pytest.approx(0.13)
+    assert ngram.plan(8, 0, switch=True)[1] < ngram.plan(8, 0)[1]
     assert planner.plan([1] * 40, 64).source == 1  # with the catch-up counted, the model drafts
-    alone = Planner([ngram], GenerationConfig(gamma=None, sampling=GREEDY))
+    alone = Planner([(Named("ngram"), ngram)], GenerationConfig(gamma=None, sampling=GREEDY))
     assert alone.plan([1] * 40, 64).source == 0  # without a model to catch up, nothing is charged
+
+
+def test_a_catch_up_is_shared_by_the_tokens_each_step_left_behind():
+    # Plain steps leave the draft model as far behind as an n-gram step's tokens do. A catch-up over 30
+    # plain tokens and one n-gram step's 3 is charged 3/33 to that step, not whole: shared per step,
+    # on prose (where plain steps fill the gaps) the hybrid's lookup priced its steps dearer than the
+    # lookup alone and drafted less.
+    _, ngram = hybrid_after([(None, 1)] * 15 + [(0, 3)] + [(None, 1)] * 15, 0.37)
+    assert ngram.switch_s.value == pytest.approx((0.37 - 0.04) * 3 / 33)
 
 
 def test_a_draft_model_far_behind_prices_its_catch_up_into_its_step():
