@@ -280,6 +280,7 @@ class Planner:
         self._since_model: dict[int, list[int]] = {}
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
+        self._quiet_until: tuple[float, int, float] | None = None  # where every source rests (_quiet)
         self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
@@ -324,6 +325,8 @@ class Planner:
         if self._prompt_len is None:  # the first step
             self._prompt_len = len(tokens)
             self._seen = {i: len(tokens) if i in self._prefilled else 0 for i in range(len(self.sources))}
+        if self._quiet():
+            return Plan(None, 0)
         offers = self._offers(tokens, room)
         if self.config.gamma is not None:
             return self._plan(offers[0]) if offers else Plan(None, 0)
@@ -377,7 +380,9 @@ class Planner:
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
         live = [c for c in offers if not self._rests(c, plain_s)]
         if not live:
+            self._quiet_until = self._quiet_bounds()
             return best
+        self._quiet_until = None
         priced = {}  # source -> seconds pricing it took
         for i, limit, bucket, _ in live:
             t0 = self.clock()
@@ -416,6 +421,31 @@ class Planner:
         return (rest is not None and offer.bucket == rest.bucket and offer.gamma <= rest.limit
                 and self._room <= rest.room and self.budget.allowance(plain_s) < rest.need
                 and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost)
+
+    def _quiet(self) -> bool:
+        """Whether every source rests this step whatever it offers (_rests), so that the step is plain
+        without asking them: each is a draft model, whose offer is the room left in its one bucket,
+        no more than when it was priced while the room is no larger, and the seconds since and the
+        budget are checked as _rests checks them (_quiet_bounds: the tightest of the sources'). Where a
+        step takes milliseconds, asking each source and checking its rest took the controller more
+        than the rest of its work on a plain step."""
+        bounds = self._quiet_until
+        if bounds is None or len(self._resting) < len(self.sources):  # a step drafted, or one was priced
+            return False
+        until, room, need = bounds
+        if self.budget.elapsed >= until or self._room > room:
+            return False
+        return need == math.inf or self.budget.allowance(self.sources[0][1].plain_seconds()) < need
+
+    def _quiet_bounds(self) -> tuple[float, int, float] | None:
+        """Where every source rests and is a draft model (an n-gram lookup's offer changes with every
+        token): the generation's seconds until the first is due to be priced again, the least room
+        they rest at and the least allowance a probe they were denied needs; None otherwise."""
+        rests = self._resting.values()
+        if len(self._resting) < len(self.sources) or any(d.name != "model" for d, _ in self.sources):
+            return None
+        return (min(r.since + r.cost / r.fraction for r in rests), min(r.room for r in rests),
+                min(r.need for r in rests))
 
     def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float]) -> None:
         """Keep which priced sources lost this step (see _rests); the chosen one is not resting. What

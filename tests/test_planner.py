@@ -411,6 +411,54 @@ def pricings_over_plain_steps(pricing_s: float, steps: int = 50, room: int = 64,
     return planner, priced
 
 
+class Counted(Named):
+    """A drafter stub that counts the planner's offers to it."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.asked = 0
+
+    def offer(self, tokens, k: int) -> int:
+        self.asked += 1
+        return k
+
+
+def test_a_resting_draft_model_is_not_asked_until_it_is_due():
+    # Where a step takes milliseconds, asking a source for its offer and checking its rest cost the
+    # controller more than the rest of a plain step. A draft model's offer (the room left) can only
+    # shrink while it rests, so it is not asked until its rest ends: the same plain steps, the same
+    # pricings, and the model asked at about two steps of each pricing.
+    steps, cost = 50, 10 * PRICE_FRACTION * 0.2  # a pricing about every 10th plain step of 0.2 s
+    plans = []
+    for quiet in (True, False):
+        drafter, model = Counted("model"), measured(0.5, 0.2)
+        planner = Planner([(drafter, model)], GenerationConfig(gamma=None, sampling=GREEDY))
+        planner.clock = PricingClock(cost)
+        if not quiet:
+            planner._quiet = lambda: False
+        plans.append([])
+        for i in range(steps):
+            plans[-1].append(planner.plan([1] * (20 + i), 64))
+            planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+        if quiet:
+            pricings = planner.clock.reads // 4  # (PricingClock)
+            assert 5 <= pricings <= 7 and drafter.asked <= 2 * pricings + 1
+            rested = planner
+        else:
+            assert drafter.asked == steps
+    assert plans[0] == plans[1] and all(plan.source is None for plan in plans[0])
+    assert rested._quiet()
+    rested._room += 1  # more room: a longer draft on offer
+    assert not rested._quiet()
+    rested._room -= 1
+    rested.record(Plan(0, 2), Proposal([5, 6], []), 1, 0.4, 0.21, 0.0)  # a step that drafts
+    assert not rested._quiet()
+    hybrid = Planner([(Named("ngram"), measured(0.5, 0.0)), (Named("model"), measured(0.5, 0.2))],
+                     GenerationConfig(gamma=None, sampling=GREEDY))
+    hybrid._resting = {0: None, 1: None}
+    assert hybrid._quiet_bounds() is None  # an n-gram lookup's offer changes with every token
+
+
 def test_a_drafter_that_lost_is_priced_again_once_a_fraction_of_the_time_since_covers_it():
     # Pricing a drafter takes the controller tens of microseconds: a fraction of a per cent of a CPU's
     # plain step of tens of milliseconds, several per cent of a step of a few milliseconds. A
