@@ -29,6 +29,7 @@ class Context:
     it can also verify a token tree in one decode (decode_tree, then keep_path)."""
 
     ptr = None
+    _chain = None  # (class defaults: close() runs from __del__ on a context whose __init__ raised)
     _tree: tuple[list[list[int]], int, list[int]] | None = None  # the last decode_tree, until keep_path
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,

@@ -127,3 +127,12 @@ def test_a_model_loads_on_the_gpu_with_numpy_imported_first(smol_path):
             "Model(sys.argv[1], n_gpu_layers=999)\nprint('loaded')")
     proc = subprocess.run([sys.executable, "-c", code, str(smol_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "loaded" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_a_context_whose_start_failed_closes_quietly():
+    # Where llama.cpp refuses a context, __init__ raises LlamaError (a one-line error for the user);
+    # __del__ then closes the half-made object, which printed "Exception ignored ... AttributeError:
+    # 'Context' object has no attribute '_chain'" under that error.
+    half = Context.__new__(Context)
+    half.close()
+    assert half.ptr is None and half._chain is None
