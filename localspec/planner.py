@@ -427,8 +427,8 @@ class Planner:
         without asking them: each is a draft model, whose offer is the room left in its one bucket,
         no more than when it was priced while the room is no larger, and the seconds since and the
         budget are checked as _rests checks them (_quiet_bounds: the tightest of the sources'). Where a
-        step takes milliseconds, asking each source and checking its rest took the controller more
-        than the rest of its work on a plain step."""
+        step takes milliseconds, asking each source and checking its rest at every step cost auto
+        about a point against plain decoding (README, the fast regime)."""
         bounds = self._quiet_until
         if bounds is None or len(self._resting) < len(self.sources):  # a step drafted, or one was priced
             return False

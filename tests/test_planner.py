@@ -424,10 +424,10 @@ class Counted(Named):
 
 
 def test_a_resting_draft_model_is_not_asked_until_it_is_due():
-    # Where a step takes milliseconds, asking a source for its offer and checking its rest cost the
-    # controller more than the rest of a plain step. A draft model's offer (the room left) can only
-    # shrink while it rests, so it is not asked until its rest ends: the same plain steps, the same
-    # pricings, and the model asked at about two steps of each pricing.
+    # Where a step takes milliseconds, asking a source for its offer and checking its rest at every
+    # step cost auto about a point against plain decoding. A draft model's offer (the room left) can
+    # only shrink while it rests, so it is not asked until its rest ends: the same plain steps, the
+    # same pricings, and the model asked at about two steps of each pricing.
     steps, cost = 50, 10 * PRICE_FRACTION * 0.2  # a pricing about every 10th plain step of 0.2 s
     plans = []
     for quiet in (True, False):
