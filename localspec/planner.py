@@ -275,6 +275,7 @@ class Planner:
         self._prompt_len: int | None = None  # the context length at the first: where the output begins
         self._model = next((i for i, (d, _) in enumerate(self.sources) if d.name == "model"), None)
         self._ngram = next((i for i, (d, _) in enumerate(self.sources) if d.name == "ngram"), None)
+        self._models_only = bool(self.sources) and all(d.name == "model" for d, _ in self.sources)  # (_quiet_bounds)
         self._room = 0                     # the most the last plan could draft
         # other sources' drafting steps since the model last drafted: the tokens each emitted ...
         self._since_model: dict[int, list[int]] = {}
@@ -442,7 +443,7 @@ class Planner:
         token): the generation's seconds until the first is due to be priced again, the least room
         they rest at and the least allowance a probe they were denied needs; None otherwise."""
         rests = self._resting.values()
-        if len(self._resting) < len(self.sources) or any(d.name != "model" for d, _ in self.sources):
+        if not self._models_only or len(self._resting) < len(self.sources):
             return None
         return (min(r.since + r.cost / r.fraction for r in rests), min(r.room for r in rests),
                 min(r.need for r in rests))
