@@ -89,6 +89,9 @@ class Plan(NamedTuple):
     handoff: Handoff | None = None    # where a model draft may hand over to the n-gram lookup (a hybrid)
 
 
+PLAIN = Plan(None, 0)  # a plain step
+
+
 class Choice(NamedTuple):
     """A candidate step: source (None: plain), γ, bucket, and its predicted tokens/s."""
 
@@ -275,13 +278,13 @@ class Planner:
         self._prompt_len: int | None = None  # the context length at the first: where the output begins
         self._model = next((i for i, (d, _) in enumerate(self.sources) if d.name == "model"), None)
         self._ngram = next((i for i, (d, _) in enumerate(self.sources) if d.name == "ngram"), None)
-        self._models_only = bool(self.sources) and all(d.name == "model" for d, _ in self.sources)  # (_quiet_bounds)
+        self._models = tuple(i for i, (d, _) in enumerate(self.sources) if d.name == "model")  # (_quiet)
         self._room = 0                     # the most the last plan could draft
         # other sources' drafting steps since the model last drafted: the tokens each emitted ...
         self._since_model: dict[int, list[int]] = {}
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
-        self._quiet_until: tuple[float, int, float] | None = None  # where every source rests (_quiet)
+        self._quiet_until: tuple[float, int, float] | None = None  # where the draft models rest (_quiet_bounds)
         self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
@@ -326,17 +329,20 @@ class Planner:
         if self._prompt_len is None:  # the first step
             self._prompt_len = len(tokens)
             self._seen = {i: len(tokens) if i in self._prefilled else 0 for i in range(len(self.sources))}
-        if self._quiet():
-            return Plan(None, 0)
-        offers = self._offers(tokens, room)
+        offers = self._offers(tokens, room, self._quiet())
+        if not offers:
+            return PLAIN
         if self.config.gamma is not None:
-            return self._plan(offers[0]) if offers else Plan(None, 0)
+            return self._plan(offers[0])
         return self._plan(self._choose(offers))
 
-    def _offers(self, tokens: Sequence[int], room: int) -> list[Choice]:
-        """What each source could draft now: (source, most γ, bucket), none where it has nothing."""
+    def _offers(self, tokens: Sequence[int], room: int, quiet: bool = False) -> list[Choice]:
+        """What each source could draft now: (source, most γ, bucket), none where it has nothing;
+        quiet: none from a draft model, which rests whatever it offers (_quiet)."""
         offers = []
         for i, (drafter, _) in enumerate(self.sources if room > 0 else []):
+            if quiet and drafter.name == "model":
+                continue
             fixed = self.config.gamma
             most = min(room, cap_of(drafter.name, self.config) if fixed is None else fixed)
             limit = drafter.offer(tokens, most) if most > 0 else 0
@@ -381,9 +387,7 @@ class Planner:
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
         live = [c for c in offers if not self._rests(c, plain_s)]
         if not live:
-            self._quiet_until = self._quiet_bounds()
             return best
-        self._quiet_until = None
         priced = {}  # source -> seconds pricing it took
         for i, limit, bucket, _ in live:
             t0 = self.clock()
@@ -424,14 +428,16 @@ class Planner:
                 and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost)
 
     def _quiet(self) -> bool:
-        """Whether every source rests this step whatever it offers (_rests), so that the step is plain
-        without asking them: each is a draft model, whose offer is the room left in its one bucket,
-        no more than when it was priced while the room is no larger, and the seconds since and the
-        budget are checked as _rests checks them (_quiet_bounds: the tightest of the sources'). Where a
-        step takes milliseconds, asking each source and checking its rest at every step cost auto
-        about a point against plain decoding (README, the fast regime)."""
+        """Whether every draft model rests this step whatever it offers (_rests), so that the planner
+        need not ask them: a draft model's offer is the room left in its one bucket, no more than
+        when it was priced while the room is no larger, and the seconds since and the budget are
+        checked as _rests checks them (_quiet_bounds: the tightest of the models'). An n-gram
+        lookup's offer changes with every token: it is asked at every step, and where it offers
+        nothing the step is plain at once. Where a step takes milliseconds, asking each source and
+        checking its rest at every step cost auto about a point against plain decoding (README, the
+        fast regime)."""
         bounds = self._quiet_until
-        if bounds is None or len(self._resting) < len(self.sources):  # a step drafted, or one was priced
+        if bounds is None:  # a draft model was priced and won, or a step drafted (_rest, record)
             return False
         until, room, need = bounds
         if self.budget.elapsed >= until or self._room > room:
@@ -439,11 +445,11 @@ class Planner:
         return need == math.inf or self.budget.allowance(self.sources[0][1].plain_seconds()) < need
 
     def _quiet_bounds(self) -> tuple[float, int, float] | None:
-        """Where every source rests and is a draft model (an n-gram lookup's offer changes with every
-        token): the generation's seconds until the first is due to be priced again, the least room
-        they rest at and the least allowance a probe they were denied needs; None otherwise."""
-        rests = self._resting.values()
-        if not self._models_only or len(self._resting) < len(self.sources):
+        """Where every draft model rests: the generation's seconds until the first is due to be priced
+        again, the least room they rest at and the least allowance a probe they were denied needs;
+        None where one does not rest (or there is none)."""
+        rests = [self._resting.get(i) for i in self._models]
+        if not rests or None in rests:
             return None
         return (min(r.since + r.cost / r.fraction for r in rests), min(r.room for r in rests),
                 min(r.need for r in rests))
@@ -469,6 +475,7 @@ class Planner:
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
                 self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed,
                                                       statistics.median_low(latest), need, fraction)
+        self._quiet_until = self._quiet_bounds()
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
@@ -636,6 +643,7 @@ class Planner:
         own_s = draft_s - load_s - extra_s  # drafting this step's tokens
         if n:
             self._resting.clear()  # what the step measured moves every source's estimates
+            self._quiet_until = None
         seconds, charged = draft_s + verify_s + overhead_s, None
         if n and plan.source == self._ngram and not self.sources[plan.source][1].judged(plan.bucket):
             self._looked = True  # its first look at the bucket (_first_look), whatever chose it

@@ -9,7 +9,7 @@ import pytest
 
 from localspec.config import GenerationConfig
 from localspec.costmodel import FixedStop, VerifyCurve, match_bucket
-from localspec.drafters import NGramDrafter, Proposal
+from localspec.drafters import NGramDrafter, Proposal, one_hot
 from localspec.planner import (EXPLORE_FRACTION, PLAIN_SAMPLES, PRICE_FRACTION, Choice, CostTracker, ExploreBudget,
                                Plan, Planner)
 from localspec.sampling import SamplingParams
@@ -453,10 +453,43 @@ def test_a_resting_draft_model_is_not_asked_until_it_is_due():
     rested._room -= 1
     rested.record(Plan(0, 2), Proposal([5, 6], []), 1, 0.4, 0.21, 0.0)  # a step that drafts
     assert not rested._quiet()
-    hybrid = Planner([(Named("ngram"), measured(0.5, 0.0)), (Named("model"), measured(0.5, 0.2))],
-                     GenerationConfig(gamma=None, sampling=GREEDY))
-    hybrid._resting = {0: None, 1: None}
-    assert hybrid._quiet_bounds() is None  # an n-gram lookup's offer changes with every token
+
+
+class Sometimes(Counted):
+    """An n-gram lookup stub that finds a 3-token match at every `every`-th time it is asked only."""
+
+    def __init__(self, every: int):
+        super().__init__("ngram")
+        self.every = every
+
+    def offer(self, tokens, k: int) -> int:
+        self.asked += 1
+        return min(k, 3) if self.asked % self.every == 0 else 0
+
+
+def test_a_hybrid_asks_its_resting_draft_model_only_when_due():
+    # The same in a hybrid: its lookup's offer changes with every token, so it is asked at every
+    # step, and where it finds nothing the step is plain without asking the resting model. Where it
+    # finds a match (here one that loses: 5% accepted), it is priced as before, the model not.
+    steps, cost = 50, 10 * PRICE_FRACTION * 0.2
+    plans, asked = [], []
+    for quiet in (True, False):
+        lookup, drafter = Sometimes(every=7), Counted("model")
+        planner = Planner([(lookup, measured(0.05, 0.0)), (drafter, measured(0.5, 0.2))],
+                          GenerationConfig(gamma=None, sampling=GREEDY))
+        planner.clock = PricingClock(cost)
+        if not quiet:
+            planner._quiet = lambda: False
+        plans.append([])
+        for i in range(steps):
+            plan = planner.plan([1] * (20 + i), 64)
+            plans[-1].append(plan)
+            drafted = [7] * plan.gamma  # the lookup's guesses (rejected), or none
+            planner.record(plan, Proposal(drafted, [one_hot(7)] * plan.gamma), 0, 0.0, 0.2 + 0.01 * plan.gamma, 0.0)
+        assert lookup.asked == steps
+        asked.append(drafter.asked)
+    assert plans[0] == plans[1] and {plan.source for plan in plans[0]} == {None, 0}
+    assert asked[1] == steps and asked[0] <= 15
 
 
 def test_a_drafter_that_lost_is_priced_again_once_a_fraction_of_the_time_since_covers_it():
