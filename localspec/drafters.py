@@ -250,7 +250,9 @@ class NGramDrafter:
     to n_min, longest first) in the prompt and generated text, and propose the tokens that followed.
 
     An index from each n-gram to the position it last ended at makes a lookup O(n_max) dict probes,
-    whatever the context length; the index grows by O(n_max) per new token. Proposals are
+    whatever the context length; the index grows by O(n_max) per new token, its n_min-grams as each
+    token comes and the longer n-grams when a lookup needs them (one finds its n_min-token tail
+    indexed): on text that does not repeat, most steps, one n-gram a token. Proposals are
     deterministic, so q is one-hot and the p/q rule stays exact. Costs nothing to run.
 
     Each lookup also measures how far the match really reaches back (last_match: the tokens before
@@ -272,6 +274,7 @@ class NGramDrafter:
         self.ends = ends  # whether a token ends generation (None: none does)
         self.tokens: list[int] = []
         self.index: dict[tuple[int, ...], int] = {}  # n-gram -> position of its last token, latest
+        self.long_to = 0                              # the tokens whose longer n-grams are indexed (_index_long)
         self.ends_at: list[int] = []                  # positions of end-of-generation tokens, ascending
         self.probes = 0                               # dict lookups made by propose (tests count them)
         self.last_n = self.last_len = 0               # n-gram size and length of the last proposal
@@ -311,6 +314,7 @@ class NGramDrafter:
         self.probes += 1  # a longer n-gram found implies its n_min-token tail is indexed: where that is
         if tail[len(tail) - self.n_min:] not in self.index:  # not (most steps of text that does not
             return [], 0, 0, 0                                # repeat), the longer ones are not probed
+        self._index_long()
         for n in range(min(self.n_max, end), self.n_min - 1, -1):
             self.probes += 1
             pos = self.index.get(tail[len(tail) - n:])
@@ -345,15 +349,25 @@ class NGramDrafter:
         n_old = len(self.tokens)
         same = len(context) >= n_old and (not n_old or context[n_old - 1] == self.tokens[-1])
         if not same or (full_check and self.tokens != list(context[:n_old])):
-            self.tokens, self.index, self.ends_at, n_old = [], {}, [], 0
+            self.tokens, self.index, self.ends_at, self.long_to, n_old = [], {}, [], 0, 0
+        tokens, index, n_min = self.tokens, self.index, self.n_min
         for t in context[n_old:]:
-            self.tokens.append(t)
-            i = len(self.tokens) - 1  # t is the continuation of every n-gram ending at i - 1
+            tokens.append(t)
+            i = len(tokens) - 1  # t is the continuation of the n-grams ending at i - 1
             if self.ends is not None and self.ends(t):
                 self.ends_at.append(i)
-            window = tuple(self.tokens[max(i - self.n_max, 0): i])  # every n-gram ending at i - 1 is its tail
-            for n in range(self.n_min, min(self.n_max, i) + 1):
-                self.index[window[len(window) - n:]] = i - 1
+            if i >= n_min:
+                index[tuple(tokens[i - n_min: i])] = i - 1
+
+    def _index_long(self) -> None:
+        """Index the n-grams longer than n_min ending before each token not yet so indexed, in order,
+        so that each maps to its latest position as the n_min-grams do (_sync)."""
+        tokens, index = self.tokens, self.index
+        for i in range(max(self.long_to, self.n_min + 1), len(tokens)):
+            window = tuple(tokens[max(i - self.n_max, 0): i])  # every n-gram ending at i - 1 is its tail
+            for n in range(self.n_min + 1, min(self.n_max, i) + 1):
+                index[window[len(window) - n:]] = i - 1
+        self.long_to = len(tokens)
 
     def observe(self, n_accepted: int) -> None:
         if self.last_n:  # counted here, not in propose(): offer() proposes without drafting

@@ -94,9 +94,40 @@ def test_text_that_does_not_repeat_costs_one_probe_a_lookup():
         context.append(t)
         assert d.propose(context, 4).ids == []
     assert d.probes - before == 20
+    # ... and the index grew by one n-gram a token, the longer ones left until a lookup needs them
+    assert len(d.index) == len(context) - 2
     # ... and a recurring one is still found at its longest n: "3 4 5 6" recurs, 7 followed it
     context += [3, 4, 5, 6]
     assert d.propose(context, 3).ids == [7, 8, 9] and d.last_n == 4
+
+
+def latest_longest_match(context: list[int], n_min: int, n_max: int, k: int, draft: list[int] = ()) -> list[int]:
+    """The lookup by brute force: up to k tokens of the context after the latest earlier occurrence
+    in it of the longest n-gram (n_min..n_max) ending context + draft."""
+    tokens = context + list(draft)
+    for n in range(min(n_max, len(tokens) - 1), n_min - 1, -1):
+        tail = tokens[len(tokens) - n:]
+        for end in range(len(context) - 2, n - 2, -1):  # an occurrence ending at `end` has a next token
+            if tokens[end - n + 1: end + 1] == tail:
+                return context[end + 1: end + 1 + k]
+    return []
+
+
+def test_the_lookup_matches_a_brute_force_search_token_by_token():
+    # Text over a small vocabulary repeats at every n-gram size: each step's proposal and each
+    # continuation into a draft agree with the brute-force search, however the index caught up.
+    rng = np.random.default_rng(1)
+    phrases = [rng.integers(0, 6, size=int(rng.integers(3, 12))).tolist() for _ in range(5)]
+    text = [t for _ in range(40) for t in (phrases[int(rng.integers(0, 5))] if rng.random() < 0.6
+                                           else rng.integers(0, 30, size=3).tolist())]
+    d = NGramDrafter(n_min=2, n_max=6, match_cap=16)
+    d.prefill(text[:10])
+    for i in range(10, len(text)):
+        context = text[:i]
+        if i % 3:
+            assert d.propose(context, 5).ids == latest_longest_match(context, 2, 6, 5), i
+        draft = text[i: i + 2]
+        assert d.continuation(context, draft, 4)[0] == latest_longest_match(context, 2, 6, 4, draft), i
 
 
 class FakeModelDrafter(NGramDrafter):
@@ -171,6 +202,7 @@ def test_a_continuation_reads_into_a_draft_without_indexing_it():
     line = [5, 6, 7, 8, 9, 10, 11]
     context = [1] + line + [2, 3, 4]
     assert d.propose(context, 4).ids == []                           # nothing matches "2 3 4"
+    d._index_long()  # (the longer n-grams are indexed when a lookup first needs them)
     index = dict(d.index)
     assert d.continuation(context, [5, 6], 4) == ([7, 8, 9, 10], 2, 2)  # "5 6" recurs, after 1, ending at 2
     assert d.continuation(context, [6, 1], 4) == ([], 0, 0)         # "6 1" never occurred
