@@ -24,7 +24,8 @@ from localspec.sampling import (
 
 from conftest import GPU_LAYERS
 from fakes import FakeContext, RecordingContext, SampledContext, fake_contexts
-from test_controller import GREEDY, HOT, PURE_T1, first_two, generate, model_source, same_distribution_pvalue
+from test_controller import (GREEDY, HOT, PURE_T1, emitted_first_two, exact_first_two, first_two, generate,
+                             model_source, same_distribution_pvalue)
 from test_sampling import ALPHA, N, PAIRS, V8, dense, first_tokens, gof_pvalue
 
 FILTERED = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, min_p=0.02)
@@ -301,16 +302,15 @@ def test_real_greedy_backend_path_equals_numpy_path(smol_contexts, monkeypatch, 
 def test_real_backend_sampling_matches_target_only(smol_contexts, monkeypatch, sampling, draft_sampling):
     # The chi-square end to end through llama.cpp's chains: speculative (γ 2, the Q4_0 draft sampled
     # hotter) with p from the target's chain (and q from the draft's top-k chain where its filters keep
-    # a top-k) vs target-only with numpy rows, 1,000 seeds a side.
-    model, _, target, draft = smol_contexts
+    # a top-k), 1,000 seeds, against target-only's exact probabilities of the first two tokens, read
+    # from the target's rows in numpy (the numpy-path context of the same model).
+    model, plain, target, draft = smol_contexts
     prompt = model.tokenize("My favourite colour is", True)
-    n = 1000
-    monkeypatch.setenv("LOCALSPEC_BACKEND_SAMPLING", "0")
-    plain, _ = first_two(target, None, prompt, sampling, 0, range(n))
+    cell, expected = exact_first_two(plain, prompt, sampling)
     monkeypatch.setenv("LOCALSPEC_BACKEND_SAMPLING", "1")
-    spec, drafted = first_two(target, lambda: model_source(draft, draft_sampling), prompt, sampling, 2,
-                              range(n, 2 * n))
-    assert target.chain_key[0] == "chain" and drafted >= 2 * n
+    spec, drafted = emitted_first_two(monkeypatch, target, lambda: model_source(draft, draft_sampling), prompt,
+                                      sampling, 2, range(1000))
+    assert target.chain_key[0] == "chain" and drafted >= 2000
     assert draft.chain_key == (("top_k", 20) if draft_sampling.top_k else None)
-    assert len(set(plain)) > 10
-    assert same_distribution_pvalue(plain, spec) > 1e-3
+    assert len(set(spec)) > 10
+    assert gof_pvalue(np.array([cell(s) for s in spec]), expected) > 1e-3
