@@ -470,7 +470,8 @@ class Sometimes(Counted):
 def test_a_hybrid_asks_its_resting_draft_model_only_when_due():
     # The same in a hybrid: its lookup's offer changes with every token, so it is asked at every
     # step, and where it finds nothing the step is plain without asking the resting model. Where it
-    # finds a match (here one that loses: 5% accepted), it is priced as before, the model not.
+    # finds a match (here one that loses, 5% accepted, and is probed within the budget), it is
+    # priced as before; a step it drafts has the model priced again at the next.
     steps, cost = 50, 10 * PRICE_FRACTION * 0.2
     plans, asked = [], []
     for quiet in (True, False):
