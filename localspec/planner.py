@@ -278,13 +278,11 @@ class Planner:
         self._prompt_len: int | None = None  # the context length at the first: where the output begins
         self._model = next((i for i, (d, _) in enumerate(self.sources) if d.name == "model"), None)
         self._ngram = next((i for i, (d, _) in enumerate(self.sources) if d.name == "ngram"), None)
-        self._models = tuple(i for i, (d, _) in enumerate(self.sources) if d.name == "model")  # (_quiet)
         self._room = 0                     # the most the last plan could draft
         # other sources' drafting steps since the model last drafted: the tokens each emitted ...
         self._since_model: dict[int, list[int]] = {}
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
-        self._quiet_until: tuple[float, int, float] | None = None  # where the draft models rest (_quiet_bounds)
         self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
@@ -338,10 +336,10 @@ class Planner:
 
     def _offers(self, tokens: Sequence[int], room: int, quiet: bool = False) -> list[Choice]:
         """What each source could draft now: (source, most γ, bucket), none where it has nothing;
-        quiet: none from a draft model, which rests whatever it offers (_quiet)."""
+        quiet: none from the draft model, which rests whatever it offers (_quiet)."""
         offers = []
         for i, (drafter, _) in enumerate(self.sources if room > 0 else []):
-            if quiet and drafter.name == "model":
+            if quiet and i == self._model:
                 continue
             fixed = self.config.gamma
             most = min(room, cap_of(drafter.name, self.config) if fixed is None else fixed)
@@ -412,47 +410,33 @@ class Planner:
             self.explored += 1
         return chosen
 
-    def _rests(self, offer: Choice, plain_s: float) -> bool:
+    def _rests(self, offer: Choice, plain_s: float | None = None) -> bool:
         """Whether offer's source is left unpriced this step: it lost at its last pricing; its offer
         is no better than it was then (the same bucket, no more tokens, no more room, and so a
         draft model's catch-up no shorter and spread over no more tokens); no step has drafted since
-        (a draft measures verify widths and acceptance, which move every estimate); the budget has
-        not grown to fit a probe it denied then (its allowance grows with the generation's seconds);
-        and a fraction of the generation's seconds since do not yet cover what that pricing took
-        (PRICE_FRACTION; ε where its optimistic estimate came within min_gain of the best choice).
+        (a draft measures verify widths and acceptance, which move every estimate); a fraction of the
+        generation's seconds since do not yet cover what that pricing took (PRICE_FRACTION; ε where
+        its optimistic estimate came within min_gain of the best choice); and the budget has not grown
+        to fit a probe it denied then (its allowance grows with the generation's seconds; plain_s,
+        the plain step's seconds, read here where not given).
         Its estimates have then moved only by the plain steps' measurements, and a choice that lost
         to plain decoding stays lost until enough of those add up."""
         rest = self._resting.get(offer.source)
         return (rest is not None and offer.bucket == rest.bucket and offer.gamma <= rest.limit
-                and self._room <= rest.room and self.budget.allowance(plain_s) < rest.need
-                and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost)
+                and self._room <= rest.room and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost
+                and (rest.need == math.inf or self.budget.allowance(
+                    self.sources[0][1].plain_seconds() if plain_s is None else plain_s) < rest.need))
 
     def _quiet(self) -> bool:
-        """Whether every draft model rests this step whatever it offers (_rests), so that the planner
-        need not ask them: a draft model's offer is the room left in its one bucket, no more than
-        when it was priced while the room is no larger, and the seconds since and the budget are
-        checked as _rests checks them (_quiet_bounds: the tightest of the models'). An n-gram
-        lookup's offer changes with every token: it is asked at every step, and where it offers
-        nothing the step is plain at once. Where a step takes milliseconds, asking each source and
-        checking its rest at every step cost auto about a point against plain decoding (README, the
-        fast regime)."""
-        bounds = self._quiet_until
-        if bounds is None:  # a draft model was priced and won, or a step drafted (_rest, record)
-            return False
-        until, room, need = bounds
-        if self.budget.elapsed >= until or self._room > room:
-            return False
-        return need == math.inf or self.budget.allowance(self.sources[0][1].plain_seconds()) < need
-
-    def _quiet_bounds(self) -> tuple[float, int, float] | None:
-        """Where every draft model rests: the generation's seconds until the first is due to be priced
-        again, the least room they rest at and the least allowance a probe they were denied needs;
-        None where one does not rest (or there is none)."""
-        rests = [self._resting.get(i) for i in self._models]
-        if not rests or None in rests:
-            return None
-        return (min(r.since + r.cost / r.fraction for r in rests), min(r.room for r in rests),
-                min(r.need for r in rests))
+        """Whether the draft model rests this step whatever it offers, so that the planner need not
+        ask it: its offer is the room left in its one bucket, which is no more than its rest's limit
+        while the room is no larger (_rests checks that, with its offer taken at that limit). An
+        n-gram lookup's offer changes with every token: it is asked at every step, and where it
+        offers nothing the step is plain at once. Where a step takes milliseconds, asking each source
+        and checking its rest at every step cost auto about a point against plain decoding (README,
+        the fast regime)."""
+        rest = self._resting.get(self._model)
+        return rest is not None and self._rests(Choice(self._model, rest.limit, rest.bucket, 0.0))
 
     def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float]) -> None:
         """Keep which priced sources lost this step (see _rests); the chosen one is not resting. What
@@ -475,7 +459,6 @@ class Planner:
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
                 self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed,
                                                       statistics.median_low(latest), need, fraction)
-        self._quiet_until = self._quiet_bounds()
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
@@ -643,7 +626,6 @@ class Planner:
         own_s = draft_s - load_s - extra_s  # drafting this step's tokens
         if n:
             self._resting.clear()  # what the step measured moves every source's estimates
-            self._quiet_until = None
         seconds, charged = draft_s + verify_s + overhead_s, None
         if n and plan.source == self._ngram and not self.sources[plan.source][1].judged(plan.bucket):
             self._looked = True  # its first look at the bucket (_first_look), whatever chose it
