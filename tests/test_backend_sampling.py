@@ -24,7 +24,7 @@ from localspec.sampling import (
 
 from conftest import GPU_LAYERS
 from fakes import FakeContext, RecordingContext, SampledContext, fake_contexts
-from test_controller import (GREEDY, HOT, PURE_T1, emitted_first_two, exact_first_two, first_two, generate,
+from test_controller import (GREEDY, HOT, PURE_T1, emitted_tokens, exact_first_two, first_two, generate,
                              model_source, same_distribution_pvalue)
 from test_sampling import ALPHA, N, PAIRS, V8, dense, first_tokens, gof_pvalue
 
@@ -308,8 +308,8 @@ def test_real_backend_sampling_matches_target_only(smol_contexts, monkeypatch, s
     prompt = model.tokenize("My favourite colour is", True)
     cell, expected = exact_first_two(plain, prompt, sampling)
     monkeypatch.setenv("LOCALSPEC_BACKEND_SAMPLING", "1")
-    spec, drafted = emitted_first_two(monkeypatch, target, lambda: model_source(draft, draft_sampling), prompt,
-                                      sampling, 2, range(1000))
+    spec, drafted = first_two(target, lambda: model_source(draft, draft_sampling), prompt, sampling, 2, range(1000),
+                              emitted_tokens(monkeypatch))
     assert target.chain_key[0] == "chain" and drafted >= 2000
     assert draft.chain_key == (("top_k", 20) if draft_sampling.top_k else None)
     assert len(set(spec)) > 10

@@ -204,14 +204,15 @@ def test_the_drafters_first_catch_up_times_its_last_token_alone():
 
 
 # --- sampled: the distribution is the target's --------------------------------------------------------
-def first_two(target_ctx, sources, prompt, sampling, gamma, seeds):
+def first_two(target_ctx, sources, prompt, sampling, gamma, seeds, run=generate):
     """The first two emitted tokens (EOS as -1) for each seed, and how many tokens were drafted.
-    sources: a function returning fresh (drafter, tracker) pairs per seed, or None for plain decoding."""
+    sources: a function returning fresh (drafter, tracker) pairs per seed, or None for plain decoding;
+    run: generate, or another function like it (emitted_tokens)."""
     out, drafted = [], 0
     for seed in seeds:
         cfg = GenerationConfig(max_tokens=2 if gamma == 0 else max(2, (gamma or 3) + 1), gamma=gamma, sampling=sampling, seed=seed,
                                p_min=0.0 if gamma else None)
-        tokens, stats = generate(target_ctx, sources() if sources else [], prompt, cfg)
+        tokens, stats = run(target_ctx, sources() if sources else [], prompt, cfg)
         drafted += stats.drafted
         out.append(tuple((tokens + [-1, -1])[:2]))
     return out, drafted
@@ -456,16 +457,16 @@ def test_real_sampling_matches_target_only_through_llama_cpp(smol, monkeypatch):
     model, target_ctx, draft_ctx = smol
     prompt = model.tokenize("My favourite colour is", True)
     cell, expected = exact_first_two(target_ctx, prompt, PURE_T1)
-    spec, drafted = emitted_first_two(monkeypatch, target_ctx, lambda: model_source(draft_ctx, HOT), prompt,
-                                      PURE_T1, 2, range(1000))
+    spec, drafted = first_two(target_ctx, lambda: model_source(draft_ctx, HOT), prompt, PURE_T1, 2, range(1000),
+                              emitted_tokens(monkeypatch))
     assert len(set(spec)) > 20 and drafted >= 2000
     assert gof_pvalue(np.array([cell(s) for s in spec]), expected) > 1e-3
 
 
-def emitted_first_two(monkeypatch, target_ctx, sources, prompt, sampling, gamma, seeds) -> tuple[list, int]:
-    """first_two's samples, each token read as the controller emits it (EOS as -1): a token whose
-    text is held back (part of a character) has no piece of its own, and the next piece would stand
-    for both."""
+def emitted_tokens(monkeypatch):
+    """A generate() that returns the tokens as the controller emits them, up to the first end of
+    generation: a token whose text is held back (part of a character) has no piece of its own, and
+    the next piece would stand for both."""
     emitted: list[int] = []
     emit = speculative_mod._Run._emit
 
@@ -474,16 +475,13 @@ def emitted_first_two(monkeypatch, target_ctx, sources, prompt, sampling, gamma,
         return emit(self, tokens, out, n_accepted, rows)
 
     monkeypatch.setattr(speculative_mod._Run, "_emit", recording)
-    samples, drafted = [], 0
-    for seed in seeds:
+
+    def run(target_ctx, sources, prompt, config):
         emitted.clear()
-        cfg = GenerationConfig(max_tokens=max(2, gamma + 1), gamma=gamma, sampling=sampling, seed=seed,
-                               p_min=0.0 if gamma else None)
-        _, stats = generate(target_ctx, sources() if sources else [], prompt, cfg)
-        drafted += stats.drafted
+        _, stats = generate(target_ctx, sources, prompt, config)
         ends = [i for i, t in enumerate(emitted) if target_ctx.model.is_eog(t)]
-        samples.append(tuple((emitted[: ends[0] if ends else 2] + [-1, -1])[:2]))
-    return samples, drafted
+        return emitted[: ends[0] if ends else len(emitted)], stats
+    return run
 
 
 def exact_first_two(ctx, prompt, params: SamplingParams, top: int = 50):
