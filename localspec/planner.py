@@ -103,7 +103,7 @@ class Choice(NamedTuple):
 
 class Resting(NamedTuple):
     """A drafter that lost at its last pricing: its offer then (bucket, γ limit), the step's room,
-    the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing it took, the
+    the horizon a catch-up was spread over (Planner._horizon), the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing it took, the
     allowance at which a probe the budget denied then would fit (ExploreBudget.needs; inf where none
     was denied), and the fraction of the seconds since that must cover the pricing's (PRICE_FRACTION,
     or ε where its optimistic estimate came close to the best choice)."""
@@ -111,6 +111,7 @@ class Resting(NamedTuple):
     bucket: int
     limit: int
     room: int
+    horizon: float
     since: float
     cost: float
     need: float
@@ -124,6 +125,37 @@ class Exploration(NamedTuple):
     source: int
     r_best: float
     known: tuple[int, StopRule | None] | None = None
+
+
+class LookupRuns:
+    """How far apart a hybrid's n-gram runs come in a generation. A run is a stretch of steps whose
+    accepted tokens came from the lookup (its own steps, or a model draft's handoff to a copy); each
+    leaves the draft model behind by its tokens. A draft model that catches up now drafts until the
+    next run, not for the rest of the generation: on a copy, where a match that breaks off is found
+    again a few tokens later, a catch-up over the last run's tokens spread over the generation's rest
+    looked paid for, and the model caught up after each break to draft a token or two (Planner._known).
+    The gap expected is the mean gap between runs so far, and at least the gap since the last: after
+    a long stretch without one (prose after a copy), the lookup is taken to stay away as long again."""
+
+    def __init__(self):
+        self.runs = 0        # runs so far
+        self.outside = 0     # tokens emitted outside them ...
+        self.since = 0       # ... and since the last
+        self._in_run = False
+
+    def note(self, copied: int, emitted: int) -> None:
+        """A step that emitted `emitted` tokens, `copied` of them accepted from the lookup."""
+        if copied:
+            self.runs += not self._in_run
+            self.since = 0
+        else:
+            self.outside += emitted
+            self.since += emitted
+        self._in_run = copied > 0
+
+    def gap(self) -> float:
+        """The tokens expected before the next run (inf before the first)."""
+        return max(self.outside / self.runs, self.since) if self.runs else math.inf
 
 
 class Handoff:
@@ -287,6 +319,7 @@ class Planner:
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
+        self._runs = LookupRuns()  # how far apart the lookup's runs come (a hybrid's catch-up horizon, _horizon)
 
     def wants_prefill(self, i: int) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -413,7 +446,7 @@ class Planner:
     def _rests(self, offer: Choice, plain_s: float | None = None) -> bool:
         """Whether offer's source is left unpriced this step: it lost at its last pricing; its offer
         is no better than it was then (the same bucket, no more tokens, no more room, and so a
-        draft model's catch-up no shorter and spread over no more tokens); no step has drafted since
+        draft model's catch-up no shorter, spread over no longer a horizon); no step has drafted since
         (a draft measures verify widths and acceptance, which move every estimate); a fraction of the
         generation's seconds since do not yet cover what that pricing took (PRICE_FRACTION; ε where
         its optimistic estimate came within min_gain of the best choice); and the budget has not grown
@@ -423,7 +456,7 @@ class Planner:
         to plain decoding stays lost until enough of those add up."""
         rest = self._resting.get(offer.source)
         return (rest is not None and offer.bucket == rest.bucket and offer.gamma <= rest.limit
-                and self._room <= rest.room and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost
+                and self._room <= rest.room and self._horizon() <= rest.horizon and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost
                 and (rest.need == math.inf or self.budget.allowance(
                     self.sources[0][1].plain_seconds() if plain_s is None else plain_s) < rest.need))
 
@@ -457,22 +490,28 @@ class Planner:
                 need, close = self._lost[offer.source]  # _probe priced it this step
                 # one the budget denied is priced again once the allowance fits it (_rests)
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
-                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self.budget.elapsed,
+                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self._horizon(), self.budget.elapsed,
                                                       statistics.median_low(latest), need, fraction)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
         model behind (after plain or n-gram steps) first decodes what it has not seen. That is paid
-        once, and the steps after it draft at their own rate, so it is spread over the tokens the
-        generation may still take (at most W = GRACE_STEPS): a rate over that horizon. Charged to one
-        step, it would grow with every plain step and keep the model out for good."""
+        once, and the steps after it draft at their own rate, so it is spread over the tokens it may
+        draft before it falls behind again (_horizon): a rate over that horizon. Charged to one step,
+        it would grow with every plain step and keep the model out for good."""
         tracker, switch = self.sources[source][1], self._switches(source)
         gamma, rate = tracker.plan(limit, bucket, switch)
         catch_up = self._catch_up_s(source)
         if not gamma or not catch_up:
             return gamma, rate
-        horizon = min(self._room + 1, GRACE_STEPS)
+        horizon = self._horizon()
         return gamma, horizon / (horizon / rate + catch_up)
+
+    def _horizon(self) -> float:
+        """The tokens a draft model that catches up now may draft before it falls behind again: what
+        the generation may still take, at most W = GRACE_STEPS, and in a hybrid no more than the gap
+        expected before the lookup's next run (LookupRuns)."""
+        return max(min(self._room + 1, GRACE_STEPS, self._runs.gap()), 1)
 
     def _probe(self, offer: Choice, r_best: float, plain_s: float) -> Choice:
         """The γ ≤ offer's limit with the most optimistic tokens/s, if that beats r_best by the
@@ -597,6 +636,7 @@ class Planner:
         an exploratory step's loss to the budget. A tree (path: its accepted nodes) teaches its
         chain's acceptance, its siblings' and the cost of its full width."""
         if plan.source is None:  # a plain step: the target's one-token verify, the same for every source
+            self._runs.note(0, 1)
             self.budget.charge(draft_s + verify_s + overhead_s)
             for _, tracker in self.sources:
                 tracker.record_verify(1, verify_s, overhead_s)
@@ -605,6 +645,8 @@ class Planner:
         chain = proposal.parents is None  # not a tree: once a handoff's copy is set apart, the source's own guesses
         if proposal.parents is not None:
             emitted = len(path) + 1
+        self._runs.note(self._copied(plan, proposal, n_accepted, path), emitted)
+        if proposal.parents is not None:
             proposal, n_accepted = self._record_tree(plan, proposal, path)
         copied = proposal.tail
         if copied:
@@ -650,6 +692,15 @@ class Planner:
         if caught_up:  # after the step's own draft cost is in: a catch-up is priced beyond it
             batch = caught_up - int(proposal.first_apart)  # the tokens its batch decoded
             self.sources[plan.source][1].add_catchup(batch, proposal.catchup_s)
+
+    def _copied(self, plan: Plan, proposal: Proposal, n_accepted: int, path: Sequence[int]) -> int:
+        """How many of a step's accepted tokens came from the n-gram lookup: an n-gram step's, or the
+        copy a model draft handed over to (a tail, or a branch of a tree: path, its accepted nodes)."""
+        if plan.source == self._ngram:
+            return n_accepted
+        if proposal.parents is not None:
+            return proposal.copies_taken(path) if proposal.copies else 0
+        return max(n_accepted - (len(proposal.ids) - proposal.tail), 0)
 
     def _beyond_first_decode(self, source: int, proposal: Proposal, k: int) -> float:
         """What a catch-up over k tokens took beyond the decode every model step begins with. A step's

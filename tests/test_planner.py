@@ -651,9 +651,9 @@ def test_a_hybrids_other_steps_bear_the_draft_models_catch_up():
     # 0.3 s less the one-token decode the model's step takes anyway (0.04 s), over the two n-gram steps
     assert ngram.switch_s.value == pytest.approx(0.13)
     assert ngram.plan(8, 0, switch=True)[1] < ngram.plan(8, 0)[1]
-    assert planner.plan([1] * 40, 64).source == 1  # with the catch-up counted, the model drafts
+    assert planner.plan([1] * 29, 64).source == 1  # with the catch-up counted, the model drafts
     alone = Planner([(Named("ngram"), ngram)], GenerationConfig(gamma=None, sampling=GREEDY))
-    assert alone.plan([1] * 40, 64).source == 0  # without a model to catch up, nothing is charged
+    assert alone.plan([1] * 29, 64).source == 0  # without a model to catch up, nothing is charged
 
 
 def test_a_catch_up_is_shared_by_the_tokens_each_step_left_behind():
@@ -913,6 +913,47 @@ def test_a_hybrids_ngram_probe_is_charged_the_catch_up_it_leaves_the_model():
     assert planner.budget.spent[0] == pytest.approx(spent + 0.04)
     assert ngram.switch_s.value == pytest.approx(0.04)
     assert 1 not in planner.budget.spent  # the model's step was its known choice: nothing explored
+
+
+def test_a_catch_up_is_spread_over_the_gap_expected_before_the_lookups_next_run():
+    # Traced on the copy set: a copy broke off after 55 tokens, the lookup found the text again two
+    # tokens later, and in between the draft model caught up on those 56 tokens (0.47 s, five plain
+    # steps) to draft a token or two. Spread over the generation's rest, the catch-up looked paid for;
+    # the model drafts only until the lookup's next run leaves it behind again.
+    model = measured(0.9, 0.03)      # ~10 tokens/s drafting, against plain decoding's 5
+    model.catchup_s.add(0.01)        # a further token of a catch-up: 10 ms
+    lookup = Switchable(16)
+    bucket = match_bucket(16)
+    planner = Planner([(lookup, measured_curve()), (Named("model"), model)],
+                      GenerationConfig(gamma=None, sampling=GREEDY), ExploreBudget(fraction=0.0))
+    assert planner.wants_prefill(1)
+    context = [1] * 20
+
+    def step(source: int | None, emitted: int) -> None:
+        planner.plan(context, 500)
+        drafted = [5] * (emitted - 1) if source is not None else []
+        plan = Plan(source, len(drafted), bucket=bucket if source == 0 else 0) if source is not None else Plan(None, 0)
+        planner.record(plan, Proposal(drafted, []), len(drafted), 0.0, 0.2 + 0.002 * len(drafted), 0.0)
+        context.extend([5] * emitted)
+
+    for _ in range(3):               # copies of 40 tokens that break off and are found again 2 tokens on
+        step(0, 40)
+        step(None, 1)
+        step(None, 1)
+    step(0, 40)
+    lookup.matching = False
+    assert planner.plan(context, 500).source is None   # 1.6 s of catch-up for 2 tokens expected: plain
+    assert planner._behind(1) == 40 + 2 + 40 + 2 + 40 + 2 + 40
+    # A stretch without the lookup as long as the catch-up is worth brings the model back.
+    chosen = []
+    for _ in range(40):
+        step(None, 1)
+        chosen.append(planner.plan(context, 500).source)
+    assert chosen[0] is None and 1 in chosen, chosen  # 16 tokens on, 1.8 s of catch-up over 16 expected
+    # A model alone has no lookup to leave it behind: its catch-up is spread over the generation's rest.
+    alone = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    assert alone.wants_prefill(0) and alone.plan([1] * 20, 500).source == 0
+    assert alone.plan(context, 500).source == 0
 
 
 def test_a_match_in_the_output_is_counted_apart_from_a_match_in_the_prompt():
