@@ -144,12 +144,13 @@ class LookupRuns:
         self._in_run = False
 
     def note(self, copied: int, emitted: int) -> None:
-        """A step that emitted `emitted` tokens, `copied` of them accepted from the lookup."""
+        """A step that emitted `emitted` tokens, `copied` of them accepted from the lookup (after a
+        model draft's own, where it handed over; the target's own token always comes last)."""
+        self.outside += emitted - copied
         if copied:
             self.runs += not self._in_run
-            self.since = 0
+            self.since = 1
         else:
-            self.outside += emitted
             self.since += emitted
         self._in_run = copied > 0
 

@@ -842,6 +842,9 @@ def test_a_hybrids_model_draft_hands_over_to_a_copy_that_pays_more():
     planner.record(plan, proposal, 3 + 5, 0.15, 0.3, 0.0)
     assert ngram.buckets[bucket].judged[:7] == [n + 1 for n in judged[:6]] + [judged[6]]
     assert len(model.positions.drafted) == 3 and model.draft_s.value == pytest.approx(0.05)  # 0.15 s / 3
+    # The copy left the model behind as an n-gram step would: a run of the lookup's, after 3 + 1 tokens
+    # of the model's and the target's (LookupRuns: the catch-up's horizon).
+    assert (planner._runs.runs, planner._runs.outside, planner._runs.gap()) == (1, 4, 4)
     # Where a copy's guesses are seldom accepted, or γ is fixed, the model keeps its draft.
     poor = Planner([(NGramDrafter(), copy_tracker(0, bucket)), (FakeModelDrafter(), measured(0.7, 0.05))],
                    config, ExploreBudget(fraction=0.0))
