@@ -103,10 +103,11 @@ class Choice(NamedTuple):
 
 class Resting(NamedTuple):
     """A drafter that lost at its last pricing: its offer then (bucket, γ limit), the step's room,
-    the horizon a catch-up was spread over (Planner._horizon), the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing it took, the
-    allowance at which a probe the budget denied then would fit (ExploreBudget.needs; inf where none
-    was denied), and the fraction of the seconds since that must cover the pricing's (PRICE_FRACTION,
-    or ε where its optimistic estimate came close to the best choice)."""
+    the horizon its catch-up was spread over where that is not the room's (Planner._spread; inf
+    where none), the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing
+    it took, the allowance at which a probe the budget denied then would fit (ExploreBudget.needs;
+    inf where none was denied), and the fraction of the seconds since that must cover the pricing's
+    (PRICE_FRACTION, or ε where its optimistic estimate came close to the best choice)."""
 
     bucket: int
     limit: int
@@ -457,7 +458,8 @@ class Planner:
         to plain decoding stays lost until enough of those add up."""
         rest = self._resting.get(offer.source)
         return (rest is not None and offer.bucket == rest.bucket and offer.gamma <= rest.limit
-                and self._room <= rest.room and self._horizon() <= rest.horizon and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost
+                and self._room <= rest.room and (rest.horizon == math.inf or self._horizon() <= rest.horizon)
+                and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost
                 and (rest.need == math.inf or self.budget.allowance(
                     self.sources[0][1].plain_seconds() if plain_s is None else plain_s) < rest.need))
 
@@ -491,8 +493,8 @@ class Planner:
                 need, close = self._lost[offer.source]  # _probe priced it this step
                 # one the budget denied is priced again once the allowance fits it (_rests)
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
-                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self._horizon(), self.budget.elapsed,
-                                                      statistics.median_low(latest), need, fraction)
+                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self._spread(offer.source),
+                                                      self.budget.elapsed, statistics.median_low(latest), need, fraction)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
@@ -507,6 +509,11 @@ class Planner:
             return gamma, rate
         horizon = self._horizon()
         return gamma, horizon / (horizon / rate + catch_up)
+
+    def _spread(self, source: int) -> float:
+        """The horizon source's price depends on beyond its room: a hybrid's draft model's (_horizon);
+        inf for the rest (the lookup's price has none, and a model alone's is its room's)."""
+        return self._horizon() if source == self._model and self._ngram is not None else math.inf
 
     def _horizon(self) -> float:
         """The tokens a draft model that catches up now may draft before it falls behind again: what

@@ -10,8 +10,8 @@ import pytest
 from localspec.config import GenerationConfig
 from localspec.costmodel import FixedStop, VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal, one_hot
-from localspec.planner import (EXPLORE_FRACTION, PLAIN_SAMPLES, PRICE_FRACTION, Choice, CostTracker, ExploreBudget,
-                               Plan, Planner)
+from localspec.planner import (EXPLORE_FRACTION, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, Choice, CostTracker,
+                               ExploreBudget, Plan, Planner)
 from localspec.sampling import SamplingParams
 from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, GPU_FLAT, PROSE, XEON_LIGHT, Region, curve, generate,
                         run_set, set_ratio)
@@ -918,43 +918,59 @@ def test_a_hybrids_ngram_probe_is_charged_the_catch_up_it_leaves_the_model():
     assert 1 not in planner.budget.spent  # the model's step was its known choice: nothing explored
 
 
+def after_broken_copies(pricing_s: float | None = None) -> tuple[Planner, list[int]]:
+    """A hybrid after copies of 40 tokens that broke off and were found again 2 tokens on, four times,
+    its lookup then finding nothing; the context. A model draft token costs 0.03 s, a further token
+    of a catch-up 0.01 s; pricing a source takes pricing_s where given (else the real clock's)."""
+    model = measured(0.9, 0.03)      # ~10 tokens/s drafting, against plain decoding's 5
+    model.catchup_s.add(0.01)
+    lookup = Switchable(16)
+    bucket = match_bucket(16)
+    planner = Planner([(lookup, measured_curve()), (Named("model"), model)],
+                      GenerationConfig(gamma=None, sampling=GREEDY), ExploreBudget(fraction=0.0))
+    if pricing_s is not None:
+        planner.clock = PricingClock(pricing_s)
+    assert planner.wants_prefill(1)
+    context = [1] * 20
+    for i in range(4 * 3 - 2):
+        planner.plan(context, 500)
+        emitted = 40 if i % 3 == 0 else 1
+        plan, drafted = (Plan(0, emitted - 1, bucket=bucket), [5] * (emitted - 1)) if emitted > 1 else (PLAIN, [])
+        planner.record(plan, Proposal(drafted, []), len(drafted), 0.0, 0.2 + 0.002 * len(drafted), 0.0)
+        context += [5] * emitted
+    lookup.matching = False
+    return planner, context
+
+
+def plain_steps_until_the_model(planner: Planner, context: list[int], most: int) -> list[int | None]:
+    """The planner's choices over `most` plain steps after context, the first before any."""
+    chosen = [planner.plan(context, 500).source]
+    for _ in range(most):
+        planner.record(PLAIN, Proposal([], []), 0, 0.0, 0.2, 0.0)
+        context = context + [5]
+        chosen.append(planner.plan(context, 500).source)
+    return chosen
+
+
 def test_a_catch_up_is_spread_over_the_gap_expected_before_the_lookups_next_run():
     # Traced on the copy set: a copy broke off after 55 tokens, the lookup found the text again two
     # tokens later, and in between the draft model caught up on those 56 tokens (0.47 s, five plain
     # steps) to draft a token or two. Spread over the generation's rest, the catch-up looked paid for;
     # the model drafts only until the lookup's next run leaves it behind again.
-    model = measured(0.9, 0.03)      # ~10 tokens/s drafting, against plain decoding's 5
-    model.catchup_s.add(0.01)        # a further token of a catch-up: 10 ms
-    lookup = Switchable(16)
-    bucket = match_bucket(16)
-    planner = Planner([(lookup, measured_curve()), (Named("model"), model)],
-                      GenerationConfig(gamma=None, sampling=GREEDY), ExploreBudget(fraction=0.0))
-    assert planner.wants_prefill(1)
-    context = [1] * 20
-
-    def step(source: int | None, emitted: int) -> None:
-        planner.plan(context, 500)
-        drafted = [5] * (emitted - 1) if source is not None else []
-        plan = Plan(source, len(drafted), bucket=bucket if source == 0 else 0) if source is not None else Plan(None, 0)
-        planner.record(plan, Proposal(drafted, []), len(drafted), 0.0, 0.2 + 0.002 * len(drafted), 0.0)
-        context.extend([5] * emitted)
-
-    for _ in range(3):               # copies of 40 tokens that break off and are found again 2 tokens on
-        step(0, 40)
-        step(None, 1)
-        step(None, 1)
-    step(0, 40)
-    lookup.matching = False
-    assert planner.plan(context, 500).source is None   # 1.6 s of catch-up for 2 tokens expected: plain
-    assert planner._behind(1) == 40 + 2 + 40 + 2 + 40 + 2 + 40
-    # A stretch without the lookup as long as the catch-up is worth brings the model back.
-    chosen = []
-    for _ in range(40):
-        step(None, 1)
-        chosen.append(planner.plan(context, 500).source)
-    assert chosen[0] is None and 1 in chosen, chosen  # 16 tokens on, 1.8 s of catch-up over 16 expected
+    planner, context = after_broken_copies()
+    chosen = plain_steps_until_the_model(planner, context, 40)
+    assert chosen[0] is None                 # 1.6 s of catch-up for 2.5 tokens expected: plain
+    assert planner._behind(1) == 4 * 40 + 3 * 2 + 40
+    # A stretch without the lookup as long as the catch-up is worth brings the model back: 16 tokens
+    # on, 1.8 s of catch-up over 16 tokens expected.
+    assert 1 in chosen and set(chosen[:chosen.index(1)]) == {None}, chosen
+    # Where pricing the model would have to wait for the generation's seconds to cover it (_rests),
+    # a longer horizon ends its rest all the same.
+    slow, context = after_broken_copies(pricing_s=1.0)
+    assert plain_steps_until_the_model(slow, context, 40) == chosen
     # A model alone has no lookup to leave it behind: its catch-up is spread over the generation's rest.
-    alone = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    alone = Planner([(Named("model"), measured(0.9, 0.03))], GenerationConfig(gamma=None, sampling=GREEDY))
+    alone.sources[0][1].catchup_s.add(0.01)
     assert alone.wants_prefill(0) and alone.plan([1] * 20, 500).source == 0
     assert alone.plan(context, 500).source == 0
 
