@@ -156,7 +156,8 @@ class LookupRuns:
         self._in_run = copied > 0
 
     def gap(self) -> float:
-        """The tokens expected before the next run (inf before the first)."""
+        """The tokens expected before the next run (inf before the first; at least 1 after it: the
+        target's own token that ended it)."""
         return max(self.outside / self.runs, self.since) if self.runs else math.inf
 
 
@@ -519,7 +520,7 @@ class Planner:
         """The tokens a draft model that catches up now may draft before it falls behind again: what
         the generation may still take, at most W = GRACE_STEPS, and in a hybrid no more than the gap
         expected before the lookup's next run (LookupRuns)."""
-        return max(min(self._room + 1, GRACE_STEPS, self._runs.gap()), 1)
+        return min(self._room + 1, GRACE_STEPS, self._runs.gap())
 
     def _probe(self, offer: Choice, r_best: float, plain_s: float) -> Choice:
         """The γ ≤ offer's limit with the most optimistic tokens/s, if that beats r_best by the
@@ -649,12 +650,10 @@ class Planner:
             for _, tracker in self.sources:
                 tracker.record_verify(1, verify_s, overhead_s)
             return
-        width, emitted = len(proposal.ids) + 1, n_accepted + 1
         chain = proposal.parents is None  # not a tree: once a handoff's copy is set apart, the source's own guesses
-        if proposal.parents is not None:
-            emitted = len(path) + 1
+        width, emitted = len(proposal.ids) + 1, (n_accepted if chain else len(path)) + 1
         self._runs.note(self._copied(plan, proposal, n_accepted, path), emitted)
-        if proposal.parents is not None:
+        if not chain:
             proposal, n_accepted = self._record_tree(plan, proposal, path)
         copied = proposal.tail
         if copied:
