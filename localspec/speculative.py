@@ -121,7 +121,8 @@ class SpeculativeDecoder:
         self.target.decode(prompt[stats.reused_tokens : -1], logits="none")
         for i, (drafter, _) in enumerate(self.sources):
             if planner.wants_prefill(i):
-                drafter.prefill(prompt)
+                with Stopwatch(stats, "draft_prefill_s"):
+                    drafter.prefill(prompt)
                 planner.note_prefill(i)
 
 

@@ -23,6 +23,9 @@ class GenerationStats:
     accepted: int = 0
     positions: PositionAcceptance = field(default_factory=PositionAcceptance)  # per draft position
     prefill_s: float = 0.0
+    # of prefill_s, the draft model taking in the prompt (its load included where the prefill made it):
+    # a cost of drafting with a model that plain decoding and the n-gram lookup never pay
+    draft_prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
     total_s: float = 0.0   # the decode loop, prefill excluded
@@ -132,8 +135,8 @@ class GenerationStats:
             "steps": self.steps, "tree_steps": self.tree_steps, "copy_branches": self.copy_branches, "handoffs": self.handoffs, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
             "alpha_per_position": self.alpha_at(), "tokens_per_s": self.tokens_per_s,
-            "time_s": {"prefill": self.prefill_s, "draft": self.draft_s, "verify": self.verify_s,
-                       "controller": self.controller_s, "decode": self.total_s,
+            "time_s": {"prefill": self.prefill_s, "draft_prefill": self.draft_prefill_s, "draft": self.draft_s,
+                       "verify": self.verify_s, "controller": self.controller_s, "decode": self.total_s,
                        "total": self.prefill_s + self.total_s},  # total = prefill + decode
         }
 
@@ -145,7 +148,8 @@ class GenerationStats:
         return "\n".join([
             f"tokens: {self.generated} generated, {self.prompt_tokens} prompt "
             f"({self.reused_tokens} reused); finish: {self.finish_reason}",
-            f"speed: {self.tokens_per_s:.1f} tok/s over {self.total_s:.2f} s (prefill {self.prefill_s:.2f} s)",
+            f"speed: {self.tokens_per_s:.1f} tok/s over {self.total_s:.2f} s (prefill {self.prefill_s:.2f} s"
+            f"{f', the draft model {self.draft_prefill_s:.2f} s of it' if self.draft_prefill_s else ''})",
             ("drafter: none (target only)" if self.drafter == "none" else
              f"speculation ({self.drafter_flag} drafter, gamma {self.gamma_mode}, "
              f"{'warm start' if self.warm_start else 'cold start'}"

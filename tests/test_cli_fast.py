@@ -30,7 +30,9 @@ def test_generate_json_reports_text_and_stats(args, fake_cli):
     assert out["target"] == str(fake_cli.target) and out["draft"] == str(fake_cli.draft)
     assert stats["drafted"] > 0 and 0 <= stats["alpha"] <= 1 and stats["gamma"] == 4
     assert stats["mean_accepted_length"] == pytest.approx(1 + stats["accepted"] / stats["steps"])
-    assert set(stats["time_s"]) == {"prefill", "draft", "verify", "controller", "decode", "total"}
+    t = stats["time_s"]
+    assert set(t) == {"prefill", "draft_prefill", "draft", "verify", "controller", "decode", "total"}
+    assert 0 < t["draft_prefill"] <= t["prefill"]  # a fixed γ: the draft model took in the prompt
     assert fake_cli.loaded[0].target_ctx.n_ctx == 256 and fake_cli.loaded[0].target_ctx.closed
 
 

@@ -84,6 +84,7 @@ def test_target_only_says_so(fake_cli):
     result = invoke("generate", "hi", "--raw", "--target", str(fake_cli.target), "--target-only", "-n", "4", "--stats")
     assert "drafter: none (target only)" in result.stderr and "none drafter" not in result.stderr
     out = run_json("--target", str(fake_cli.target), "--target-only", "-n", "4")
+    assert out["stats"]["time_s"]["draft_prefill"] == 0.0
     assert out["settings"]["drafter"] == "none" and out["stats"]["drafter"] == "none" and out["stats"]["sources"] == []
 
 
