@@ -51,6 +51,11 @@ def test_bench_quick_writes_table_json_and_plots(tmp_path):
     assert len(fixed["alpha_per_position"]) == 2 and all(0 <= a <= 1 for a in fixed["alpha_per_position"])
     assert fixed["theory"] > 0 and fixed["theory_best_gamma"] in range(0, 9)
     assert auto["theory"] > 0 and auto["theory_best"] >= 1.0  # the best γ includes plain decoding
+    # the draft model's prompt intake, which the decode loop leaves out, counted beside it
+    assert plain["draft_prefill_s"] == 0 and plain["ratio_with_draft_prefill"] == 1.0
+    assert fixed["draft_prefill_s"] > 0 and fixed["ratio_with_draft_prefill"] < fixed["ratio"]
+    assert fixed["tokens_per_s_with_draft_prefill"] == pytest.approx(
+        fixed["tokens"] / (fixed["seconds"] + fixed["draft_prefill_s"]))
     for r in report["rows"]:
         assert r["tokens_per_s"] > 0
         if r["engine"] == "localspec":
