@@ -215,6 +215,8 @@ class RecordingPair:
     def __init__(self):
         self.trackers: dict = {}
         self.seen: list[tuple[str | None, int]] = []  # (drafter, id of the trackers) per generation
+        self.draft_ctx = DraftCache()
+        self.held: list[int] = []  # what the draft's cache held as each generation began
 
     def prompt_tokens(self, text: str, chat: bool) -> list[int]:
         return [1, 2, 3]
@@ -222,7 +224,19 @@ class RecordingPair:
     def stream(self, prompt, config):
         self.trackers.setdefault(config.drafter, object())  # what a generation would learn
         self.seen.append((config.drafter, id(self.trackers)))
+        self.held.append(len(self.draft_ctx.tokens))
+        self.draft_ctx.tokens = list(prompt)  # taken in, as a prefill or a catch-up would
         yield type("Reply", (), {"stats": GenerationStats()})()
+
+
+class DraftCache:
+    """A draft context's tokens, as bench.run_localspec clears them."""
+
+    def __init__(self):
+        self.tokens: list[int] = []
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
 
 
 def test_each_scenario_plans_from_its_own_measurements(tmp_path):
@@ -241,6 +255,8 @@ def test_each_scenario_plans_from_its_own_measurements(tmp_path):
     assert all(len(ids) == 1 for ids in by_label.values())  # one set of measurements per scenario ...
     assert len(set.union(*by_label.values())) == 3          # ... none shared with another
     assert set(runs.trackers["hybrid gamma=auto"]) == {"hybrid"}  # the hybrid learnt only from itself
+    # every reply takes its prompt in anew, not from what the reply before it left in the draft's cache
+    assert pair.held[1:] == [0] * len(order)
 
 
 @pytest.mark.parametrize("spec", ["plain,ngram:auto,hybrid:auto,llamacpp-ngram:48", "plain,model:auto,hybrid:auto"])
