@@ -15,6 +15,7 @@ import numpy as np
 
 from .config import rows_on_backend
 from .context import Context
+from .llama import common_prefix_len
 from .sampling import (Dist, SamplingParams, candidates_needed, distribution, greedy_token, sample,
                        top_distribution, top_probability)
 from .treeplan import BranchRule
@@ -243,6 +244,11 @@ class ModelDrafter:
 
     def offer(self, context: Sequence[int], k: int) -> int:
         return max(0, min(k, self.ctx.n_ctx - len(context) + 1))
+
+    def held(self, context: Sequence[int]) -> int:
+        """The tokens of context its cache already holds, which a catch-up keeps (_catch_up): a
+        chat's earlier turns, or nothing for a model not yet loaded."""
+        return common_prefix_len(self.ctx.tokens, context[:-1])
 
 
 class NGramDrafter:

@@ -362,7 +362,8 @@ class Planner:
         self._length, self._room = len(tokens), room
         if self._prompt_len is None:  # the first step
             self._prompt_len = len(tokens)
-            self._seen = {i: len(tokens) if i in self._prefilled else 0 for i in range(len(self.sources))}
+            self._seen = {i: len(tokens) if i in self._prefilled else self._held(i, tokens)
+                          for i in range(len(self.sources))}
         offers = self._offers(tokens, room, self._quiet())
         if not offers:
             return PLAIN
@@ -620,6 +621,12 @@ class Planner:
         drafter, tracker = self.sources[source]
         load = 0.0 if getattr(drafter, "ready", True) else tracker.load_s.value or 0.0
         return load + (tracker.catchup_seconds(behind) if behind > STEP_DECODE else 0.0)
+
+    def _held(self, source: int, tokens: Sequence[int]) -> int:
+        """The tokens of the context source's cache holds before the generation (ModelDrafter.held:
+        a chat's earlier turns); 0 for a drafter that keeps none."""
+        held = getattr(self.sources[source][0], "held", None)
+        return held(tokens) if held is not None else 0
 
     def _behind(self, source: int) -> int:
         """Tokens generated since source last drafted (or took in the prompt)."""

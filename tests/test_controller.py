@@ -182,6 +182,19 @@ def test_the_draft_catches_up_on_the_context_before_each_proposal():
     assert shared >= len(prompt) - 1 and len(draft.tokens) - shared <= 2
 
 
+def test_a_draft_model_says_how_much_of_a_context_its_cache_holds():
+    # What the planner prices a catch-up by where the draft did not take in this prompt: a chat's
+    # earlier turns, still in its cache, are not decoded again (ModelDrafter._catch_up keeps them).
+    _, draft = fake_contexts(n_ctx=256)
+    drafter = ModelDrafter(draft, GREEDY)
+    prompt = tokenize(draft, "The cat sat on the mat.")
+    assert drafter.held(prompt) == 0
+    drafter.prefill(prompt)
+    later = prompt + tokenize(draft, " and the dog")
+    assert drafter.held(later) == len(prompt) - 1  # its last token is decoded with the first guess
+    assert drafter.held([t + 1 for t in later]) == 0
+
+
 def test_the_drafters_first_catch_up_times_its_last_token_alone():
     # A catch-up's last row gives the first guess, so its batch is also the step's first draft decode.
     # The first catch-up decodes that token alone, once, so a one-token decode is timed apart from

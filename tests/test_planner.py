@@ -10,6 +10,7 @@ import pytest
 from localspec.config import GenerationConfig
 from localspec.costmodel import FixedStop, VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal, one_hot
+from localspec.llama import common_prefix_len
 from localspec.planner import (EXPLORE_FRACTION, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, Choice, CostTracker,
                                ExploreBudget, Plan, Planner)
 from localspec.sampling import SamplingParams
@@ -326,6 +327,12 @@ def test_a_probe_counts_the_catch_up_of_a_drafter_left_behind():
     tokens = list(range(300))
     assert planner(prefilled=True).plan(tokens, 100).source == 0
     assert planner(prefilled=False).plan(tokens, 100).source is None
+    # Not prefilled, but its cache already holds the context (a chat's earlier turns, which its
+    # catch-up keeps): nothing to catch up on, the probe fits. A cache of other text holds nothing.
+    for cached, source in ((tokens[:-1], 0), (tokens[1:], None)):
+        p = planner(prefilled=False)
+        p.sources[0][0].held = lambda context, cached=cached: common_prefix_len(cached, context[:-1])
+        assert p.plan(tokens, 100).source == source
 
 
 class FakeModelDrafter(NGramDrafter):
