@@ -18,7 +18,7 @@ from typing import NamedTuple, Sequence
 from .config import GenerationConfig
 from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
 from .drafters import STEP_DECODE, Drafter, NGramDrafter, Proposal, StopRule
-from .tracker import CostTracker
+from .tracker import CostTracker, LookupRuns
 from .treeplan import BranchRule, branch_rule, tree_outcome
 
 EXPLORE_FRACTION = 0.01  # ε: exploration may cost at most this fraction of a generation's time ...
@@ -49,11 +49,16 @@ def source_names(kind: str | None) -> tuple[str, ...]:
 def worth_preparing(tracker: CostTracker, cap: int, fraction: float = EXPLORE_FRACTION) -> bool:
     """Whether a drafter should be made ready before it is asked (its model loaded, the prompt taken
     in): where its measurements leave it a chance to pay (CostTracker.may_pay), and where not,
-    again once ε of the generation seconds spent without it cover what making it ready cost last
-    time. So a draft that did not pay on one kind of text is tried on whatever comes later, at a
+    again once a retry is due (retry_due)."""
+    return tracker.may_pay(cap) or retry_due(tracker, fraction)
+
+
+def retry_due(tracker: CostTracker, fraction: float = EXPLORE_FRACTION) -> bool:
+    """Whether ε of the generation seconds spent without the drafter cover what making it ready cost
+    last time. So a draft that did not pay on one kind of text is tried on whatever comes later, at a
     cost of at most ε of the time between tries (the try itself then explores under the budget)."""
     entry = tracker.entry_s()
-    return tracker.may_pay(cap) or (entry is not None and fraction * tracker.idle_s >= entry)
+    return entry is not None and fraction * tracker.idle_s >= entry
 
 
 def ngram_bucket(reach: int, at: int, prompt_len: int) -> int:
@@ -126,39 +131,6 @@ class Exploration(NamedTuple):
     source: int
     r_best: float
     known: tuple[int, StopRule | None] | None = None
-
-
-class LookupRuns:
-    """How far apart a hybrid's n-gram runs come in a generation. A run is a stretch of steps whose
-    accepted tokens came from the lookup (its own steps, or a model draft's handoff to a copy); each
-    leaves the draft model behind by its tokens. A draft model that catches up now drafts until the
-    next run, not for the rest of the generation: on a copy, where a match that breaks off is found
-    again a few tokens later, a catch-up over the last run's tokens spread over the generation's rest
-    looked paid for, and the model caught up after each break to draft a token or two (Planner._known).
-    The gap expected is the mean gap between runs so far, and at least the gap since the last: after
-    a long stretch without one (prose after a copy), the lookup is taken to stay away as long again."""
-
-    def __init__(self):
-        self.runs = 0        # runs so far
-        self.outside = 0     # tokens emitted outside them ...
-        self.since = 0       # ... and since the last
-        self._in_run = False
-
-    def note(self, copied: int, emitted: int) -> None:
-        """A step that emitted `emitted` tokens, `copied` of them accepted from the lookup (after a
-        model draft's own, where it handed over; the target's own token always comes last)."""
-        self.outside += emitted - copied
-        if copied:
-            self.runs += not self._in_run
-            self.since = 1
-        else:
-            self.since += emitted
-        self._in_run = copied > 0
-
-    def gap(self) -> float:
-        """The tokens expected before the next run (inf before the first; at least 1 after it: the
-        target's own token that ended it)."""
-        return max(self.outside / self.runs, self.since) if self.runs else math.inf
 
 
 class Handoff:
@@ -322,18 +294,48 @@ class Planner:
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
-        self._runs = LookupRuns()  # how far apart the lookup's runs come (a hybrid's catch-up horizon, _horizon)
+        # how far apart the lookup's runs come (a hybrid's catch-up horizon, _horizon), kept by its
+        # tracker across the process's generations
+        self._runs = self.sources[self._ngram][1].lookup_runs if self._ngram is not None else LookupRuns()
+        self._runs.begin()
 
-    def wants_prefill(self, i: int) -> bool:
+    def wants_prefill(self, i: int, prompt: Sequence[int] | None = None) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
-        (worth_preparing; as llama.cpp does, the draft is prefilled with the prompt otherwise). A
-        source not prefilled catches up when first asked, at a price the budget counts."""
+        (worth_preparing; as llama.cpp does, the draft is prefilled with the prompt otherwise), nor,
+        in a hybrid whose lookup has had runs in this process, where taking in the prompt would cost
+        a draft model it has measured more than its drafts are expected to gain before the lookup's
+        next run (_intake_pays; a retry that is due takes it in all the same). A model alone, whose
+        drafts may take the whole reply, takes it in as before: priced in the loop instead, a
+        marginal draft on prose caught up on 70-100 tokens (about a second) to draft a few, and ran
+        at 0.94x plain. A source not prefilled catches up when first asked, at a price the budget
+        counts."""
         drafter, tracker = self.sources[i]
         cap = cap_of(drafter.name, self.config)
         wanted = self.config.gamma != 0 and bool(self.config.gamma or worth_preparing(tracker, cap))
+        if (wanted and self.config.gamma is None and prompt is not None and not retry_due(tracker)
+                and self._runs.gap() < math.inf):
+            wanted = self._intake_pays(i, prompt)
         if wanted:
             self._prefilled.add(i)
         return wanted
+
+    def _intake_pays(self, i: int, prompt: Sequence[int]) -> bool:
+        """Whether a draft model's best step by the point estimate beats plain decoding with the
+        prompt's intake counted as the catch-up it is (_known's rate over the first step's horizon,
+        the tokens its cache lacks of the prompt priced as _catch_up_s prices them). Before this
+        process has measured and confirmed the draft, yes: its first probe is what its entry pays
+        for (_entry_paid). On the copy set, the draft's prefill of a 200-token prompt took a third
+        of a hybrid reply's time, for a model draft of a token or two before the lookup's copy."""
+        drafter, tracker = self.sources[i]
+        if drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed():
+            return True
+        gamma, rate = tracker.plan(cap_of(drafter.name, self.config), 0)
+        if not gamma or rate <= 0:
+            return False
+        behind = len(prompt) - self._held(i, prompt)
+        catch_up = tracker.catchup_seconds(behind) if behind > STEP_DECODE else 0.0
+        horizon = min(self.config.max_tokens, GRACE_STEPS, self._runs.gap())  # as _horizon at the first step
+        return horizon / rate + catch_up <= horizon * tracker.plain_seconds()  # seconds for the horizon's tokens
 
     def note_load(self, i: int) -> float:
         """Keep what loading source i's model took, if it was just loaded (by a prefill or a first

@@ -120,7 +120,7 @@ class SpeculativeDecoder:
         stats.reused_tokens = self.target.reuse_prefix(prompt[:-1])
         self.target.decode(prompt[stats.reused_tokens : -1], logits="none")
         for i, (drafter, _) in enumerate(self.sources):
-            if planner.wants_prefill(i):
+            if planner.wants_prefill(i, prompt):
                 with Stopwatch(stats, "draft_prefill_s"):
                     drafter.prefill(prompt)
                 planner.note_prefill(i)

@@ -64,6 +64,46 @@ class Estimate(NamedTuple):
         return expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on)
 
 
+class LookupRuns:
+    """How far apart a hybrid's n-gram runs come. A run is a stretch of steps whose accepted tokens
+    came from the lookup (its own steps, or a model draft's handoff to a copy); each leaves the draft
+    model behind by its tokens. A draft model that catches up now drafts until the next run, not for
+    the rest of the generation: on a copy, where a match that breaks off is found again a few tokens
+    later, a catch-up over the last run's tokens spread over the generation's rest looked paid for,
+    and the model caught up after each break to draft a token or two (Planner._known). The lookup's
+    tracker keeps them across a process's generations (CostTracker.lookup_runs, not saved): a reply
+    whose copy begins a token in is then not taken for one the model drafts to its end. The gap expected is the mean gap between runs so far, and at least the gap since the last: after
+    a long stretch without one (prose after a copy), the lookup is taken to stay away as long again."""
+
+    def __init__(self):
+        self.runs = 0        # runs so far
+        self.outside = 0     # tokens emitted outside them ...
+        self.since = 0       # ... and since the last
+        self._in_run = False
+
+    def begin(self) -> None:
+        """A generation begins: its runs are to come. The mean gap of the process's earlier ones
+        stands: on a copy set, each reply's copy begins a token or two after its start."""
+        self.since, self._in_run = 0, False
+
+    def note(self, copied: int, emitted: int) -> None:
+        """A step that emitted `emitted` tokens, `copied` of them accepted from the lookup (after a
+        model draft's own, where it handed over; the target's own token always comes last)."""
+        self.outside += emitted - copied
+        if copied:
+            self.runs += not self._in_run
+            self.since = 1
+        else:
+            self.since += emitted
+        self._in_run = copied > 0
+
+    def gap(self) -> float:
+        """The tokens expected before the next run (inf before the first; at least 1 after it: the
+        target's own token that ended it)."""
+        return max(self.outside / self.runs, self.since) if self.runs else math.inf
+
+
+
 @dataclass
 class CostTracker:
     """Live measurements of one drafter on one pair and machine (see the module docstring)."""
@@ -97,6 +137,7 @@ class CostTracker:
     # Seconds of generation on this setup since the drafter was last made ready (it was not worth it
     # meanwhile); planner.worth_preparing gives it another try once ε of them cover entry_s().
     idle_s: float = 0.0
+    lookup_runs: LookupRuns = field(default_factory=LookupRuns, repr=False, compare=False)  # a lookup's runs here
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
     saved_verify: VerifyCurve = field(default_factory=VerifyCurve)  # the curve as saved, plain step too
     # acceptance(bucket) as last computed, with the counts it read (_acceptance_key): the planner asks
