@@ -305,10 +305,9 @@ class Planner:
         in a hybrid whose lookup has had runs in this process, where taking in the prompt would cost
         a draft model it has measured more than its drafts are expected to gain before the lookup's
         next run (_intake_pays; a retry that is due takes it in all the same). A model alone, whose
-        drafts may take the whole reply, takes it in as before: priced in the loop instead, a
-        marginal draft on prose caught up on 70-100 tokens (about a second) to draft a few, and ran
-        at 0.94x plain. A source not prefilled catches up when first asked, at a price the budget
-        counts."""
+        drafts may take the whole reply, takes it in as before: left to the loop, a marginal draft
+        on prose caught up mid-reply on the whole context to draft a few tokens. A source not
+        prefilled catches up when first asked, at a price the budget counts."""
         drafter, tracker = self.sources[i]
         cap = cap_of(drafter.name, self.config)
         wanted = self.config.gamma != 0 and bool(self.config.gamma or worth_preparing(tracker, cap))
@@ -324,8 +323,8 @@ class Planner:
         prompt's intake counted as the catch-up it is (_known's rate over the first step's horizon,
         the tokens its cache lacks of the prompt priced as _catch_up_s prices them). Before this
         process has measured and confirmed the draft, yes: its first probe is what its entry pays
-        for (_entry_paid). On the copy set, the draft's prefill of a 200-token prompt took a third
-        of a hybrid reply's time, for a model draft of a token or two before the lookup's copy."""
+        for (_entry_paid). On a copy, the prompt's intake cost the hybrid more than the model's
+        token or two before the lookup's copy gained."""
         drafter, tracker = self.sources[i]
         if drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed():
             return True

@@ -72,8 +72,9 @@ class LookupRuns:
     later, a catch-up over the last run's tokens spread over the generation's rest looked paid for,
     and the model caught up after each break to draft a token or two (Planner._known). The lookup's
     tracker keeps them across a process's generations (CostTracker.lookup_runs, not saved): a reply
-    whose copy begins a token in is then not taken for one the model drafts to its end. The gap expected is the mean gap between runs so far, and at least the gap since the last: after
-    a long stretch without one (prose after a copy), the lookup is taken to stay away as long again."""
+    whose copy begins a token in is then not taken for one the model drafts to its end. The gap
+    expected is the mean gap between runs so far, and at least the gap since the last: after a long
+    stretch without one (prose after a copy), the lookup is taken to stay away as long again."""
 
     def __init__(self):
         self.runs = 0        # runs so far
@@ -101,7 +102,6 @@ class LookupRuns:
         """The tokens expected before the next run (inf before the first; at least 1 after it: the
         target's own token that ended it)."""
         return max(self.outside / self.runs, self.since) if self.runs else math.inf
-
 
 
 @dataclass

@@ -21,7 +21,8 @@ its speed is its own "decoded ... t/s" (the decode loop: model load and prompt e
 Columns: tok/s over all prompts; vs target-only (localspec's plain decoding, same loop with γ = 0);
 draft's prefill counted = the same ratio with the seconds the draft model took to take in each prompt
 added (each reply takes it in anew, as a process running only that scenario would; llama.cpp's
-"decoded" speed, like the tok/s column, leaves its draft's prompt out); vs llama.cpp (its scenario of the same kind and γ; auto: its best n_max); alpha = accepted / drafted;
+"decoded" speed, like the tok/s column, leaves its draft's prompt out); vs llama.cpp (its scenario
+of the same kind and γ; auto: its best n_max); alpha = accepted / drafted;
 mean accepted length = tokens per target verify; theory = the speed over plain decoding that this
 scenario's acceptance per draft position and its measured draft and verify times predict for the draft
 lengths it used, with no controller overhead; best γ, theory = the best fixed γ of the family's pooled
