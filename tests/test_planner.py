@@ -196,20 +196,22 @@ def test_a_probe_is_charged_only_what_it_did_beyond_the_known_step():
     assert planner.budget.spent[0] == pytest.approx(0.5 - 6 * known_s / (known + 1)) and planner.budget.spent[0] < 0
 
 
+def paying_model() -> CostTracker:
+    """A draft model measured here: twice as fast as plain decoding (10 ms a step) in its own steps,
+    a further token of a catch-up 3 ms."""
+    t = CostTracker()
+    measure_plain(t, 0.010)
+    for _ in range(20):
+        t.record(3, 3, 0.006, 0.014, 0.0, confidences=(0.99,) * 3)
+    t.add_catchup(100, 0.3)
+    return t
+
+
 def test_a_measured_draft_takes_in_only_a_prompt_its_drafts_pay_for():
     # On the copy set a hybrid's draft took in a 203-token prompt in 1.1-1.8 s before a reply whose
-    # decode loop took 3 s. A draft measured here (twice as fast as plain decoding in its own steps,
-    # a further token of a catch-up 3 ms against a 10 ms plain step), in a hybrid whose lookup's
-    # runs came every 40 tokens so far, takes in a prompt only where its drafts until the lookup's
-    # next run gain more than the intake costs.
-    def measured() -> CostTracker:
-        t = CostTracker()
-        measure_plain(t, 0.010)
-        for _ in range(20):
-            t.record(3, 3, 0.006, 0.014, 0.0, confidences=(0.99,) * 3)
-        t.add_catchup(100, 0.3)
-        return t
-
+    # decode loop took 3 s. A draft measured here, in a hybrid whose lookup's runs came every 40
+    # tokens so far, takes in a prompt only where its drafts until the lookup's next run gain more
+    # than the intake costs.
     def prefills(prompt_tokens: int, model: CostTracker | None = None, holding: int = 0,
                  runs: bool = True) -> bool:
         ngram = CostTracker()
@@ -219,7 +221,7 @@ def test_a_measured_draft_takes_in_only_a_prompt_its_drafts_pay_for():
             ngram.lookup_runs.note(20, 21)
         drafter = FakeModelDrafter()
         drafter.held = lambda context: min(holding, len(context) - 1)
-        p = Planner([(Named("ngram"), ngram), (drafter, model or measured())],
+        p = Planner([(Named("ngram"), ngram), (drafter, model or paying_model())],
                     GenerationConfig(max_tokens=128, sampling=GREEDY))
         return p.wants_prefill(1, list(range(prompt_tokens)))
     assert prefills(20) and prefills(50)
@@ -227,11 +229,11 @@ def test_a_measured_draft_takes_in_only_a_prompt_its_drafts_pay_for():
     assert prefills(300, holding=290)             # the cache holds all but 10 of them (a chat)
     assert prefills(300, model=CostTracker())     # unmeasured: the entry pays for its first probe
     assert prefills(300, runs=False)              # no run yet: the model may draft the whole reply
-    due = measured()
+    due = paying_model()
     due.load_s.add(0.5)
     due.idle_s = 0.5 / EXPLORE_FRACTION            # a retry is due: made ready whatever the intake
     assert prefills(300, model=due)
-    alone = Planner([(FakeModelDrafter(), measured())], GenerationConfig(max_tokens=128, sampling=GREEDY))
+    alone = Planner([(FakeModelDrafter(), paying_model())], GenerationConfig(max_tokens=128, sampling=GREEDY))
     assert alone.wants_prefill(0, list(range(300)))  # a model alone takes in every prompt, as before
 
 
@@ -240,14 +242,6 @@ def test_a_hybrid_remembers_how_soon_its_replies_copies_began():
     # prefilled, caught up on the whole prompt at a reply's first step, priced as though it would
     # then draft the reply's first 128 tokens; the lookup took over a token later. The lookup's runs
     # of the process's earlier replies say how soon the next is to be expected.
-    def model_tracker() -> CostTracker:
-        t = CostTracker()
-        measure_plain(t, 0.010)
-        for _ in range(20):
-            t.record(3, 3, 0.006, 0.014, 0.0, confidences=(0.99,) * 3)
-        t.add_catchup(100, 0.3)
-        return t
-
     class NoMatch(Named):
         def offer(self, tokens, k: int) -> int:
             return 0
@@ -260,7 +254,7 @@ def test_a_hybrid_remembers_how_soon_its_replies_copies_began():
             for _ in range(4):
                 ngram.lookup_runs.note(0, 2)
                 ngram.lookup_runs.note(38, 39)
-        hybrid = lambda: Planner([(NoMatch("ngram"), ngram), (FakeModelDrafter(), model_tracker())],  # noqa: E731
+        hybrid = lambda: Planner([(NoMatch("ngram"), ngram), (FakeModelDrafter(), paying_model())],  # noqa: E731
                                  GenerationConfig(max_tokens=160, sampling=GREEDY))
         assert hybrid().wants_prefill(1, prompt) == drafts  # the prompt taken in before the reply ...
         assert (hybrid().plan(prompt, 159).source == 1) == drafts  # ... or caught up on at its first step
