@@ -61,6 +61,12 @@ def retry_due(tracker: CostTracker, fraction: float = EXPLORE_FRACTION) -> bool:
     return entry is not None and fraction * tracker.idle_s >= entry
 
 
+def catch_up_decode_s(tracker: CostTracker, behind: int) -> float:
+    """What a draft model behind by `behind` tokens pays to decode them beyond a step's own decodes
+    (none up to STEP_DECODE, which any step decodes): a catch-up's price."""
+    return tracker.catchup_seconds(behind) if behind > STEP_DECODE else 0.0
+
+
 def ngram_bucket(reach: int, at: int, prompt_len: int) -> int:
     """The acceptance bucket of an n-gram match that reaches back `reach` tokens to an occurrence
     ending at position `at`, in a generation whose output begins at position prompt_len."""
@@ -331,9 +337,8 @@ class Planner:
         gamma, rate = tracker.plan(cap_of(drafter.name, self.config), 0)
         if not gamma or rate <= 0:
             return False
-        behind = len(prompt) - self._held(i, prompt)
-        catch_up = tracker.catchup_seconds(behind) if behind > STEP_DECODE else 0.0
-        horizon = min(self.config.max_tokens, GRACE_STEPS, self._runs.gap())  # as _horizon at the first step
+        catch_up = catch_up_decode_s(tracker, len(prompt) - self._held(i, prompt))
+        horizon = self._horizon(self.config.max_tokens)
         return horizon / rate + catch_up <= horizon * tracker.plain_seconds()  # seconds for the horizon's tokens
 
     def note_load(self, i: int) -> float:
@@ -518,11 +523,11 @@ class Planner:
         inf for the rest (the lookup's price has none, and a model alone's is its room's)."""
         return self._horizon() if source == self._model and self._ngram is not None else math.inf
 
-    def _horizon(self) -> float:
+    def _horizon(self, left: int | None = None) -> float:
         """The tokens a draft model that catches up now may draft before it falls behind again: what
-        the generation may still take, at most W = GRACE_STEPS, and in a hybrid no more than the gap
-        expected before the lookup's next run (LookupRuns)."""
-        return min(self._room + 1, GRACE_STEPS, self._runs.gap())
+        the generation may still take (left; by default the room's), at most W = GRACE_STEPS, and in
+        a hybrid no more than the gap expected before the lookup's next run (LookupRuns)."""
+        return min(self._room + 1 if left is None else left, GRACE_STEPS, self._runs.gap())
 
     def _probe(self, offer: Choice, r_best: float, plain_s: float) -> Choice:
         """The γ ≤ offer's limit with the most optimistic tokens/s, if that beats r_best by the
@@ -621,7 +626,7 @@ class Planner:
         behind = self._behind(source)
         drafter, tracker = self.sources[source]
         load = 0.0 if getattr(drafter, "ready", True) else tracker.load_s.value or 0.0
-        return load + (tracker.catchup_seconds(behind) if behind > STEP_DECODE else 0.0)
+        return load + catch_up_decode_s(tracker, behind)
 
     def _held(self, source: int, tokens: Sequence[int]) -> int:
         """The tokens of the context source's cache holds before the generation (ModelDrafter.held:
