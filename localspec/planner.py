@@ -308,38 +308,35 @@ class Planner:
     def wants_prefill(self, i: int, prompt: Sequence[int] | None = None) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
         (worth_preparing; as llama.cpp does, the draft is prefilled with the prompt otherwise), nor,
-        in a hybrid whose lookup has had runs in this process, where taking in the prompt would cost
-        a draft model it has measured more than its drafts are expected to gain before the lookup's
-        next run (_intake_pays; a retry that is due takes it in all the same). A model alone, whose
-        drafts may take the whole reply, takes it in as before: left to the loop, a marginal draft
-        on prose caught up mid-reply on the whole context to draft a few tokens. A source not
+        under auto γ, where taking in the prompt would cost a draft model this process has measured
+        more than its drafts are expected to gain (_intake_pays): a draft that has a chance to pay
+        only by its optimistic estimate is made ready once a retry is due (retry_due), so that its
+        intake, like its probes, costs at most a stated fraction of the time. A source not
         prefilled catches up when first asked, at a price the budget counts."""
         drafter, tracker = self.sources[i]
         cap = cap_of(drafter.name, self.config)
         wanted = self.config.gamma != 0 and bool(self.config.gamma or worth_preparing(tracker, cap))
-        if (wanted and self.config.gamma is None and prompt is not None and not retry_due(tracker)
-                and self._runs.gap() < math.inf):
+        if wanted and self.config.gamma is None and prompt is not None and not retry_due(tracker):
             wanted = self._intake_pays(i, prompt)
         if wanted:
             self._prefilled.add(i)
         return wanted
 
     def _intake_pays(self, i: int, prompt: Sequence[int]) -> bool:
-        """Whether a draft model's best step by the point estimate beats plain decoding with the
-        prompt's intake counted as the catch-up it is (_known's rate over the first step's horizon,
-        the tokens its cache lacks of the prompt priced as _catch_up_s prices them). Before this
+        """Whether a draft model's best step, priced as a catch-up is (_catch_up_rate: the cautious
+        acceptance), beats plain decoding with the prompt's intake counted as the catch-up it is
+        (the tokens its cache lacks of the prompt, over the first step's horizon). Before this
         process has measured and confirmed the draft, yes: its first probe is what its entry pays
-        for (_entry_paid). On a copy, the prompt's intake cost the hybrid more than the model's
-        token or two before the lookup's copy gained."""
+        for (_entry_paid). On a copy, the prompt's intake cost a hybrid more than the model's token
+        or two before the lookup's copy gained; on prose, a model alone whose drafts did not pay took
+        in every prompt where its optimistic estimate left it a chance."""
         drafter, tracker = self.sources[i]
         if drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed():
             return True
-        gamma, rate = tracker.plan(cap_of(drafter.name, self.config), 0)
-        if not gamma or rate <= 0:
-            return False
         catch_up = catch_up_decode_s(tracker, len(prompt) - self._held(i, prompt))
-        horizon = self._horizon(self.config.max_tokens)
-        return horizon / rate + catch_up <= horizon * tracker.plain_seconds()  # seconds for the horizon's tokens
+        gamma, rate = self._catch_up_rate(i, cap_of(drafter.name, self.config), 0, catch_up,
+                                          self._horizon(self.config.max_tokens))
+        return gamma > 0 and rate > 1.0 / tracker.plain_seconds()
 
     def note_load(self, i: int) -> float:
         """Keep what loading source i's model took, if it was just loaded (by a prefill or a first
@@ -506,16 +503,24 @@ class Planner:
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
-        model behind (after plain or n-gram steps) first decodes what it has not seen. That is paid
-        once, and the steps after it draft at their own rate, so it is spread over the tokens it may
-        draft before it falls behind again (_horizon): a rate over that horizon. Charged to one step,
-        it would grow with every plain step and keep the model out for good."""
-        tracker, switch = self.sources[source][1], self._switches(source)
-        gamma, rate = tracker.plan(limit, bucket, switch)
+        model behind (after plain or n-gram steps) first decodes what it has not seen (_catch_up_rate)."""
         catch_up = self._catch_up_s(source)
+        if not catch_up:
+            return self.sources[source][1].plan(limit, bucket, self._switches(source))
+        return self._catch_up_rate(source, limit, bucket, catch_up, self._horizon())
+
+    def _catch_up_rate(self, source: int, limit: int, bucket: int, catch_up: float,
+                       horizon: float) -> tuple[int, float]:
+        """(γ, tokens/s) of source's best step after a catch-up of catch_up seconds. That is paid
+        once, and the steps after it draft at their own rate, so it is spread over the tokens the
+        model may draft before it falls behind again (horizon): a rate over that horizon. Charged to
+        one step, it would grow with every plain step and keep the model out for good. The rate is
+        the cautious acceptance's (CostTracker.cautious_acceptance): a catch-up is paid before the
+        drafts it buys, and on a noisy estimate that barely paid, a marginal draft on prose caught up
+        on 70-100 tokens mid-reply to draft a few tokens and go back to plain steps."""
+        gamma, rate = self.sources[source][1].plan(limit, bucket, self._switches(source), cautious=True)
         if not gamma or not catch_up:
             return gamma, rate
-        horizon = self._horizon()
         return gamma, horizon / (horizon / rate + catch_up)
 
     def _spread(self, source: int) -> float:

@@ -388,12 +388,17 @@ class CostTracker:
         """What making the drafter ready cost when it last was: its model's load and a prompt's prefill."""
         return None if self.load_s.value is None else self.load_s.value + (self.prefill_s.value or 0.0)
 
-    def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False) -> tuple[int, float]:
-        """(draft length ≤ gamma_max, predicted tokens/s) by the point estimate; (0, 0.0) before a
-        plain step and a draft are measured (exploring beyond the point estimate is the Planner's call)."""
+    def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False,
+             cautious: bool = False) -> tuple[int, float]:
+        """(draft length ≤ gamma_max, predicted tokens/s) by the point estimate (cautious: with the
+        cautious acceptance, cautious_acceptance); (0, 0.0) before a plain step and a draft are
+        measured (exploring beyond the point estimate is the Planner's call)."""
         if gamma_max <= 0 or 1 not in self.verify or self.draft_s.value is None:
             return 0, 0.0
-        return self.estimate(bucket, switch=switch).best(gamma_max, self.min_gain)
+        estimate = self.estimate(bucket, switch=switch)
+        if cautious:
+            estimate = estimate._replace(accept=self.cautious_acceptance(bucket))
+        return estimate.best(gamma_max, self.min_gain)
 
     def choose(self, gamma_cap: int) -> int:
         """The draft length for the next step by the point estimate, at most gamma_cap."""

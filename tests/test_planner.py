@@ -207,6 +207,17 @@ def paying_model() -> CostTracker:
     return t
 
 
+def marginal_model(steps: int) -> CostTracker:
+    """A draft model measured here that pays by about a tenth (two 5-ms tokens a step, both accepted
+    in three steps of four, none in the fourth; plain steps 10 ms) over `steps` drafting steps."""
+    t = CostTracker()
+    measure_plain(t, 0.010)
+    for k in range(steps):
+        t.record(2, 2 if k % 4 else 0, 0.010, 0.013, 0.0, confidences=(0.9, 0.9))
+    t.add_catchup(100, 0.1)
+    return t
+
+
 def test_a_measured_draft_takes_in_only_a_prompt_its_drafts_pay_for():
     # On the copy set a hybrid's draft took in a 203-token prompt in 1.1-1.8 s before a reply whose
     # decode loop took 3 s. A draft measured here, in a hybrid whose lookup's runs came every 40
@@ -228,13 +239,40 @@ def test_a_measured_draft_takes_in_only_a_prompt_its_drafts_pay_for():
     assert not prefills(300)                      # 0.9 s to take in, for 40 tokens of drafts
     assert prefills(300, holding=290)             # the cache holds all but 10 of them (a chat)
     assert prefills(300, model=CostTracker())     # unmeasured: the entry pays for its first probe
-    assert prefills(300, runs=False)              # no run yet: the model may draft the whole reply
+    assert not prefills(100) and prefills(100, runs=False)  # no run yet: the model may draft the whole reply
     due = paying_model()
     due.load_s.add(0.5)
     due.idle_s = 0.5 / EXPLORE_FRACTION            # a retry is due: made ready whatever the intake
     assert prefills(300, model=due)
-    alone = Planner([(FakeModelDrafter(), paying_model())], GenerationConfig(max_tokens=128, sampling=GREEDY))
-    assert alone.wants_prefill(0, list(range(300)))  # a model alone takes in every prompt, as before
+
+
+def test_a_draft_model_alone_takes_in_only_a_prompt_it_pays_for():
+    # Light prose: a model alone whose drafts did not pay still took in every prompt its optimistic
+    # estimate left a chance (a third of a second a reply, 2-3% of the time). Its intake is now
+    # priced as a catch-up over the reply, at the cautious acceptance, and a draft that may pay only
+    # by its optimistic estimate is made ready when a retry is due, as one that does not pay is.
+    def prefills(model: CostTracker, prompt_tokens: int) -> bool:
+        planner = Planner([(FakeModelDrafter(), model)], GenerationConfig(max_tokens=128, sampling=GREEDY))
+        return planner.wants_prefill(0, list(range(prompt_tokens)))
+    assert prefills(paying_model(), 100)          # 0.3 s to take in, for 128 tokens at twice plain's speed
+    assert not prefills(paying_model(), 300)      # 0.9 s: more than those drafts gain
+    hopeful = marginal_model(8)                   # pays by a tenth on 8 steps' counts: may pay, not surely
+    assert hopeful.may_pay(8) and not prefills(hopeful, 50)
+    assert prefills(marginal_model(200), 50)      # the same rate over 200 steps
+    hopeful.load_s.add(0.3)
+    hopeful.idle_s = 0.6 / EXPLORE_FRACTION       # ε of the seconds since it was last made ready cover its entry
+    assert prefills(hopeful, 50)
+
+
+def test_a_catch_up_is_paid_for_by_the_cautious_acceptance():
+    # A catch-up is paid before the drafts it buys. Priced on a point estimate that paid by a tenth
+    # on a few steps' counts, a marginal draft on prose caught up on 70-100 tokens mid-reply, drafted
+    # a few tokens and went back to plain steps; the same estimate over many steps is sure enough.
+    def first_step(model: CostTracker) -> int | None:
+        planner = Planner([(FakeModelDrafter(), model)], GenerationConfig(max_tokens=128, sampling=GREEDY))
+        return planner.plan(list(range(60)), 127).source  # not prefilled: 60 tokens behind
+    assert first_step(marginal_model(16)) is None
+    assert first_step(marginal_model(200)) == 0
 
 
 def test_a_hybrid_remembers_how_soon_its_replies_copies_began():

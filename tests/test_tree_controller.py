@@ -47,7 +47,8 @@ def always_branch(monkeypatch):
 class EagerTracker(CostTracker):
     """A tracker that always drafts 3 under auto γ (the fakes' timings would choose plain decoding)."""
 
-    def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False) -> tuple[int, float]:
+    def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False,
+             cautious: bool = False) -> tuple[int, float]:
         return min(3, gamma_max), float("inf")
 
     def may_pay(self, cap: int) -> bool:
