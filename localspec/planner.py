@@ -327,11 +327,14 @@ class Planner:
         acceptance), beats plain decoding with the prompt's intake counted as the catch-up it is
         (the tokens its cache lacks of the prompt, over the first step's horizon). Before this
         process has measured and confirmed the draft, yes: its first probe is what its entry pays
-        for (_entry_paid). On a copy, the prompt's intake cost a hybrid more than the model's token
-        or two before the lookup's copy gained; on prose, a model alone whose drafts did not pay took
-        in every prompt where its optimistic estimate left it a chance."""
+        for (_entry_paid); and while its cost rests on too few steps to be trusted
+        (CostTracker.cost_trusted), a stall may have set it, and the probe that measures it again
+        needs the draft ready (Planner._probe). On a copy, the prompt's intake cost a hybrid more than
+        the model's token or two before the lookup's copy gained; on prose, a model alone whose
+        drafts did not pay took in every prompt where its optimistic estimate left it a chance."""
         drafter, tracker = self.sources[i]
-        if drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed():
+        if (drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed()
+                or not tracker.cost_trusted()):
             return True
         catch_up = catch_up_decode_s(tracker, len(prompt) - self._held(i, prompt))
         gamma, rate = self._catch_up_rate(i, cap_of(drafter.name, self.config), 0, catch_up,

@@ -262,6 +262,11 @@ def test_a_draft_model_alone_takes_in_only_a_prompt_it_pays_for():
     hopeful.load_s.add(0.3)
     hopeful.idle_s = 0.6 / EXPLORE_FRACTION       # ε of the seconds since it was last made ready cover its entry
     assert prefills(hopeful, 50)
+    stalled = CostTracker()                       # a copy: every guess accepted, but the one-token probe
+    measure_plain(stalled, 0.010)                 # that measured the draft stalled (12 ms, not 3)
+    stalled.record(1, 1, 0.012, 0.011, 0.0, confidences=(0.99,))
+    assert not stalled.cost_trusted() and stalled.plan(8, 0)[0] == 0
+    assert prefills(stalled, 100)                 # made ready, so that a probe can measure it again
 
 
 def test_a_catch_up_is_paid_for_by_the_cautious_acceptance():
