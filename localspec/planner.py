@@ -37,6 +37,9 @@ PLAIN_SAMPLES = 3
 # priced on a noisy step) may win again at the plain step's next measurements: ε for those, unless
 # the budget denied its probe (it is priced again as soon as the allowance fits that probe).
 PRICE_FRACTION = EXPLORE_FRACTION / 4
+# Drafting steps a draft model's measurements must rest on before its point estimate decides whether
+# it takes in a prompt (Planner._intake_pays); before, its optimistic estimate does, as for any draft.
+INTAKE_SAMPLES = 8
 PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
@@ -327,14 +330,15 @@ class Planner:
         acceptance), beats plain decoding with the prompt's intake counted as the catch-up it is
         (the tokens its cache lacks of the prompt, over the first step's horizon). Before this
         process has measured and confirmed the draft, yes: its first probe is what its entry pays
-        for (_entry_paid); and while its cost rests on too few steps to be trusted
-        (CostTracker.cost_trusted), a stall may have set it, and the probe that measures it again
-        needs the draft ready (Planner._probe). On a copy, the prompt's intake cost a hybrid more than
+        for (_entry_paid); and while its measurements rest on fewer than INTAKE_SAMPLES drafting
+        steps, where the optimistic estimate decides (worth_preparing): a few early steps may all
+        measure its tokens dearer than later ones do (a stall, the first decodes' page faults), and
+        the probes that measure it again need the draft ready (Planner._probe). On a copy, the prompt's intake cost a hybrid more than
         the model's token or two before the lookup's copy gained; on prose, a model alone whose
         drafts did not pay took in every prompt where its optimistic estimate left it a chance."""
         drafter, tracker = self.sources[i]
         if (drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed()
-                or not tracker.cost_trusted()):
+                or tracker.proposals < INTAKE_SAMPLES):
             return True
         catch_up = catch_up_decode_s(tracker, len(prompt) - self._held(i, prompt))
         gamma, rate = self._catch_up_rate(i, cap_of(drafter.name, self.config), 0, catch_up,

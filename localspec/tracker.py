@@ -390,14 +390,19 @@ class CostTracker:
 
     def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False,
              cautious: bool = False) -> tuple[int, float]:
-        """(draft length ≤ gamma_max, predicted tokens/s) by the point estimate (cautious: with the
-        cautious acceptance, cautious_acceptance); (0, 0.0) before a plain step and a draft are
-        measured (exploring beyond the point estimate is the Planner's call)."""
+        """(draft length ≤ gamma_max, predicted tokens/s) by the point estimate; (0, 0.0) before a
+        plain step and a draft are measured (exploring beyond the point estimate is the Planner's
+        call). cautious: with the cautious acceptance (cautious_acceptance), and the draft's cost no
+        dearer than the least a token cost in any drafting step here (draft_least): the price of a
+        catch-up, paid before the drafts it buys, where what is uncertain is whether the guesses
+        are accepted; a stall only ever adds time, and the first steps after the draft took in a
+        prompt measured a token at twice what it cost later."""
         if gamma_max <= 0 or 1 not in self.verify or self.draft_s.value is None:
             return 0, 0.0
         estimate = self.estimate(bucket, switch=switch)
         if cautious:
-            estimate = estimate._replace(accept=self.cautious_acceptance(bucket))
+            least = estimate.draft_s if self.draft_least is None else min(estimate.draft_s, self.draft_least)
+            estimate = estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=least)
         return estimate.best(gamma_max, self.min_gain)
 
     def choose(self, gamma_cap: int) -> int:
