@@ -37,8 +37,8 @@ PLAIN_SAMPLES = 3
 # priced on a noisy step) may win again at the plain step's next measurements: ε for those, unless
 # the budget denied its probe (it is priced again as soon as the allowance fits that probe).
 PRICE_FRACTION = EXPLORE_FRACTION / 4
-# Drafting steps a draft model's measurements must rest on before its point estimate decides whether
-# it takes in a prompt (Planner._intake_pays); before, its optimistic estimate does, as for any draft.
+# Drafting steps a draft model's measurements must rest on before its intake of a prompt is priced
+# at the cautious estimate (Planner._intake_pays); before, at the optimistic one.
 INTAKE_SAMPLES = 8
 PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
@@ -326,23 +326,23 @@ class Planner:
         return wanted
 
     def _intake_pays(self, i: int, prompt: Sequence[int]) -> bool:
-        """Whether a draft model's best step, priced as a catch-up is (_catch_up_rate: the cautious
-        acceptance), beats plain decoding with the prompt's intake counted as the catch-up it is
-        (the tokens its cache lacks of the prompt, over the first step's horizon). Before this
-        process has measured and confirmed the draft, yes: its first probe is what its entry pays
-        for (_entry_paid); and while its measurements rest on fewer than INTAKE_SAMPLES drafting
-        steps, where the optimistic estimate decides (worth_preparing): a few early steps may all
-        measure its tokens dearer than later ones do (a stall, the first decodes' page faults), and
-        the probes that measure it again need the draft ready (Planner._probe). On a copy, the prompt's intake cost a hybrid more than
-        the model's token or two before the lookup's copy gained; on prose, a model alone whose
-        drafts did not pay took in every prompt where its optimistic estimate left it a chance."""
+        """Whether a draft model's best step beats plain decoding with the prompt's intake counted
+        as the catch-up it is (the tokens its cache lacks of the prompt, over the first step's
+        horizon; _catch_up_rate). Before this process has measured and confirmed the draft, yes:
+        its first probe is what its entry pays for (_entry_paid). While its measurements rest on
+        fewer than INTAKE_SAMPLES drafting steps, the step is priced by the optimistic estimate: a
+        few early steps may all measure its tokens dearer than later ones do (a stall, the first
+        decodes' page faults), and the probes that measure it again need the draft ready
+        (Planner._probe). On a copy, the prompt's intake cost a hybrid more than the model's token
+        or two before the lookup's copy gained; on prose, a model alone whose drafts did not pay
+        took in every prompt where its optimistic estimate left it a chance."""
         drafter, tracker = self.sources[i]
-        if (drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed()
-                or tracker.proposals < INTAKE_SAMPLES):
+        if drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed():
             return True
         catch_up = catch_up_decode_s(tracker, len(prompt) - self._held(i, prompt))
         gamma, rate = self._catch_up_rate(i, cap_of(drafter.name, self.config), 0, catch_up,
-                                          self._horizon(self.config.max_tokens))
+                                          self._horizon(self.config.max_tokens),
+                                          hopeful=tracker.proposals < INTAKE_SAMPLES)
         return gamma > 0 and rate > 1.0 / tracker.plain_seconds()
 
     def note_load(self, i: int) -> float:
@@ -517,15 +517,20 @@ class Planner:
         return self._catch_up_rate(source, limit, bucket, catch_up, self._horizon())
 
     def _catch_up_rate(self, source: int, limit: int, bucket: int, catch_up: float,
-                       horizon: float) -> tuple[int, float]:
+                       horizon: float, hopeful: bool = False) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step after a catch-up of catch_up seconds. That is paid
         once, and the steps after it draft at their own rate, so it is spread over the tokens the
         model may draft before it falls behind again (horizon): a rate over that horizon. Charged to
         one step, it would grow with every plain step and keep the model out for good. The rate is
-        the cautious acceptance's (CostTracker.cautious_acceptance): a catch-up is paid before the
-        drafts it buys, and on a noisy estimate that barely paid, a marginal draft on prose caught up
-        on 70-100 tokens mid-reply to draft a few tokens and go back to plain steps."""
-        gamma, rate = self.sources[source][1].plan(limit, bucket, self._switches(source), cautious=True)
+        the cautious acceptance's (CostTracker.plan): a catch-up is paid before the drafts it buys,
+        and on a noisy estimate that barely paid, a marginal draft on prose caught up on 70-100
+        tokens mid-reply to draft a few tokens and go back to plain steps; hopeful: the optimistic
+        estimate's (_intake_pays)."""
+        tracker, switch = self.sources[source][1], self._switches(source)
+        if hopeful:
+            gamma, rate = tracker.estimate(bucket, True, switch).best(limit, tracker.min_gain)
+        else:
+            gamma, rate = tracker.plan(limit, bucket, switch, cautious=True)
         if not gamma or not catch_up:
             return gamma, rate
         return gamma, horizon / (horizon / rate + catch_up)

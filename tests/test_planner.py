@@ -244,6 +244,12 @@ def test_a_measured_draft_takes_in_only_a_prompt_its_drafts_pay_for():
     due.load_s.add(0.5)
     due.idle_s = 0.5 / EXPLORE_FRACTION            # a retry is due: made ready whatever the intake
     assert prefills(300, model=due)
+    early = CostTracker()                         # measured on 2 steps: priced optimistically, and
+    measure_plain(early, 0.010)                   # still not worth 0.9 s for 40 tokens of drafts
+    for _ in range(2):
+        early.record(3, 3, 0.006, 0.014, 0.0, confidences=(0.99,) * 3)
+    early.add_catchup(100, 0.3)
+    assert early.proposals < INTAKE_SAMPLES and not prefills(300, model=early)
 
 
 def test_a_draft_model_alone_takes_in_only_a_prompt_it_pays_for():
@@ -268,6 +274,7 @@ def test_a_draft_model_alone_takes_in_only_a_prompt_it_pays_for():
     # measure it again.
     early = CostTracker()
     measure_plain(early, 0.010)
+    early.add_catchup(100, 0.1)                   # a prompt's intake: 1 ms a further token
     for _ in range(INTAKE_SAMPLES):
         early.record(2, 2, 0.016, 0.012, 0.0, confidences=(0.99, 0.99))
         assert early.may_pay(8) and early.plan(8, 0, cautious=True)[0] == 0
