@@ -312,9 +312,10 @@ class Planner:
         """Whether source i should take in the prompt now: not where measured costs rule it out
         (worth_preparing; as llama.cpp does, the draft is prefilled with the prompt otherwise), nor,
         under auto γ, where taking in the prompt would cost a draft model this process has measured
-        more than its drafts are expected to gain (_intake_pays): a draft that has a chance to pay
-        only by its optimistic estimate is made ready once a retry is due (retry_due), so that its
-        intake, like its probes, costs at most a stated fraction of the time. A source not
+        more than its drafts are expected to gain (_intake_pays): once its measurements rest on
+        enough steps, a draft that has a chance to pay only by its optimistic estimate is made ready
+        when a retry is due (retry_due), so that its intake, like its probes, costs at most a
+        stated fraction of the time. A source not
         prefilled catches up when first asked, at a price the budget counts."""
         drafter, tracker = self.sources[i]
         cap = cap_of(drafter.name, self.config)
@@ -509,8 +510,9 @@ class Planner:
                                                       self.budget.elapsed, statistics.median_low(latest), need, fraction)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
-        """(γ, tokens/s) of source's best step by the point estimate, its catch-up included: a draft
-        model behind (after plain or n-gram steps) first decodes what it has not seen (_catch_up_rate)."""
+        """(γ, tokens/s) of source's best step: by the point estimate, or where a draft model is
+        behind (after plain or n-gram steps) and first decodes what it has not seen, at the price of
+        that catch-up (_catch_up_rate)."""
         catch_up = self._catch_up_s(source)
         if not catch_up:
             return self.sources[source][1].plan(limit, bucket, self._switches(source))

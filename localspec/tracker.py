@@ -395,8 +395,7 @@ class CostTracker:
         call). cautious: with the cautious acceptance (cautious_acceptance), and the draft's cost no
         dearer than the least a token cost in any drafting step here (draft_least): the price of a
         catch-up, paid before the drafts it buys, where what is uncertain is whether the guesses
-        are accepted; a stall only ever adds time, and the first steps after the draft took in a
-        prompt measured a token at twice what it cost later."""
+        are accepted (a stall only ever adds time)."""
         if gamma_max <= 0 or 1 not in self.verify or self.draft_s.value is None:
             return 0, 0.0
         estimate = self.estimate(bucket, switch=switch)
