@@ -11,8 +11,8 @@ from localspec.config import GenerationConfig
 from localspec.costmodel import FixedStop, VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal, one_hot
 from localspec.llama import common_prefix_len
-from localspec.planner import (EXPLORE_FRACTION, INTAKE_SAMPLES, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, Choice, CostTracker,
-                               ExploreBudget, Plan, Planner)
+from localspec.planner import (EXPLORE_FRACTION, INTAKE_SAMPLES, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, Choice,
+                               CostTracker, ExploreBudget, Plan, Planner)
 from localspec.sampling import SamplingParams
 from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, GPU_FLAT, PROSE, XEON_LIGHT, Region, curve, generate,
                         run_set, set_ratio)
