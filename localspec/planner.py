@@ -315,8 +315,8 @@ class Planner:
         more than its drafts are expected to gain (_intake_pays): once its measurements rest on
         enough steps, a draft that has a chance to pay only by its optimistic estimate is made ready
         when a retry is due (retry_due), so that its intake, like its probes, costs at most a
-        stated fraction of the time. A source not
-        prefilled catches up when first asked, at a price the budget counts."""
+        stated fraction of the time. A source not prefilled catches up when first asked, at a price
+        the budget counts."""
         drafter, tracker = self.sources[i]
         cap = cap_of(drafter.name, self.config)
         wanted = self.config.gamma != 0 and bool(self.config.gamma or worth_preparing(tracker, cap))
