@@ -37,9 +37,6 @@ PLAIN_SAMPLES = 3
 # priced on a noisy step) may win again at the plain step's next measurements: ε for those, unless
 # the budget denied its probe (it is priced again as soon as the allowance fits that probe).
 PRICE_FRACTION = EXPLORE_FRACTION / 4
-# Drafting steps a draft model's measurements must rest on before its intake of a prompt is priced
-# at the cautious estimate (Planner._intake_pays); before, at the optimistic one.
-INTAKE_SAMPLES = 8
 PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
@@ -56,11 +53,12 @@ def worth_preparing(tracker: CostTracker, cap: int, fraction: float = EXPLORE_FR
     return tracker.may_pay(cap) or retry_due(tracker, fraction)
 
 
-def retry_due(tracker: CostTracker, fraction: float = EXPLORE_FRACTION) -> bool:
-    """Whether ε of the generation seconds spent without the drafter cover what making it ready cost
-    last time. So a draft that did not pay on one kind of text is tried on whatever comes later, at a
-    cost of at most ε of the time between tries (the try itself then explores under the budget)."""
-    entry = tracker.entry_s()
+def retry_due(tracker: CostTracker, fraction: float = EXPLORE_FRACTION, cost: float | None = None) -> bool:
+    """Whether ε of the generation seconds spent without the drafter cover what making it ready
+    costs: cost seconds, by default what it cost last time (entry_s: a load and a prompt's intake).
+    So a draft that did not pay on one kind of text is tried on whatever comes later, at a cost of at
+    most ε of the time between tries (the try itself then explores under the budget)."""
+    entry = tracker.entry_s() if cost is None else cost
     return entry is not None and fraction * tracker.idle_s >= entry
 
 
@@ -312,11 +310,10 @@ class Planner:
         """Whether source i should take in the prompt now: not where measured costs rule it out
         (worth_preparing; as llama.cpp does, the draft is prefilled with the prompt otherwise), nor,
         under auto γ, where taking in the prompt would cost a draft model this process has measured
-        more than its drafts are expected to gain (_intake_pays): once its measurements rest on
-        enough steps, a draft that has a chance to pay only by its optimistic estimate is made ready
-        when a retry is due (retry_due), so that its intake, like its probes, costs at most a
-        stated fraction of the time. A source not prefilled catches up when first asked, at a price
-        the budget counts."""
+        more than its drafts are expected to gain (_intake_pays): a draft that has a chance to pay
+        only by its optimistic estimate takes in a prompt when a retry covers that intake
+        (retry_due), so that its intakes, like its probes, cost at most a stated fraction of the
+        time. A source not prefilled catches up when first asked, at a price the budget counts."""
         drafter, tracker = self.sources[i]
         cap = cap_of(drafter.name, self.config)
         wanted = self.config.gamma != 0 and bool(self.config.gamma or worth_preparing(tracker, cap))
@@ -329,22 +326,28 @@ class Planner:
     def _intake_pays(self, i: int, prompt: Sequence[int]) -> bool:
         """Whether a draft model's best step beats plain decoding with the prompt's intake counted
         as the catch-up it is (the tokens its cache lacks of the prompt, over the first step's
-        horizon; _catch_up_rate). Before this process has measured and confirmed the draft, yes:
-        its first probe is what its entry pays for (_entry_paid). While its measurements rest on
-        fewer than INTAKE_SAMPLES drafting steps, the step is priced by the optimistic estimate: a
-        few early steps may all measure its tokens dearer than later ones do (a stall, the first
-        decodes' page faults), and the probes that measure it again need the draft ready
-        (Planner._probe). On a copy, the prompt's intake cost a hybrid more than the model's token
-        or two before the lookup's copy gained; on prose, a model alone whose drafts did not pay
+        horizon; _catch_up_rate), at the cautious acceptance. Before this process has measured and
+        confirmed the draft, yes: its first probe is what its entry pays for (_entry_paid). Where
+        only the optimistic estimate pays, the intake explores: it is taken once ε of the seconds
+        since the draft was last made ready cover it (retry_due), so that such intakes cost at most
+        ε of the time, as its probes do. A few early steps may all measure the draft's tokens dearer
+        than later ones do (a stall, the first decodes' page faults: on the copy set a model alone
+        measured its first 4 tokens at 68-75 ms where traces measured 45-52), and the probes that
+        measure it again need the draft ready; on prose, a model alone whose drafts did not pay
         took in every prompt where its optimistic estimate left it a chance."""
         drafter, tracker = self.sources[i]
         if drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed():
             return True
         catch_up = catch_up_decode_s(tracker, len(prompt) - self._held(i, prompt))
-        gamma, rate = self._catch_up_rate(i, cap_of(drafter.name, self.config), 0, catch_up,
-                                          self._horizon(self.config.max_tokens),
-                                          hopeful=tracker.proposals < INTAKE_SAMPLES)
-        return gamma > 0 and rate > 1.0 / tracker.plain_seconds()
+        plain_rate = 1.0 / tracker.plain_seconds()
+        cap, horizon = cap_of(drafter.name, self.config), self._horizon(self.config.max_tokens)
+        gamma, rate = self._catch_up_rate(i, cap, 0, catch_up, horizon)
+        if gamma > 0 and rate > plain_rate:
+            return True
+        if not retry_due(tracker, cost=catch_up):
+            return False
+        gamma, rate = self._catch_up_rate(i, cap, 0, catch_up, horizon, hopeful=True)
+        return gamma > 0 and rate > plain_rate
 
     def note_load(self, i: int) -> float:
         """Keep what loading source i's model took, if it was just loaded (by a prefill or a first

@@ -11,8 +11,8 @@ from localspec.config import GenerationConfig
 from localspec.costmodel import FixedStop, VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal, one_hot
 from localspec.llama import common_prefix_len
-from localspec.planner import (EXPLORE_FRACTION, INTAKE_SAMPLES, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, Choice,
-                               CostTracker, ExploreBudget, Plan, Planner)
+from localspec.planner import (EXPLORE_FRACTION, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, Choice,
+                               CostTracker, ExploreBudget, Plan, Planner, retry_due)
 from localspec.sampling import SamplingParams
 from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, GPU_FLAT, PROSE, XEON_LIGHT, Region, curve, generate,
                         run_set, set_ratio)
@@ -244,12 +244,13 @@ def test_a_measured_draft_takes_in_only_a_prompt_its_drafts_pay_for():
     due.load_s.add(0.5)
     due.idle_s = 0.5 / EXPLORE_FRACTION            # a retry is due: made ready whatever the intake
     assert prefills(300, model=due)
-    early = CostTracker()                         # measured on 2 steps: priced optimistically, and
-    measure_plain(early, 0.010)                   # still not worth 0.9 s for 40 tokens of drafts
+    early = CostTracker()                         # measured on 2 steps, a retry of its intake due: even
+    measure_plain(early, 0.010)                   # optimistically not worth 0.9 s for 40 tokens of drafts
     for _ in range(2):
         early.record(3, 3, 0.006, 0.014, 0.0, confidences=(0.99,) * 3)
     early.add_catchup(100, 0.3)
-    assert early.proposals < INTAKE_SAMPLES and not prefills(300, model=early)
+    early.idle_s = 1.0 / EXPLORE_FRACTION
+    assert not prefills(300, model=early)
 
 
 def test_a_draft_model_alone_takes_in_only_a_prompt_it_pays_for():
@@ -270,15 +271,21 @@ def test_a_draft_model_alone_takes_in_only_a_prompt_it_pays_for():
     assert prefills(hopeful, 50)
     # A copy, every guess accepted, the draft's first steps measured at 8 ms a token (a copy-set
     # bench run measured its first 4 tokens at 68 ms where traces measured 45-52): its optimistic
-    # estimate pays, its cautious one not. Made ready until INTAKE_SAMPLES steps, so that its probes
-    # measure it again.
+    # estimate pays, its cautious one not. It takes in a prompt as a retry once ε of the seconds since
+    # it was last made ready cover that intake (0.1 s for 100 tokens), so that its probes measure it
+    # again, and on prose, where it rarely drafts, its intakes cost at most ε of the time.
     early = CostTracker()
     measure_plain(early, 0.010)
     early.add_catchup(100, 0.1)                   # a prompt's intake: 1 ms a further token
-    for _ in range(INTAKE_SAMPLES):
+    for _ in range(3):
         early.record(2, 2, 0.016, 0.012, 0.0, confidences=(0.99, 0.99))
-        assert early.may_pay(8) and early.plan(8, 0, cautious=True)[0] == 0
-        assert prefills(early, 100) == (early.proposals < INTAKE_SAMPLES)
+    assert early.may_pay(8) and early.plan(8, 0, cautious=True)[0] == 0
+    assert not prefills(early, 100)               # just made ready: not yet
+    early.idle_s = 0.09 / EXPLORE_FRACTION
+    assert not prefills(early, 100)
+    early.idle_s = 0.1 / EXPLORE_FRACTION         # below its entry (no load measured: entry_s None)
+    assert not retry_due(early) and prefills(early, 100)
+    assert not prefills(early, 300)               # ε covers 0.1 s, not 0.3
 
 
 def test_a_catch_up_is_paid_for_by_the_cautious_acceptance():
