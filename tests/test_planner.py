@@ -798,6 +798,25 @@ def test_a_catch_up_is_shared_by_the_tokens_each_step_left_behind():
     assert ngram.switch_s.value == pytest.approx((0.37 - 0.04) * 3 / 33)
 
 
+def test_a_lookup_step_bears_the_catch_up_only_against_the_models_own_step():
+    # Light prose: a further token of the draft's catch-up cost 6 ms against an 80-ms plain step, and
+    # priced with it as a cost beyond plain decoding, the hybrid's lookup drafted a fifth fewer tokens
+    # than the lookup alone. A plain step's token leaves the model as far behind: against a plain
+    # step the catch-up is no cost; against a model step, which keeps the model in step, it is.
+    def first_source(model_accept: float) -> int | None:
+        ngram = measured(0.3, 0.0, judged=0)  # two-token drafts: 1.39 tokens in 0.22 s, 1.26x plain ...
+        for i in range(200):
+            ngram.record_acceptance(1, int(i < 60), match_bucket(0))  # the stub's bucket
+        ngram.switch_s.add(0.05)  # ... and 0.05 s of the model's catch-up later: no gain
+        model = measured(model_accept, 0.02)
+        planner = Planner([(Named("ngram"), ngram), (Named("model"), model)],
+                          GenerationConfig(gamma=None, sampling=GREEDY), ExploreBudget(fraction=0.0))
+        assert planner.wants_prefill(1) == (model_accept > 0.5)  # a model that may pay takes in the prompt
+        return planner.plan([1] * 20, 64).source
+    assert first_source(0.1) == 0   # the model's step loses to plain decoding: the lookup drafts
+    assert first_source(0.95) == 1  # the model's step pays: the lookup's, with its catch-up, less
+
+
 def test_a_draft_model_far_behind_prices_its_catch_up_into_its_step():
     # After a long run of n-gram steps (a copy) the draft model must first decode every token it has
     # not seen. That is paid once, for the rest of the generation: where little of it is left, plain
