@@ -642,10 +642,9 @@ class Planner:
         catch up later (its switch cost): where the model's own step, which keeps it in step, beats
         plain decoding this step (_choose). Against a plain step it is no cost: the tokens a step
         emits leave the model behind whichever step emits them, the catch-up of a plain step's token
-        costs as much as one of an n-gram step's, and per token the two compare as without it. On
-        prose, priced as a cost beyond the plain step, the hybrid's lookup drafted a fifth fewer
-        tokens than the lookup alone (a further token of the draft's catch-up cost 6 ms, a plain
-        step 80)."""
+        costs as much as one of an n-gram step's, and per token the two compare as without it.
+        Priced as a cost beyond the plain step, it held the hybrid's lookup on prose to fewer drafts
+        than the lookup alone made."""
         return self._model is not None and source != self._model and self._contending
 
     def _catch_up_s(self, source: int) -> float:

@@ -283,7 +283,7 @@ def test_a_draft_model_alone_takes_in_only_a_prompt_it_pays_for():
     assert not prefills(early, 100)               # just made ready: not yet
     early.idle_s = 0.09 / EXPLORE_FRACTION
     assert not prefills(early, 100)
-    early.idle_s = 0.1 / EXPLORE_FRACTION         # below its entry (no load measured: entry_s None)
+    early.idle_s = 0.1 / EXPLORE_FRACTION         # the intake's retry is due, not a whole entry's (none measured)
     assert not retry_due(early) and prefills(early, 100)
     assert not prefills(early, 300)               # ε covers 0.1 s, not 0.3
 
