@@ -307,6 +307,12 @@ class Planner:
         self._runs = self.sources[self._ngram][1].lookup_runs if self._ngram is not None else LookupRuns()
         self._runs.begin()
 
+    @property
+    def exploring(self) -> int | None:
+        """The source the last plan explored with (an exploratory step, ExploreBudget); None where it
+        took the best known choice."""
+        return self._explored.source if self._explored is not None else None
+
     def wants_prefill(self, i: int, prompt: Sequence[int] | None = None) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
         (worth_preparing; as llama.cpp does, the draft is prefilled with the prompt otherwise), nor,

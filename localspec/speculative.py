@@ -216,6 +216,8 @@ class _Run:
         taken = proposal.copies_taken(path) if proposal.copies else None
         self.stats.record_step(len(proposal.ids), len(path), drafter.name if proposal.ids else None,
                                proposal.tail or proposal.copies, taken)
+        if self.planner.exploring is not None:
+            self.stats.probes[drafter.name] = self.stats.probes.get(drafter.name, 0) + 1
         self.planner.record(plan, proposal, len(path), t1 - t0, t2 - t1, t3 - t2, path)
 
     def _sampled(self, n_rows: int) -> bool:

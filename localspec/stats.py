@@ -33,6 +33,7 @@ class GenerationStats:
     reused_tokens: int = 0
     drafter: str = "none"  # who may propose: model, ngram, ngram+model (hybrid), or none
     by_drafter: dict[str, list[int]] = field(default_factory=dict)  # name -> [drafted, accepted]
+    probes: dict[str, int] = field(default_factory=dict)  # name -> its exploratory steps (planner.ExploreBudget)
     gamma_mode: str = ""   # "auto" or the fixed draft length
     warm_start: bool = False  # the planner started from measurements saved by an earlier process
     # whether the draft model was loaded by the generation's end (None: no draft model); a warm start
@@ -132,6 +133,7 @@ class GenerationStats:
             "gamma": self.gamma_value, "warm_start": self.warm_start,
             "draft_loaded": self.draft_loaded,
             "by_drafter": {k: {"drafted": d, "accepted": a} for k, (d, a) in self.by_drafter.items()},
+            "probe_steps": dict(self.probes),
             "steps": self.steps, "tree_steps": self.tree_steps, "copy_branches": self.copy_branches, "handoffs": self.handoffs, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
             "alpha_per_position": self.alpha_at(), "tokens_per_s": self.tokens_per_s,

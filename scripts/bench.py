@@ -506,13 +506,15 @@ def localspec_row(sc: Scenario, stats: list[GenerationStats], costs: Costs) -> d
 
 
 def by_drafter(stats: list[GenerationStats]) -> dict:
-    """Drafted and accepted per drafter, summed over the prompts."""
+    """Drafted and accepted tokens and exploratory steps per drafter, summed over the prompts."""
     out: dict[str, dict[str, int]] = {}
     for s in stats:
-        for name, (drafted, accepted) in s.by_drafter.items():
-            cell = out.setdefault(name, {"drafted": 0, "accepted": 0})
+        for name in {*s.by_drafter, *s.probes}:
+            drafted, accepted = s.by_drafter.get(name, (0, 0))
+            cell = out.setdefault(name, {"drafted": 0, "accepted": 0, "probe_steps": 0})
             cell["drafted"] += drafted
             cell["accepted"] += accepted
+            cell["probe_steps"] += s.probes.get(name, 0)
     return out
 
 

@@ -206,7 +206,9 @@ def test_per_drafter_counts_are_summed_over_prompts():
     a.record_step(3, 2, "ngram")
     b.record_step(4, 1, "ngram")
     b.record_step(2, 2, "model")
-    assert bench.by_drafter([a, b]) == {"ngram": {"drafted": 7, "accepted": 3}, "model": {"drafted": 2, "accepted": 2}}
+    a.probes["ngram"], b.probes["ngram"], b.probes["model"] = 1, 2, 1
+    assert bench.by_drafter([a, b]) == {"ngram": {"drafted": 7, "accepted": 3, "probe_steps": 3},
+                                        "model": {"drafted": 2, "accepted": 2, "probe_steps": 1}}
 
 
 class RecordingPair:

@@ -389,6 +389,19 @@ def test_eos_ends_the_generation_and_is_not_printed():
     assert len(tokens) == 10 - 2 and EOS not in tokens and stats.finish_reason == "stop"
 
 
+def test_the_stats_count_each_drafters_exploratory_steps(contexts):
+    # A bench run had a draft model alone take 74 steps on prose where other runs took 11, and
+    # whether they were probes or known choices was not recorded. A new draft's first step is the
+    # probe its entry pays for (Planner._entry_paid); a fixed γ never explores.
+    target, draft = contexts
+    prompt = tokenize(target, "red, blue, green, red, blue, green,")
+    _, auto = generate(target, model_source(draft), prompt, GenerationConfig(40, None, GREEDY))
+    assert 1 <= auto.probes["model"] <= auto.steps
+    assert auto.to_dict()["probe_steps"] == auto.probes
+    _, fixed = generate(target, model_source(draft), prompt, GenerationConfig(40, 4, GREEDY, p_min=0.0))
+    assert fixed.probes == {} and fixed.by_drafter["model"][0] > 0
+
+
 def test_stop_strings_and_stats(contexts):
     target, draft = contexts
     prompt = tokenize(target, "1, 2, 3, 4,")
