@@ -338,10 +338,9 @@ class Planner:
         only the optimistic estimate pays, the intake explores: it is taken once ε of the seconds
         since the draft was last made ready cover it (retry_due), so that such intakes cost at most
         ε of the time, as its probes do. A few early steps may all measure the draft's tokens dearer
-        than later ones do (a stall, the first decodes' page faults: on the copy set a model alone
-        measured its first 4 tokens at 68-75 ms where traces measured 45-52), and the probes that
-        measure it again need the draft ready; on prose, a model alone whose drafts did not pay
-        took in every prompt where its optimistic estimate left it a chance."""
+        than later ones do (a stall, the first decodes' page faults), and the probes that measure
+        it again need the draft ready; on prose, a model alone whose drafts did not pay took in
+        every prompt where its optimistic estimate left it a chance."""
         drafter, tracker = self.sources[i]
         if drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed():
             return True
