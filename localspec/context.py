@@ -218,6 +218,21 @@ class Context:
                              "speculative decoding needs a transformer model")
         del self.tokens[n:]
 
+    def reserve_outputs(self, n_rows: int) -> None:
+        """Make llama.cpp size its output buffer for a verify of n_rows rows now, on an empty cache. It
+        grows that buffer only when a decode asks for more rows than ever before, and each growth
+        allocates the whole new size (with a backend chain, four vocabulary-sized arrays a row; page-
+        locked memory where rows come from a GPU, whose allocation takes time in proportion). A verify
+        that grows it would pay that once-only cost inside the step and the planner would read it as
+        the width's cost. One decode of n_rows tokens, every row out, with the greedy chain installed
+        so that its arrays are counted; then the cache is emptied and no chain is left installed."""
+        assert not self.tokens, "reserve_outputs() runs on an empty context"
+        n = min(n_rows, self.n_batch, self.n_ctx)
+        sampled = self._install(("chain", 0.0, 0, 1.0, 0.0))
+        self.decode([0] * n, logits="all", sampled=sampled)  # any token: only the rows count
+        self.truncate(0)
+        self._install(None)
+
     def reuse_prefix(self, tokens: Sequence[int]) -> int:
         """Keep the longest cached prefix shared with tokens, drop the rest; return its length."""
         n = common_prefix_len(self.tokens, tokens)

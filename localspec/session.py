@@ -19,7 +19,7 @@ from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .devices import keep_alive, local_devices, rpc_endpoints
-from .context import Context, LazyContext
+from .context import SAMPLED_ROWS_MAX, Context, LazyContext
 from .llama import Model, common_prefix_len, default_threads, gpu_offload_supported
 from .placement import Placement, place_pair
 from .planner import CostTracker, source_names, worth_preparing
@@ -81,6 +81,8 @@ class Pair:
         # A model draft's trees are verified in one decode, a branch per sequence of the target's cache.
         target_ctx = Context(target_model, options.n_ctx, options.threads, n_seq_max=MAX_BRANCHES if draft else 1)
         target_ctx.rows_offloaded = rows_on_gpu(where_t, o.ngl_target, target_model.n_layer)
+        if target_ctx.rows_offloaded:  # its output buffer is page-locked: sized once, here, not by a verify
+            target_ctx.reserve_outputs(SAMPLED_ROWS_MAX)
         draft_ctx = None
         if draft:
             draft_ctx = LazyContext(lambda: self._load_draft(Path(draft), where_d), options.n_ctx, Path(draft),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import llama_cpp as lc
 import numpy as np
 import pytest
 
@@ -95,6 +96,40 @@ def test_reuse_prefix_keeps_only_the_shared_tokens(model, ctx):
     ctx.decode(a, logits="none")
     b = a[:4] + model.tokenize(" something else", add_special=False)
     assert ctx.reuse_prefix(b) == 4 and ctx.tokens == a[:4]
+
+
+@pytest.mark.slow
+def test_reserving_output_rows_leaves_an_empty_cache_and_the_same_logits(model):
+    """The one decode that sizes llama.cpp's output buffer leaves nothing behind: no tokens, no cells,
+    no chain; and what the context computes next is what a context that never reserved computes."""
+    reserved, fresh = Context(model, n_ctx=256, n_threads=1), Context(model, n_ctx=256, n_threads=1)
+    assert lc.llama_get_sampled_token_ith(reserved.ptr, 127) < 0  # no decode yet: no row 127
+    reserved.reserve_outputs(128)
+    assert lc.llama_get_sampled_token_ith(reserved.ptr, 127) >= 0  # one decode made 128 rows, sampled
+    assert reserved.tokens == [] and reserved.chain_key is None
+    assert lc.llama_memory_seq_pos_max(reserved.memory, 0) == -1
+    prompt = model.tokenize("The capital of France is", add_special=True)
+    for c in (reserved, fresh):
+        c.decode(prompt, logits="all")
+    for i in range(len(prompt)):
+        np.testing.assert_array_equal(reserved.logits(i), fresh.logits(i))
+
+
+@pytest.mark.slow
+def test_a_pair_reserves_its_targets_output_rows_only_where_they_come_from_a_gpu(smol_path, monkeypatch):
+    """Where the target's rows are made on a GPU its output buffer is page-locked and slow to grow, so
+    the Pair sizes it at load for the widest sampled verify; on the CPU it is left to grow."""
+    from localspec import session
+    from localspec.context import SAMPLED_ROWS_MAX
+
+    for on_gpu in (False, True):
+        monkeypatch.setattr(session, "rows_on_gpu", lambda *a, on_gpu=on_gpu: on_gpu)
+        pair = session.Pair(smol_path, None, session.LoadOptions(n_ctx=256, threads=1, warm_start=False))
+        try:
+            made = lc.llama_get_sampled_token_ith(pair.target_ctx.ptr, SAMPLED_ROWS_MAX - 1) >= 0
+            assert made == on_gpu and pair.target_ctx.tokens == []
+        finally:
+            pair.close()
 
 
 def test_amx_guard_follows_the_build_and_the_override(monkeypatch):
