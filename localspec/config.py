@@ -84,11 +84,12 @@ def rows_on_backend(ctx, config: GenerationConfig | None = None, greedy: bool = 
     floats to bring back, session.rows_on_gpu); on the CPU the chain inside the decode costs more
     than numpy's reading of the row (scripts/bench_controller.py --real), and over RPC it measured
     slower too, so rows stay in numpy there. On a GPU it is the default for greedy rows only
-    (config's sampling, or `greedy` for a drafter's own): on an H100 the greedy chain kept target-only
-    output token for token, but with top-k/top-p/min-p filters the chain's rows failed the chi-square
-    and a context's logits after a filtered chain decode were off by up to 1.8 (README, GPU; not yet
-    explained), so sampled rows stay in numpy, the path whose exactness is proven. Logprobs need the
-    raw rows; LOCALSPEC_BACKEND_SAMPLING=1 or 0 forces the path on or off (tests, benchmarks)."""
+    (config's sampling, or `greedy` for a drafter's own). Sampled rows through the chain failed a
+    chi-square on an H100; on an H200 numpy's rows of the same batches failed it alike, and a row's
+    logits moved by up to 1.8 with the batch's shape with no chain installed (README, GPU): the GPU's
+    numerics, not the chain. Sampled rows stay in numpy there only because the chain's speed at
+    T > 0 on a GPU is not measured yet. Logprobs need the raw rows; LOCALSPEC_BACKEND_SAMPLING=1 or 0
+    forces the path on or off (tests, benchmarks)."""
     if config is not None:
         if config.logprobs is not None:
             return False
