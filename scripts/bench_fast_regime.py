@@ -5,15 +5,17 @@ The target and the draft are fake contexts over Qwen's real vocabulary (bench_fa
 decodes last a set time in a busy wait: --plain-ms a decode, --row-ms more per verify row, and
 --draft-ms a draft decode. Everything else is localspec's own controller, planner and numpy on
 151,936-wide rows, timed for real: what this measures is what the controller costs beside steps
-that short. The reply is a seeded random token sequence (the n-gram lookup finds nothing in it) and
-the draft agrees with every other token. Each --draft-ms is one setting: with a draft token dearer
-than a plain step, no draft can pay and auto should match plain; with a cheap one, the model pays.
-Scenarios run in turn, plain first and last, each with its own new trackers per round (--keep: one
-set per scenario kept across its rounds, as a chat session or the server keeps them); ratios are to
-the mean of this run's plain replies.
+that short. The reply is a seeded random token sequence (the n-gram lookup finds nothing in it),
+or a text file's tokens (--text: what the lookup finds in prose and code), and the draft agrees
+with every other token. Each --draft-ms is one setting: with a draft token dearer than a plain
+step, no draft can pay and auto should match plain; with a cheap one, the model pays. Scenarios
+run in turn, plain first and last, each with its own new trackers per round (--keep: one set per
+scenario kept across its rounds, as a chat session or the server keeps them); ratios are to the
+mean of this run's plain replies.
 
     python scripts/bench_fast_regime.py                          # 1 ms steps, drafts 1.2 and 0.5 ms
     python scripts/bench_fast_regime.py --plain-ms 3 --row-ms 0.3 --draft-ms 3.5
+    python scripts/bench_fast_regime.py --plain-ms 2 --row-ms 0.1 --draft-ms 3.3 --text README.md
 """
 
 from __future__ import annotations
@@ -43,8 +45,11 @@ SCENARIOS = {"plain": (), "ngram": ("ngram",), "model": ("model",), "hybrid": ("
 
 
 def contexts(vocab: Model, args, draft_ms: float) -> tuple[TimedRows, TimedRows, list[int]]:
-    """The target, the draft (agreeing on every other token) and the reply's random tokens."""
-    script = [int(t) for t in np.random.default_rng(0).integers(1000, 100_000, 50_000)]
+    """The target, the draft (agreeing on every other token) and the reply's tokens."""
+    if args.text:  # a real text's tokens: the lookup finds what it would find in such a reply
+        script = vocab.tokenize(args.text.read_text(encoding="utf-8"), add_special=False)[:50_000]
+    else:
+        script = [int(t) for t in np.random.default_rng(0).integers(1000, 100_000, 50_000)]
     draft_script = [t if i % 2 else t + 1 for i, t in enumerate(script)]
     target = TimedRows(vocab, 0, args.plain_ms / 1e3, args.row_ms / 1e3, script=script)
     draft = TimedRows(vocab, 1, draft_ms / 1e3, script=draft_script)
@@ -77,6 +82,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="replies per scenario (default 5)")
     parser.add_argument("--scenarios", default="plain,ngram,model,hybrid,plain")
     parser.add_argument("--keep", action="store_true", help="keep each scenario's trackers across its rounds")
+    parser.add_argument("--text", type=Path, help="reply tokens from this text file (default: random tokens)")
     args = parser.parse_args()
     vocab = Model(VOCAB, vocab_only=True)
     kinds = args.scenarios.split(",")
