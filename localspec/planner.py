@@ -462,7 +462,7 @@ class Planner:
         probe = max(probes, key=lambda c: c.rate, default=None)
         # the probe beat the known choice by min_gain (_probe)
         chosen = probe if probe is not None and probe.rate and probe[:2] != best[:2] else best
-        self._rest(live, chosen.source, priced)
+        self._rest(live, chosen.source, priced, best.rate)
         if chosen is probe:
             drafter, tracker = self.sources[probe.source]
             known = (best.gamma, self._stop(drafter, tracker, best.gamma)) if best.source == probe.source else None
@@ -499,8 +499,10 @@ class Planner:
         rest = self._resting.get(self._model)
         return rest is not None and self._rests(Choice(self._model, rest.limit, rest.bucket, 0.0))
 
-    def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float]) -> None:
-        """Keep which priced sources lost this step (see _rests); the chosen one is not resting. What
+    def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float],
+              best_rate: float) -> None:
+        """Keep which priced sources lost this step (see _rests) to the best known choice's best_rate
+        tokens/s; the chosen one is not resting. What
         a pricing takes is the lower median of the source's last PRICINGS_KEPT pricings, once there
         are two: a pause of the process (a garbage collection, a page fault) only ever adds time, and
         one pricing held up by 50 ms would leave its source unpriced for the next 5 s. The least is
@@ -518,7 +520,8 @@ class Planner:
                 need, close = self._lost[offer.source]  # _probe priced it this step
                 # one the budget denied is priced again once the allowance fits it (_rests)
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
-                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room, self._spread(offer.source),
+                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room,
+                                                      self._spread(offer, best_rate),
                                                       self.budget.elapsed, statistics.median_low(latest), need, fraction)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
@@ -549,10 +552,22 @@ class Planner:
             return gamma, rate
         return gamma, horizon / (horizon / rate + catch_up)
 
-    def _spread(self, source: int) -> float:
-        """The horizon source's price depends on beyond its room: a hybrid's draft model's (_horizon);
-        inf for the rest (the lookup's price has none, and a model alone's is its room's)."""
-        return self._horizon() if source == self._model and self._ngram is not None else math.inf
+    def _spread(self, offer: Choice, best_rate: float) -> float:
+        """The horizon offer's price depends on beyond its room: a hybrid's draft model's (_horizon),
+        which grows while the lookup stays away and spreads the model's catch-up thinner; inf for the
+        rest (the lookup's price has none, and a model alone's is its room's), and for a model whose
+        step loses to best_rate even with no catch-up to pay (by the point and the cautious estimate,
+        what _known prices at): no horizon makes it win then. Re-priced each time the horizon grew by
+        a token, such a model cost a hybrid a pricing at nearly every step, more than the lookup it
+        rested beside where a step takes milliseconds (README, the H200 run)."""
+        if offer.source != self._model or self._ngram is None:
+            return math.inf
+        tracker = self.sources[offer.source][1]
+        if not tracker.confirmed():  # priced by _probe alone, whose estimate has no horizon
+            return math.inf
+        steps = tracker.plan(offer.gamma, offer.bucket), tracker.plan(offer.gamma, offer.bucket, cautious=True)
+        bound = max((rate for gamma, rate in steps if gamma), default=0.0)  # γ 0: its best step drafts nothing
+        return self._horizon() if bound > best_rate else math.inf
 
     def _horizon(self, left: int | None = None) -> float:
         """The tokens a draft model that catches up now may draft before it falls behind again: what

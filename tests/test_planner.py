@@ -626,6 +626,46 @@ def test_a_hybrid_asks_its_resting_draft_model_only_when_due():
     assert asked[1] == steps and asked[0] <= 15
 
 
+class CopyThenNothing(Counted):
+    """An n-gram lookup stub that finds a 3-token match the first `matches` times it is asked, then none."""
+
+    def __init__(self, matches: int):
+        super().__init__("ngram")
+        self.matches = matches
+
+    def offer(self, tokens, k: int) -> int:
+        self.asked += 1
+        return min(k, 3) if self.asked <= self.matches else 0
+
+
+def test_a_hybrids_model_that_loses_with_no_catch_up_rests_while_the_lookup_stays_away():
+    # A hybrid's draft model spreads its catch-up over the tokens expected before the lookup's next
+    # run (LookupRuns.gap), and that horizon grows by a token at each step the lookup stays away.
+    # Each growth used to end the model's rest: after a copy it was priced at nearly every step, and
+    # where a step takes milliseconds that cost the hybrid 4-9% against the lookup alone
+    # (bench_fast_regime --text). A model whose step loses even with no catch-up to pay (here its
+    # token costs a plain step) wins at no horizon: it rests as a model alone does.
+    cost = 10 * PRICE_FRACTION * 0.2  # a pricing about every 10th plain step of 0.2 s
+    lookup, drafter = CopyThenNothing(12), Counted("model")
+    planner = Planner([(lookup, measured(0.95, 0.0)), (drafter, measured(0.5, 0.2))],
+                      GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.clock = PricingClock(cost)
+    tokens, sources, horizons = [1] * 20, [], []
+    for step in range(100):
+        plan = planner.plan(tokens, 500)
+        sources.append(plan.source)
+        accepted = plan.gamma if plan.source == 0 else 0  # the copy's guesses are right, the model's unused
+        planner.record(plan, Proposal([7] * plan.gamma, [one_hot(7)] * plan.gamma), accepted, 0.0,
+                       0.2 + 0.01 * plan.gamma, 0.0)
+        tokens = tokens + [1] * (accepted + 1)
+        horizons.append(planner._horizon())
+        if step == 29:
+            asked = drafter.asked
+    assert 0 in sources[:12] and set(sources[12:]) == {None}  # a copy, then plain steps
+    assert horizons[-1] > horizons[29] + 50  # the lookup stayed away: the horizon kept growing
+    assert drafter.asked - asked <= 2 * 8  # 70 plain steps: priced about every 10th (two asks each)
+
+
 def test_a_drafter_that_lost_is_priced_again_once_a_fraction_of_the_time_since_covers_it():
     # Pricing a drafter takes the controller tens of microseconds: a fraction of a per cent of a CPU's
     # plain step of tens of milliseconds, several per cent of a step of a few milliseconds. A
