@@ -124,6 +124,10 @@ class GenerationStats:
         """Gamma as --gamma takes it: "auto" or a whole number."""
         return self.gamma_mode if self.gamma_mode == "auto" else int(self.gamma_mode)
 
+    def drafter_counts(self) -> dict[str, dict[str, int]]:
+        """Each drafter's tokens drafted and accepted, as --json and the server's `speculative` give them."""
+        return {k: {"drafted": d, "accepted": a} for k, (d, a) in self.by_drafter.items()}
+
     def to_dict(self) -> dict:
         """A JSON-ready summary."""
         return {
@@ -132,8 +136,7 @@ class GenerationStats:
             "drafter": self.drafter_flag, "sources": [n for n in self.drafter.split("+") if n != "none"],
             "gamma": self.gamma_value, "warm_start": self.warm_start,
             "draft_loaded": self.draft_loaded,
-            "by_drafter": {k: {"drafted": d, "accepted": a} for k, (d, a) in self.by_drafter.items()},
-            "probe_steps": dict(self.probes),
+            "by_drafter": self.drafter_counts(), "probe_steps": dict(self.probes),
             "steps": self.steps, "tree_steps": self.tree_steps, "copy_branches": self.copy_branches, "handoffs": self.handoffs, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
             "alpha_per_position": self.alpha_at(), "tokens_per_s": self.tokens_per_s,

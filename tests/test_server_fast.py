@@ -184,3 +184,16 @@ def test_a_server_without_a_draft_refuses_the_model_drafter(tmp_path):
         r = http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 4})  # no key needed
         assert r.status_code == 200 and r.headers["x-localspec-draft"] == "none"
         assert r.json()["speculative"]["drafter"] == "ngram" and r.json()["speculative"]["reused_draft_tokens"] is None
+
+
+def test_the_speculative_object_counts_each_drafters_tokens_and_exploratory_steps():
+    # The same per-drafter counts as `--json` gives (GenerationStats.to_dict): a client can tell
+    # what each drafter brought and how many of its steps were the planner exploring.
+    app = create_app(fake_pair(), GenerationConfig(), api_key=None)
+    with TestClient(app) as http:
+        r = http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 24, "temperature": 0})
+    spec = r.json()["speculative"]
+    assert r.status_code == 200 and spec["drafted"] > 0
+    assert sum(d["drafted"] for d in spec["by_drafter"].values()) == spec["drafted"]
+    assert sum(d["accepted"] for d in spec["by_drafter"].values()) == spec["accepted"]
+    assert set(spec["probe_steps"]) <= set(spec["sources"]) and sum(spec["probe_steps"].values()) <= spec["steps"]
