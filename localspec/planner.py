@@ -502,13 +502,12 @@ class Planner:
     def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float],
               best_rate: float) -> None:
         """Keep which priced sources lost this step (see _rests) to the best known choice's best_rate
-        tokens/s; the chosen one is not resting. What
-        a pricing takes is the lower median of the source's last PRICINGS_KEPT pricings, once there
-        are two: a pause of the process (a garbage collection, a page fault) only ever adds time, and
-        one pricing held up by 50 ms would leave its source unpriced for the next 5 s. The least is
-        a pricing with warm caches, which steps of a few milliseconds seldom leave: at a GPU's costs
-        (bench_fast_regime) it was a third of the mean, and pricing took about three times the
-        PRICE_FRACTION meant for it."""
+        tokens/s; the chosen one is not resting. What a pricing takes is the lower median of the
+        source's last PRICINGS_KEPT pricings, once there are two: a pause of the process (a garbage
+        collection, a page fault) only ever adds time, and one pricing held up by 50 ms would leave
+        its source unpriced for the next 5 s. The least is a pricing with warm caches, which steps
+        of a few milliseconds seldom leave: at a GPU's costs (bench_fast_regime) it was a third of
+        the mean, and pricing took about three times the PRICE_FRACTION meant for it."""
         for offer in priced:
             latest = self._pricing.setdefault(offer.source, [])
             latest.append(seconds[offer.source])

@@ -50,6 +50,10 @@ def contexts(vocab: Model, args, draft_ms: float) -> tuple[TimedRows, TimedRows,
         script = vocab.tokenize(args.text.read_text(encoding="utf-8"), add_special=False)[:50_000]
     else:
         script = [int(t) for t in np.random.default_rng(0).integers(1000, 100_000, 50_000)]
+    need = 1000 * (args.rounds - 1) + 40 + args.tokens + 1  # the last round's prompt and reply
+    if len(script) < need:
+        sys.exit(f"--text {args.text}: {len(script)} tokens, {need} needed for {args.rounds} rounds of "
+                 f"{args.tokens} tokens; give a longer text, or fewer --rounds or --tokens")
     draft_script = [t if i % 2 else t + 1 for i, t in enumerate(script)]
     target = TimedRows(vocab, 0, args.plain_ms / 1e3, args.row_ms / 1e3, script=script)
     draft = TimedRows(vocab, 1, draft_ms / 1e3, script=draft_script)
