@@ -17,6 +17,7 @@ import numpy as np
 
 from .devices import watchdog
 from .llama import LlamaError, Model, common_prefix_len, default_threads
+from .sampling import SamplingParams
 
 # The most output rows one decode may ask a backend sampler chain to judge (llama.cpp sizes the
 # sampling graph by it): a verify of up to this many rows can arrive sampled, the widest an n-gram
@@ -228,7 +229,7 @@ class Context:
         so that its arrays are counted; then the cache is emptied and no chain is left installed."""
         assert not self.tokens, "reserve_outputs() runs on an empty context"
         n = min(n_rows, self.n_batch, self.n_ctx)
-        sampled = self._install(("chain", 0.0, 0, 1.0, 0.0))
+        sampled = self.sample_on_backend(SamplingParams(temperature=0.0))
         self.decode([0] * n, logits="all", sampled=sampled)  # any token: only the rows count
         self.truncate(0)
         self._install(None)
