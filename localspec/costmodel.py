@@ -249,9 +249,13 @@ class VerifyCurve:
     more per row than the widest trusted size, since a wider batch seldom costs more per row. Within
     the trusted range the point estimate holds: there tile boundaries break that law by up to a
     quarter on a CPU, and nothing the planner does not choose is measured again. next_width(k), what
-    an exploratory step is priced by, reads the optimistic curve: one slow sample at the widest size
-    otherwise priced every wider probe out of the budget for good. A size chosen is measured when it
-    runs, and the widest measured size moves out only by trying a wider one."""
+    an exploratory step is priced by, reads the optimistic curve up to the first size past the widest
+    measured (one slow sample at the widest size otherwise priced every wider probe out of the budget
+    for good), and wider sizes no cheaper a row than the widest: a bound on what the probe may lose,
+    which the budget needs (ExploreBudget). Along the curve's slope it was none: where a plain step
+    costs more than a 2-row verify (on the 2-core Xeon with the F16 target, one row takes another
+    kernel) that slope is nearly flat, and a 36-row probe priced at 0.61 s took 1.14 s. A size chosen
+    is measured when it runs, and the widest measured size moves out only by trying a wider one."""
 
     def __init__(self, means: dict[int, float] | None = None):
         self.points: dict[int, Ema] = {}
@@ -313,10 +317,11 @@ class VerifyCurve:
         return table[k] if k < len(table) else self._extend(1, k)
 
     def next_width(self, k: int) -> float:
-        """The optimistic estimate, with sizes beyond the first one wider than every measured one
-        along the optimistic curve's slope, not capped at the widest: what an exploratory step's
+        """The optimistic estimate up to the first size wider than every measured one, and beyond it
+        the estimate but no cheaper a row than the widest measured size: what an exploratory step's
         stop rule and its loss read, so that the draft reaches one size the curve has not measured,
-        and stops beyond it where the estimate says drafting on does not pay."""
+        and stops beyond it where drafting on may not pay, and a probe's loss is priced at no less
+        than its verify may cost (a wider batch seldom costs more a row)."""
         table = self._memo[2]
         return table[k] if k < len(table) else self._extend(2, k)
 
@@ -332,8 +337,9 @@ class VerifyCurve:
             widest, widest_s = known[-1]
             if mode == 1:  # beyond the widest measured size, no dearer than it
                 values = [min(t, widest_s) if w > widest else t for w, t in enumerate(values, start)]
-            elif mode == 2 and start <= widest + 1 <= end:  # the first size beyond it, likewise
-                values[widest + 1 - start] = min(values[widest + 1 - start], widest_s)
+            elif mode == 2:  # the first size beyond it likewise; wider ones no cheaper a row than it
+                values = [min(t, widest_s) if w == widest + 1 else max(t, widest_s * w / widest) if w > widest
+                          else t for w, t in enumerate(values, start)]
         table.extend(values)
         return table[k]
 

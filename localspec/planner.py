@@ -581,7 +581,9 @@ class Planner:
         one token's drafting more than the budget allowed. The loss is priced by the point estimate
         with the first width past the widest measured no dearer than the widest, as the step's stop
         rule drafts (CostTracker.draft_stop): along the measured slope, where two rows cost two plain
-        steps, no probe past one token would ever fit the budget's grace. It is priced only for the
+        steps, no probe past one token would ever fit the budget's grace; and wider ones no cheaper
+        a row than the widest measured (VerifyCurve.next_width), so that the loss the budget admits
+        bounds what the probe may lose. It is priced only for the
         γ that could be taken: a drafter that cannot beat the known choice even optimistically, as on
         text it does not draft well, costs the step one estimate, not three. A draft cost that rests
         on too few steps to be trusted (CostTracker.optimistic_draft_s) is measured again by a

@@ -50,6 +50,11 @@ CPU_F16 = {1: 0.074, 2: 0.121, 3: 0.135, 4: 0.142, 5: 0.150, 6: 0.166, 7: 0.182,
 # a 2-row verify costs 1.6 plain steps, 4 rows less than 3; 16 rows about 5.
 XEON_LIGHT = {k: ms / 1e3 for k, ms in {1: 77, 2: 121, 3: 163, 4: 145, 5: 193, 6: 238, 8: 306, 16: 374,
                                         20: 500}.items()}
+# The F16 target on the 2-core Xeon as a bench.py run measured it on chat prose (a hybrid's verifies):
+# a plain step dearer than a 2-row verify (one row takes another kernel), so the slope from the
+# narrowest size to a 9-row verify is nearly flat, where 36 rows cost three times 9.
+XEON_F16 = {k: ms / 1e3 for k, ms in {1: 299, 2: 216, 3: 239, 4: 248, 5: 296, 6: 282, 7: 344, 9: 370,
+                                      36: 1144}.items()}
 
 # The light target on the 2-core EPYC, measured with Context.decode (README): the cost steps with
 # llama.cpp's tiles (12 and 16 rows cost the same, one row past 16 costs 18% more) and a row keeps
@@ -74,6 +79,8 @@ class Region(NamedTuple):
 
 COPY = [Region(12, 0, 0, False, 0.0, 0.6), Region(148, 1, 2, True, 0.98, 0.85)]
 PROSE = [Region(128, 4, 2, False, 0.3, 0.6)]
+# Prose, then text whose long matches are wrong: it recurs in shape, not in words
+FALSE_COPY = [Region(40, 0, 0, False, 0.0, 0.6), Region(88, 1, 2, True, 0.05, 0.6)]
 
 
 @dataclass

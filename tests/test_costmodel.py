@@ -234,13 +234,13 @@ def test_an_exploratory_stop_rule_reaches_the_next_unmeasured_width():
     # Plain steps and 1-token drafts (90% sure, 3 of 4 accepted) measured; a 2-row verify costs 1.6
     # plain steps. By the point estimate a 3-row verify costs 2.3 (the 1-to-2 slope), and no second
     # token pays; a probe reads verify(3) as no dearer than verify(2), drafts a second token, and
-    # stops before a fourth row.
+    # stops before a fourth row, which it reads no cheaper a row than verify(2).
     t = CostTracker()
     for _ in range(3):
         t.record(0, 0, 0.0, 0.074, 0.0)
     for accepted in (1, 1, 1, 0):
         t.record(1, accepted, 0.024, 0.121, 0.0, [0.9])
-    assert t.verify.next_width(3) == pytest.approx(0.121) and t.verify.next_width(4) == t.verify_seconds(4)
+    assert t.verify.next_width(3) == pytest.approx(0.121) and t.verify.next_width(4) == pytest.approx(0.242)
     assert t.verify.next_width(2) == t.verify_seconds(2)
     assert drafts_until_stop(t.draft_stop(8), [0.9] * 8) == 1
     assert drafts_until_stop(t.draft_stop(8, probe=True), [0.9] * 8) == 2

@@ -137,12 +137,13 @@ class FakeModelDrafter(NGramDrafter):
 
 
 def measured_cheap_wide_verify():
-    """A tracker that has seen every draft accepted and a verify as cheap for 17 tokens as for 1."""
+    """A tracker that has seen every draft accepted and a verify as cheap for 41 tokens (as wide as
+    the copy below) as for 1."""
     from localspec.planner import CostTracker
 
     costs = CostTracker()
     for _ in range(5):
-        costs.record(16, 16, 0.0, 0.1, 0.0)
+        costs.record(40, 40, 0.0, 0.1, 0.0)
         costs.record(0, 0, 0.0, 0.1, 0.0)
     return costs
 
