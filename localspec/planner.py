@@ -583,9 +583,9 @@ class Planner:
         rule drafts (CostTracker.draft_stop): along the measured slope, where two rows cost two plain
         steps, no probe past one token would ever fit the budget's grace; and wider ones no cheaper
         a row than the widest measured (VerifyCurve.next_width), so that the loss the budget admits
-        bounds what the probe may lose. It is priced only for the
-        γ that could be taken: a drafter that cannot beat the known choice even optimistically, as on
-        text it does not draft well, costs the step one estimate, not three. A draft cost that rests
+        bounds what the probe may lose. It is priced only for the γ that could be taken: a drafter
+        that cannot beat the known choice even optimistically, as on text it does not draft well,
+        costs the step one estimate, not three. A draft cost that rests
         on too few steps to be trusted (CostTracker.optimistic_draft_s) is measured again by a
         one-token probe where the budget fits no wider one that could win: priced at the cost as
         measured, a wider probe may never fit a generation's budget, and a cost a stall inflated
