@@ -396,7 +396,7 @@ def test_an_unmeasured_wide_verify_is_probed_where_a_long_match_may_pay():
     plan = planner.plan(tokens, 400)
     width = config.ngram_gamma_max + 1
     assert plan.bucket == match_bucket(64) and plan.gamma == config.ngram_gamma_max
-    assert width not in tracker.verify
+    assert planner.explored == 1 and width not in tracker.verify  # a known choice, not a probe
     planner.record(plan, Proposal([0] * plan.gamma, []), plan.gamma, 0.0, 0.0125, 0.0)
     assert width in tracker.verify
 
