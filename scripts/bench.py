@@ -19,7 +19,8 @@ prompt tokens (checked: both counts are in bench.json), max tokens, sampling, se
 its speed is its own "decoded ... t/s" (the decode loop: model load and prompt excluded, as ours).
 
 Columns: tok/s over all prompts; vs target-only (localspec's plain decoding, same loop with γ = 0);
-draft's prefill counted = the same ratio with the seconds the draft model took to take in each prompt
+90% interval = a bootstrap interval of that ratio over the run's replies, paired by prompt and round
+(paired_interval; from three replies); draft's prefill counted = the same ratio with the seconds the draft model took to take in each prompt
 added (each reply takes it in anew, as a process running only that scenario would; llama.cpp's
 "decoded" speed, like the tok/s column, leaves its draft's prompt out); vs llama.cpp (its scenario
 of the same kind and γ; auto: its best n_max); alpha = accepted / drafted;
@@ -27,7 +28,8 @@ mean accepted length = tokens per target verify; theory = the speed over plain d
 scenario's acceptance per draft position and its measured draft and verify times predict for the draft
 lengths it used, with no controller overhead; best γ, theory = the best fixed γ of the family's pooled
 measurements (Leviathan et al. 2022; localspec.costmodel.expected_tokens); controller = share of the
-decode loop spent outside the draft and the target's llama_decode.
+decode loop spent outside the draft and the target's llama_decode. Below the table, each auto hybrid
+against the faster of its parts at auto in the run, with the same paired interval.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 from localspec.config import GenerationConfig
 from localspec.stats import GenerationStats, pooled_verify
+
+import numpy as np  # noqa: E402  (after localspec: llama.cpp before numpy)
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMACPP_BIN = ROOT / "build/llama.cpp/src/build/bin"  # where scripts/build_llamacpp.sh puts the tools
@@ -461,6 +465,52 @@ def conditional_acceptance(stats: list[GenerationStats]) -> list[float]:
 
 
 # --- the report ---------------------------------------------------------------------------------------
+# --- how sure a ratio is -------------------------------------------------------------------------------
+INTERVAL = 0.90    # the level of every ratio's interval
+RESAMPLES = 4000   # bootstrap resamples per interval
+
+
+def per_reply(records: list) -> list[tuple[int, float]]:
+    """(tokens, seconds) of each reply, in the run's order: localspec's stats or llama.cpp's runs."""
+    return [(r.generated, r.total_s if isinstance(r, GenerationStats) else r.decode_s) for r in records]
+
+
+def paired_interval(num: list[tuple[int, float]], den: list[tuple[int, float]], level: float = INTERVAL,
+                    resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
+    """A percentile-bootstrap interval (Efron 1979) for speed(num) / speed(den), each speed its
+    replies' tokens over their seconds, resampling the replies in pairs: reply j of both scenarios
+    is the same prompt in the same round, so a prompt's own ease, and the machine's pace at that
+    moment, count in both and drop out of the ratio. It measures how far the ratio moves with which
+    replies the run happened to hold; not what differs between processes (each plans from its own
+    measurements, so two runs may decide differently). None below three pairs."""
+    n = min(len(num), len(den))
+    if n < 3:
+        return None
+    a, b = np.asarray(num[:n], dtype=float), np.asarray(den[:n], dtype=float)
+    picks = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    ratios = (a[picks, 0].sum(1) / a[picks, 1].sum(1)) / (b[picks, 0].sum(1) / b[picks, 1].sum(1))
+    lo, hi = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def best_part_notes(rows: list[dict]) -> list[str]:
+    """Each auto hybrid against the faster of its parts at auto (model, n-gram) in this run, with
+    the paired interval: what "the hybrid is as good as its best part" is judged by."""
+    notes = []
+    for hybrid in (r for r in rows if r["engine"] == "localspec" and r.get("drafter") == "hybrid"
+                   and r["gamma"] == "auto"):
+        parts = [r for r in rows if r["engine"] == "localspec" and r.get("drafter") in ("model", "ngram")
+                 and r["gamma"] == "auto"]
+        if not parts:
+            continue
+        best = max(parts, key=lambda r: r["tokens_per_s"])
+        span = paired_interval(hybrid["per_reply"], best["per_reply"])
+        within = "" if span is None else f" ({INTERVAL:.0%} interval {span[0]:.2f}-{span[1]:.2f}x)"
+        notes.append(f"{hybrid['scenario']} / its best part here, {best['scenario']}: "
+                     f"{hybrid['tokens_per_s'] / best['tokens_per_s']:.2f}x{within}")
+    return notes
+
+
 def summarise(scenarios: list[Scenario], runs: Runs, costs: Costs) -> list[dict]:
     """One row per scenario that ran, then the ratios between rows."""
     rows = []
@@ -469,9 +519,11 @@ def summarise(scenarios: list[Scenario], runs: Runs, costs: Costs) -> list[dict]
         if not records or sc.label in runs.failed:
             continue
         rows.append(localspec_row(sc, records, costs) if sc.engine == "localspec" else llamacpp_row(sc, records))
+        rows[-1]["per_reply"] = per_reply(records)
     base = next((r for r in rows if r["family"] == "plain" and r["engine"] == "localspec"), None)
     for r in rows:
         r["ratio"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
+        r["ratio_interval"] = paired_interval(r["per_reply"], base["per_reply"]) if base and r is not base else None
         with_prefill = r.get("tokens_per_s_with_draft_prefill")
         r["ratio_with_draft_prefill"] = with_prefill / base["tokens_per_s"] if base and with_prefill else None
         r["vs_llamacpp"], r["vs_llamacpp_ref"] = vs_llamacpp(r, rows)
@@ -484,7 +536,7 @@ def localspec_row(sc: Scenario, stats: list[GenerationStats], costs: Costs) -> d
     drafted, accepted, steps = (sum(getattr(s, k) for s in stats) for k in ("drafted", "accepted", "steps"))
     accept = conditional_acceptance(stats)
     row = {
-        "scenario": sc.label, "engine": "localspec", "family": sc.family,
+        "scenario": sc.label, "engine": "localspec", "family": sc.family, "drafter": sc.drafter,
         "gamma": "auto" if sc.gamma is None else sc.gamma, "tokens": tokens, "seconds": secs,
         "tokens_per_s": tokens / secs, "steps": steps, "drafted": drafted, "accepted": accepted,
         "alpha": accepted / drafted if drafted else None,
@@ -564,15 +616,17 @@ def vs_llamacpp(row: dict, rows: list[dict]) -> tuple[float | None, str | None]:
 def markdown(rows: list[dict]) -> str:
     """The comparison table."""
     fmt = lambda v, spec, suffix="": "" if v is None else format(v, spec) + suffix  # noqa: E731
-    lines = ["| scenario | tok/s | vs target-only | draft's prefill counted | vs llama.cpp | alpha | "
-             "mean accepted length | theory | best γ, theory | controller |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| scenario | tok/s | vs target-only | {INTERVAL:.0%} interval | draft's prefill counted | vs llama.cpp | "
+             "alpha | mean accepted length | theory | best γ, theory | controller |", "|" + "---|" * 11]
     for r in rows:
         vs = fmt(r["vs_llamacpp"], ".2f", "x")
         if vs and r["gamma"] == "auto":
             vs += f" ({short_label(r['vs_llamacpp_ref'])})"
         best = fmt(r["theory_best"], ".2f", f"x (γ={r['theory_best_gamma']})")
         ctrl = fmt(r["controller_share"] and 100 * r["controller_share"], ".1f", "%")
-        lines.append(f"| {r['scenario']} | {r['tokens_per_s']:.1f} | {fmt(r['ratio'], '.2f', 'x')} | "
+        span = r.get("ratio_interval")
+        span = f"{span[0]:.2f}-{span[1]:.2f}x" if span else ""
+        lines.append(f"| {r['scenario']} | {r['tokens_per_s']:.1f} | {fmt(r['ratio'], '.2f', 'x')} | {span} | "
                      f"{fmt(r.get('ratio_with_draft_prefill'), '.2f', 'x')} | {vs} | "
                      f"{fmt(r['alpha'], '.3f')} | {fmt(r['mean_accepted_length'], '.2f')} | "
                      f"{fmt(r['theory'], '.2f', 'x')} | {best} | {ctrl} |")
@@ -693,7 +747,7 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
              f"{where_text(args)}, {args.threads or default_threads()} threads, {p_min_text(args)}")
     args.out.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
-    notes = runs.notes + ([plots] if isinstance(plots, str) else [])
+    notes = runs.notes + best_part_notes(rows) + ([plots] if isinstance(plots, str) else [])
     text = "\n".join([title, "", markdown(rows), *([""] + [f"- {n}" for n in notes] if notes else [])])
     if runs.commands:
         text += "\n\nllama.cpp, e.g.: `" + next(iter(runs.commands.values())) + "`"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from localspec.costmodel import VerifyCurve
@@ -274,3 +275,55 @@ def test_each_scenario_follows_every_other_equally_often(spec):
     counts = {pair: follows.count(pair) for pair in set(follows)}
     assert len(counts) == k * (k - 1) and len(set(counts.values())) == 1
     assert bench.reply_order(scenarios, rows) == bench.reply_order(scenarios, 0)  # then the rows repeat
+
+
+def test_a_ratio_interval_pairs_replies_by_prompt():
+    # Replies whose prompts differ tenfold in speed, one scenario 1.1 times the other on each: paired,
+    # the prompts' spread drops out of the ratio and the interval is the ratio itself; the same speeds
+    # shuffled across prompts spread it.
+    rng = np.random.default_rng(1)
+    base = [(100, float(s)) for s in rng.uniform(1.0, 10.0, size=12)]
+    faster = [(t, s / 1.1) for t, s in base]
+    lo, hi = bench.paired_interval(faster, base)
+    assert lo == pytest.approx(1.1) and hi == pytest.approx(1.1)
+    lo, hi = bench.paired_interval(faster[::-1], base)
+    assert lo < 1.0 and hi - lo > 0.25
+    assert bench.paired_interval(faster[:2], base[:2]) is None  # too few pairs to say
+
+
+def test_a_ratio_interval_covers_a_noisy_ratio_and_narrows_with_replies():
+    # Each reply 1.05 times as fast, times 10% noise on either side: the interval holds 1.05, and a
+    # run four times as long gives an interval about half as wide.
+    rng = np.random.default_rng(2)
+
+    def replies(n):
+        base = [(96, float(s)) for s in rng.uniform(5.0, 15.0, size=n)]
+        return [(t, s / 1.05 * rng.lognormal(0, 0.1)) for t, s in base], base
+
+    lo, hi = bench.paired_interval(*replies(8))
+    long_lo, long_hi = bench.paired_interval(*replies(32))
+    assert lo < 1.05 < hi and long_lo < 1.05 < long_hi
+    assert 0.3 < (long_hi - long_lo) / (hi - lo) < 0.8
+
+
+def test_the_report_gives_each_ratio_its_interval_and_the_hybrid_against_its_best_part():
+    def stats(speeds):
+        out = []
+        for tokens_per_s in speeds:
+            s = GenerationStats()
+            s.generated, s.total_s = 100, 100 / tokens_per_s
+            out.append(s)
+        return out
+
+    scenarios = bench.parse_scenarios("plain,model:auto,ngram:auto,hybrid:auto")
+    plain = [10.0, 20.0, 10.0, 20.0]
+    runs = bench.Runs({"target-only": stats(plain), "model gamma=auto": stats([1.2 * v for v in plain]),
+                       "ngram gamma=auto": stats([1.0 * v for v in plain]),
+                       "hybrid gamma=auto": stats([1.2 * 0.9 * v for v in plain])})
+    rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+    by = {r["scenario"]: r for r in rows}
+    assert by["target-only"]["ratio_interval"] is None
+    assert by["model gamma=auto"]["ratio_interval"] == (pytest.approx(1.2), pytest.approx(1.2))
+    assert "| 1.20x | 1.20-1.20x |" in bench.markdown(rows)
+    assert bench.best_part_notes(rows) == ["hybrid gamma=auto / its best part here, model gamma=auto: "
+                                           "0.90x (90% interval 0.90-0.90x)"]
