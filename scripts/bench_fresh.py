@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Fresh `localspec generate` processes, as a CLI user runs them, alternating prompt by prompt:
 --target-only, auto with warm start off (every process relearns its costs), and auto with warm start
-(plans saved in the model store by earlier runs). Prints each variant's tokens/s over prefill and
+(plans saved in the model store by earlier runs), in an order that changes from prompt to prompt so
+that each variant follows every other equally often (bench.reply_order; in a fixed order the
+process right after a cold one, which loads the draft, was always the warm one). Prints each variant's tokens/s over prefill and
 decoding, summed over its runs, and its ratio to --target-only from this one run; and the same over
 each process's wall time, model loading included (what a user waits for: a draft costs its load).
 Both are per generated token. A second table groups the auto processes by whether they loaded the
@@ -49,28 +51,29 @@ def main() -> None:
     ap.add_argument("--extra", default="", help="more flags for every run, e.g. '--target M --draft D'")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench import reply_order  # scripts/bench.py, beside this file
     from localspec.prompts import load_prompts
 
     prompts = load_prompts(args.prompts, args.n_prompts)
     totals = {name: [0, 0.0, 0.0] for name in VARIANTS}  # tokens, prefill + decode seconds, wall seconds
     beside: dict[tuple[str, bool], list[float]] = {}  # (variant, draft loaded) -> ratios to target-only's process
-    for r in range(args.rounds):
-        for i, prompt in enumerate(prompts):
-            for name, (flags, env) in VARIANTS.items():
-                stats, wall = run(prompt, flags, env, args)
-                seconds = stats["time_s"]["total"]  # prefill (the draft's too) + decoding
-                totals[name][0] += stats["generated_tokens"]
-                totals[name][1] += seconds
-                totals[name][2] += wall
-                rate = stats["generated_tokens"] / seconds
-                if name == "target-only":
-                    plain_rate = rate
-                else:
-                    beside.setdefault((name, bool(stats.get("draft_loaded"))), []).append(rate / plain_rate)
-                drafted = {k: v["drafted"] for k, v in stats.get("by_drafter", {}).items()}
-                print(f"round {r} prompt {i} {name}: {rate:.1f} tok/s, "
-                      f"{wall:.1f} s wall (warm_start {stats.get('warm_start')}, draft loaded "
-                      f"{stats.get('draft_loaded')}, drafted {drafted})", file=sys.stderr)
+    for n, (r, i) in enumerate((r, i) for r in range(args.rounds) for i in range(len(prompts))):
+        rates = {}
+        for name in reply_order(list(VARIANTS), n):
+            flags, env = VARIANTS[name]
+            stats, wall = run(prompts[i], flags, env, args)
+            seconds = stats["time_s"]["total"]  # prefill (the draft's too) + decoding
+            totals[name][0] += stats["generated_tokens"]
+            totals[name][1] += seconds
+            totals[name][2] += wall
+            rates[name] = stats["generated_tokens"] / seconds, bool(stats.get("draft_loaded"))
+            drafted = {k: v["drafted"] for k, v in stats.get("by_drafter", {}).items()}
+            print(f"round {r} prompt {i} {name}: {rates[name][0]:.1f} tok/s, "
+                  f"{wall:.1f} s wall (warm_start {stats.get('warm_start')}, draft loaded "
+                  f"{stats.get('draft_loaded')}, drafted {drafted})", file=sys.stderr)
+        plain_rate = rates.pop("target-only")[0]
+        for name, (rate, loaded) in rates.items():
+            beside.setdefault((name, loaded), []).append(rate / plain_rate)
     n0, s0, w0 = totals["target-only"]
     # Per token: at T=0 a near-tie decided differently in a batch can end a reply earlier or later.
     print("| variant | tokens | tok/s | vs target-only | wall s | tok/s over wall | vs target-only |\n"

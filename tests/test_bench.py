@@ -327,3 +327,31 @@ def test_the_report_gives_each_ratio_its_interval_and_the_hybrid_against_its_bes
     assert "| 1.20x | 1.20-1.20x |" in bench.markdown(rows)
     assert bench.best_part_notes(rows) == ["hybrid gamma=auto / its best part here, model gamma=auto: "
                                            "0.90x (90% interval 0.90-0.90x)"]
+
+
+def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own_target_only(monkeypatch, capsys):
+    # In a fixed order the warm process always ran right after the cold one, which loads the draft.
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # where it finds bench.py
+    spec = importlib.util.spec_from_file_location("bench_fresh", ROOT / "scripts/bench_fresh.py")
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    ran = []
+
+    def run(prompt, flags, env, args):  # target-only at 10 tok/s; an auto process at 9 or 11 by prompt
+        name = "target-only" if flags else "auto, cold" if env else "auto, warm"
+        ran.append((name, prompt))
+        rate = 10.0 if flags else 9.0 if prompt == "p0" else 11.0
+        return {"time_s": {"total": 100 / rate}, "generated_tokens": 100, "draft_loaded": bool(env)}, 1.0
+
+    monkeypatch.setattr(fresh, "run", run)
+    monkeypatch.setattr("localspec.prompts.load_prompts", lambda path, n: ["p0", "p1", "p2"][:n])
+    monkeypatch.setattr(sys, "argv", ["bench_fresh.py", "--rounds", "2"])
+    fresh.main()
+    triples = [[name for name, _ in ran[k:k + 3]] for k in range(0, len(ran), 3)]
+    assert len(triples) == 6 and all(sorted(t) == sorted(fresh.VARIANTS) for t in triples)
+    follows = [(t[j], t[j + 1]) for t in triples for j in range(2)]
+    assert {follows.count(p) for p in set(follows)} == {2} and len(set(follows)) == 6
+    assert all(len({p for _, p in ran[k:k + 3]}) == 1 for k in range(0, len(ran), 3))  # one prompt a triple
+    out = capsys.readouterr().out
+    # each auto process against the target-only process of its own prompt: 0.9x twice, 1.1x four times
+    assert "| auto, cold | yes | 6 | 1.03x | 0.90–1.10x |" in out
