@@ -20,16 +20,17 @@ its speed is its own "decoded ... t/s" (the decode loop: model load and prompt e
 
 Columns: tok/s over all prompts; vs target-only (localspec's plain decoding, same loop with γ = 0);
 90% interval = a bootstrap interval of that ratio over the run's replies, paired by prompt and round
-(paired_interval; from three replies); draft's prefill counted = the same ratio with the seconds the draft model took to take in each prompt
-added (each reply takes it in anew, as a process running only that scenario would; llama.cpp's
-"decoded" speed, like the tok/s column, leaves its draft's prompt out); vs llama.cpp (its scenario
-of the same kind and γ; auto: its best n_max); alpha = accepted / drafted;
-mean accepted length = tokens per target verify; theory = the speed over plain decoding that this
-scenario's acceptance per draft position and its measured draft and verify times predict for the draft
-lengths it used, with no controller overhead; best γ, theory = the best fixed γ of the family's pooled
-measurements (Leviathan et al. 2022; localspec.costmodel.expected_tokens); controller = share of the
-decode loop spent outside the draft and the target's llama_decode. Below the table, each auto hybrid
-against the faster of its parts at auto in the run, with the same paired interval.
+(paired_interval; from three replies); draft's prefill counted = the same ratio with the seconds the
+draft model took to take in each prompt added (each reply takes it in anew, as a process running
+only that scenario would; llama.cpp's "decoded" speed, like the tok/s column, leaves its draft's
+prompt out); vs llama.cpp (its scenario of the same kind and γ; auto: its best n_max); alpha =
+accepted / drafted; mean accepted length = tokens per target verify; theory = the speed over plain
+decoding that this scenario's acceptance per draft position and its measured draft and verify times
+predict for the draft lengths it used, with no controller overhead; best γ, theory = the best fixed
+γ of the family's pooled measurements (Leviathan et al. 2022; localspec.costmodel.expected_tokens);
+controller = share of the decode loop spent outside the draft and the target's llama_decode. Below
+the table, each auto hybrid against the faster of its parts at auto in the run, with the same paired
+interval.
 """
 
 from __future__ import annotations
@@ -464,7 +465,6 @@ def conditional_acceptance(stats: list[GenerationStats]) -> list[float]:
     return [a for a, j in zip(pooled.rates(), pooled.judged) if j]
 
 
-# --- the report ---------------------------------------------------------------------------------------
 # --- how sure a ratio is -------------------------------------------------------------------------------
 INTERVAL = 0.90    # the level of every ratio's interval
 RESAMPLES = 4000   # bootstrap resamples per interval
@@ -511,6 +511,7 @@ def best_part_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
+# --- the report ---------------------------------------------------------------------------------------
 def summarise(scenarios: list[Scenario], runs: Runs, costs: Costs) -> list[dict]:
     """One row per scenario that ran, then the ratios between rows."""
     rows = []

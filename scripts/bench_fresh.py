@@ -2,13 +2,13 @@
 """Fresh `localspec generate` processes, as a CLI user runs them, alternating prompt by prompt:
 --target-only, auto with warm start off (every process relearns its costs), and auto with warm start
 (plans saved in the model store by earlier runs), in an order that changes from prompt to prompt so
-that each variant follows every other equally often (bench.reply_order; in a fixed order the
-process right after a cold one, which loads the draft, was always the warm one). Prints each variant's tokens/s over prefill and
-decoding, summed over its runs, and its ratio to --target-only from this one run; and the same over
-each process's wall time, model loading included (what a user waits for: a draft costs its load).
-Both are per generated token. A second table groups the auto processes by whether they loaded the
-draft, each against the target-only process of the same prompt and round: what the draft's entry
-costs, apart from the spread between processes.
+that each variant follows every other equally often (bench.reply_order; in a fixed order the process
+right after a cold one, which loads the draft, was always the warm one). Prints each variant's
+tokens/s over prefill and decoding, summed over its runs, and its ratio to --target-only from this
+one run; and the same over each process's wall time, model loading included (what a user waits for:
+a draft costs its load). Both are per generated token. A second table groups the auto processes by
+whether they loaded the draft, each against the target-only process of the same prompt and round:
+what the draft's entry costs, apart from the spread between processes.
 
     python scripts/bench_fresh.py --prompts scripts/prompts/prose.jsonl --rounds 3 -n 96
 """
