@@ -51,11 +51,12 @@ def main() -> None:
     ap.add_argument("--extra", default="", help="more flags for every run, e.g. '--target M --draft D'")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from bench import reply_order  # scripts/bench.py, beside this file
+    from bench import INTERVAL, paired_interval, reply_order  # scripts/bench.py, beside this file
     from localspec.prompts import load_prompts
 
     prompts = load_prompts(args.prompts, args.n_prompts)
-    totals = {name: [0, 0.0, 0.0] for name in VARIANTS}  # tokens, prefill + decode seconds, wall seconds
+    # per variant, one (tokens, prefill + decode seconds, wall seconds) per prompt and round, in order
+    runs: dict[str, list[tuple[int, float, float]]] = {name: [] for name in VARIANTS}
     beside: dict[tuple[str, bool], list[float]] = {}  # (variant, draft loaded) -> ratios to target-only's process
     for n, (r, i) in enumerate((r, i) for r in range(args.rounds) for i in range(len(prompts))):
         rates = {}
@@ -63,9 +64,7 @@ def main() -> None:
             flags, env = VARIANTS[name]
             stats, wall = run(prompts[i], flags, env, args)
             seconds = stats["time_s"]["total"]  # prefill (the draft's too) + decoding
-            totals[name][0] += stats["generated_tokens"]
-            totals[name][1] += seconds
-            totals[name][2] += wall
+            runs[name].append((stats["generated_tokens"], seconds, wall))
             rates[name] = stats["generated_tokens"] / seconds, bool(stats.get("draft_loaded"))
             drafted = {k: v["drafted"] for k, v in stats.get("by_drafter", {}).items()}
             print(f"round {r} prompt {i} {name}: {rates[name][0]:.1f} tok/s, "
@@ -74,12 +73,20 @@ def main() -> None:
         plain_rate = rates.pop("target-only")[0]
         for name, (rate, loaded) in rates.items():
             beside.setdefault((name, loaded), []).append(rate / plain_rate)
-    n0, s0, w0 = totals["target-only"]
+    base = runs["target-only"]
+    n0, s0, w0 = (sum(col) for col in zip(*base))
     # Per token: at T=0 a near-tie decided differently in a batch can end a reply earlier or later.
-    print("| variant | tokens | tok/s | vs target-only | wall s | tok/s over wall | vs target-only |\n"
-          "|---|---|---|---|---|---|---|")
-    for name, (n, s, w) in totals.items():
-        print(f"| {name} | {n} | {n / s:.1f} | {n / s / (n0 / s0):.2f}x | {w:.1f} | {n / w:.1f} | {n / w / (n0 / w0):.2f}x |")
+    # Each ratio's interval: bench.paired_interval over the prompts and rounds, each process paired
+    # with the target-only process of the same prompt and round.
+    level = f"{INTERVAL:.0%} interval"
+    print(f"| variant | tokens | tok/s | vs target-only | {level} | wall s | tok/s over wall | vs target-only | "
+          f"{level} |\n" + "|" + "---|" * 9)
+    for name, rows in runs.items():
+        n, s, w = (sum(col) for col in zip(*rows))
+        spans = [_span(paired_interval([(t, x[k]) for t, *x in rows], [(t, x[k]) for t, *x in base]))
+                 if name != "target-only" else "" for k in (0, 1)]
+        print(f"| {name} | {n} | {n / s:.1f} | {n / s / (n0 / s0):.2f}x | {spans[0]} | {w:.1f} | {n / w:.1f} | "
+              f"{n / w / (n0 / w0):.2f}x | {spans[1]} |")
     # The spread between processes, apart from what the draft costs: each process against the
     # target-only process of the same prompt and round, grouped by whether it loaded the draft.
     print("\n| variant | draft loaded | processes | mean vs the target-only process beside it | range |\n"
@@ -87,6 +94,10 @@ def main() -> None:
     for (name, loaded), ratios in sorted(beside.items()):
         print(f"| {name} | {'yes' if loaded else 'no'} | {len(ratios)} | {sum(ratios) / len(ratios):.2f}x | "
               f"{min(ratios):.2f}–{max(ratios):.2f}x |")
+
+
+def _span(interval: tuple[float, float] | None) -> str:
+    return f"{interval[0]:.2f}–{interval[1]:.2f}x" if interval else ""
 
 
 if __name__ == "__main__":

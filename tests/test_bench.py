@@ -355,3 +355,11 @@ def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own
     out = capsys.readouterr().out
     # each auto process against the target-only process of its own prompt: 0.9x twice, 1.1x four times
     assert "| auto, cold | yes | 6 | 1.03x | 0.90–1.10x |" in out
+    # the ratio of the sums (60 s of target-only over 2 x 100/9 + 4 x 100/11 s), with its interval
+    # over the six pairs: at the least all from p0 (0.9x), at the most none (1.1x); over wall time,
+    # one second each: 1.00x
+    row = next(line for line in out.splitlines() if line.startswith("| auto, warm | 600 |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    lo, hi = (float(x) for x in cells[4].rstrip("x").split("–"))
+    assert cells[3] == "1.02x" and 0.9 <= lo < 1.02 < hi <= 1.1
+    assert cells[7] == "1.00x" and cells[8] == "1.00–1.00x"
