@@ -114,6 +114,7 @@ class SpeculativeDecoder:
             yield from run.loop(list(prompt))
         finally:
             stats.total_s = time.perf_counter() - t0
+            stats.exploration_s = {self.sources[i][0].name: s for i, s in planner.budget.spent.items()}
         yield Finished(stats)
 
     def _prefill(self, prompt: Sequence[int], stats: GenerationStats, planner: Planner) -> None:

@@ -34,6 +34,9 @@ class GenerationStats:
     drafter: str = "none"  # who may propose: model, ngram, ngram+model (hybrid), or none
     by_drafter: dict[str, list[int]] = field(default_factory=dict)  # name -> [drafted, accepted]
     probes: dict[str, int] = field(default_factory=dict)  # name -> its exploratory steps (planner.ExploreBudget)
+    # name -> what its exploratory steps lost, net, in seconds, as the planner's budget charged it:
+    # learning's measured cost in this generation (a probe that paid counts negative)
+    exploration_s: dict[str, float] = field(default_factory=dict)
     gamma_mode: str = ""   # "auto" or the fixed draft length
     warm_start: bool = False  # the planner started from measurements saved by an earlier process
     # whether the draft model was loaded by the generation's end (None: no draft model); a warm start
@@ -128,6 +131,15 @@ class GenerationStats:
         """Each drafter's tokens drafted and accepted, as --json and the server's `speculative` give them."""
         return {k: {"drafted": d, "accepted": a} for k, (d, a) in self.by_drafter.items()}
 
+    def exploration_line(self) -> str:
+        """What learning cost this generation: each drafter's exploratory steps, their net loss
+        against the best known choice, and its share of the decode loop."""
+        t = self.total_s or 1e-9
+        steps = lambda n: f"{n} step" + ("" if n == 1 else "s")  # noqa: E731
+        return "exploring: " + ", ".join(
+            f"{name} {steps(self.probes.get(name, 0))}, {'lost' if s >= 0 else 'gained'} {abs(s):.3f} s "
+            f"({100 * s / t:+.1f}% of the loop)" for name, s in self.exploration_s.items())
+
     def to_dict(self) -> dict:
         """A JSON-ready summary."""
         return {
@@ -137,6 +149,7 @@ class GenerationStats:
             "gamma": self.gamma_value, "warm_start": self.warm_start,
             "draft_loaded": self.draft_loaded,
             "by_drafter": self.drafter_counts(), "probe_steps": dict(self.probes),
+            "exploration_s": dict(self.exploration_s),
             "steps": self.steps, "tree_steps": self.tree_steps, "copy_branches": self.copy_branches, "handoffs": self.handoffs, "drafted": self.drafted, "accepted": self.accepted,
             "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
             "alpha_per_position": self.alpha_at(), "tokens_per_s": self.tokens_per_s,
@@ -165,6 +178,7 @@ class GenerationStats:
             f"alpha {alpha}, mean accepted length {self.mean_accepted_length:.2f}"),
             f"alpha per draft position: {per_pos}",
             "by drafter: " + (", ".join(f"{k} {a}/{d}" for k, (d, a) in self.by_drafter.items()) or "n/a"),
+            *([self.exploration_line()] if self.exploration_s else []),
             f"time split: draft {100 * self.draft_s / t:.0f}%, verify {100 * self.verify_s / t:.0f}%, "
             f"controller {100 * self.controller_s / t:.0f}%",
         ])

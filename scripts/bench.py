@@ -559,15 +559,17 @@ def localspec_row(sc: Scenario, stats: list[GenerationStats], costs: Costs) -> d
 
 
 def by_drafter(stats: list[GenerationStats]) -> dict:
-    """Drafted and accepted tokens and exploratory steps per drafter, summed over the prompts."""
-    out: dict[str, dict[str, int]] = {}
+    """Drafted and accepted tokens, exploratory steps and what they lost (seconds, net) per drafter,
+    summed over the prompts."""
+    out: dict[str, dict] = {}
     for s in stats:
-        for name in {*s.by_drafter, *s.probes}:
+        for name in {*s.by_drafter, *s.probes, *s.exploration_s}:
             drafted, accepted = s.by_drafter.get(name, (0, 0))
-            cell = out.setdefault(name, {"drafted": 0, "accepted": 0, "probe_steps": 0})
+            cell = out.setdefault(name, {"drafted": 0, "accepted": 0, "probe_steps": 0, "exploration_s": 0.0})
             cell["drafted"] += drafted
             cell["accepted"] += accepted
             cell["probe_steps"] += s.probes.get(name, 0)
+            cell["exploration_s"] += s.exploration_s.get(name, 0.0)
     return out
 
 

@@ -208,8 +208,10 @@ def test_per_drafter_counts_are_summed_over_prompts():
     b.record_step(4, 1, "ngram")
     b.record_step(2, 2, "model")
     a.probes["ngram"], b.probes["ngram"], b.probes["model"] = 1, 2, 1
-    assert bench.by_drafter([a, b]) == {"ngram": {"drafted": 7, "accepted": 3, "probe_steps": 3},
-                                        "model": {"drafted": 2, "accepted": 2, "probe_steps": 1}}
+    a.exploration_s["ngram"], b.exploration_s["ngram"], b.exploration_s["model"] = 0.5, -0.25, 0.125
+    assert bench.by_drafter([a, b]) == {
+        "ngram": {"drafted": 7, "accepted": 3, "probe_steps": 3, "exploration_s": 0.25},
+        "model": {"drafted": 2, "accepted": 2, "probe_steps": 1, "exploration_s": 0.125}}
 
 
 class RecordingPair:

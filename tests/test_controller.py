@@ -402,6 +402,33 @@ def test_the_stats_count_each_drafters_exploratory_steps(contexts):
     assert fixed.probes == {} and fixed.by_drafter["model"][0] > 0
 
 
+def test_the_stats_give_what_exploring_cost_as_the_budget_charged_it(contexts, monkeypatch):
+    # The budget bounds what learning may cost; the stats say what it did cost, per drafter, in
+    # the generation's seconds: what --stats, --json and the server's `speculative` block show.
+    planners = []
+
+    class Recorded(speculative_mod.Planner):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            planners.append(self)
+
+    monkeypatch.setattr(speculative_mod, "Planner", Recorded)
+    target, draft = contexts
+    prompt = tokenize(target, "red, blue, green, red, blue, green,")
+    sources = [(NGramDrafter(), CostTracker()), *model_source(draft)]
+    _, stats = generate(target, sources, prompt, GenerationConfig(40, None, GREEDY))
+    spent = planners[-1].budget.spent
+    assert spent and stats.exploration_s == {sources[i][0].name: s for i, s in spent.items()}
+    assert set(stats.exploration_s) <= {"ngram", "model"} and set(stats.probes) <= set(stats.exploration_s)
+    assert stats.to_dict()["exploration_s"] == stats.exploration_s
+    line = next(x for x in stats.summary().splitlines() if x.startswith("exploring: "))
+    for name, seconds in stats.exploration_s.items():
+        n = stats.probes.get(name, 0)
+        assert f"{name} {n} step{'' if n == 1 else 's'}, " in line and f"{abs(seconds):.3f} s" in line
+    _, fixed = generate(target, model_source(draft), prompt, GenerationConfig(40, 4, GREEDY, p_min=0.0))
+    assert fixed.exploration_s == {} and "exploring" not in fixed.summary()
+
+
 def test_stop_strings_and_stats(contexts):
     target, draft = contexts
     prompt = tokenize(target, "1, 2, 3, 4,")
