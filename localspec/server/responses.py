@@ -26,8 +26,8 @@ def speculative_info(reply: Reply) -> dict:
     return {"drafted": s.drafted, "accepted": s.accepted, "alpha": s.alpha,
             "mean_accepted_length": s.mean_accepted_length, "steps": s.steps, "drafter": s.drafter_flag,
             "sources": [n for n in s.drafter.split("+") if n != "none"], "gamma": s.gamma_value,
-            "by_drafter": s.drafter_counts(), "probe_steps": dict(s.probes),
-            "exploration_s": dict(s.exploration_s), "reused_target_tokens": reply.reused_target, "reused_draft_tokens": reply.reused_draft,
+            "by_drafter": s.drafter_counts(), "probe_steps": dict(s.probes), "exploration_s": dict(s.exploration_s),
+            "reused_target_tokens": reply.reused_target, "reused_draft_tokens": reply.reused_draft,
             "tokens_per_s": s.tokens_per_s}
 
 
