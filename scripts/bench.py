@@ -493,19 +493,23 @@ def paired_interval(num: list[tuple[int, float]], den: list[tuple[int, float]], 
     return float(lo), float(hi)
 
 
+def interval_text(span: tuple[float, float] | None) -> str:
+    """An interval as the reports print it: '0.94-1.03x' ('' for none)."""
+    return f"{span[0]:.2f}-{span[1]:.2f}x" if span else ""
+
+
 def best_part_notes(rows: list[dict]) -> list[str]:
     """Each auto hybrid against the faster of its parts at auto (model, n-gram) in this run, with
     the paired interval: what "the hybrid is as good as its best part" is judged by."""
+    auto = [r for r in rows if r["engine"] == "localspec" and r["gamma"] == "auto"]
+    parts = [r for r in auto if r.get("drafter") in ("model", "ngram")]
+    if not parts:
+        return []
+    best = max(parts, key=lambda r: r["tokens_per_s"])
     notes = []
-    for hybrid in (r for r in rows if r["engine"] == "localspec" and r.get("drafter") == "hybrid"
-                   and r["gamma"] == "auto"):
-        parts = [r for r in rows if r["engine"] == "localspec" and r.get("drafter") in ("model", "ngram")
-                 and r["gamma"] == "auto"]
-        if not parts:
-            continue
-        best = max(parts, key=lambda r: r["tokens_per_s"])
-        span = paired_interval(hybrid["per_reply"], best["per_reply"])
-        within = "" if span is None else f" ({INTERVAL:.0%} interval {span[0]:.2f}-{span[1]:.2f}x)"
+    for hybrid in (r for r in auto if r.get("drafter") == "hybrid"):
+        span = interval_text(paired_interval(hybrid["per_reply"], best["per_reply"]))
+        within = f" ({INTERVAL:.0%} interval {span})" if span else ""
         notes.append(f"{hybrid['scenario']} / its best part here, {best['scenario']}: "
                      f"{hybrid['tokens_per_s'] / best['tokens_per_s']:.2f}x{within}")
     return notes
@@ -627,8 +631,7 @@ def markdown(rows: list[dict]) -> str:
             vs += f" ({short_label(r['vs_llamacpp_ref'])})"
         best = fmt(r["theory_best"], ".2f", f"x (γ={r['theory_best_gamma']})")
         ctrl = fmt(r["controller_share"] and 100 * r["controller_share"], ".1f", "%")
-        span = r.get("ratio_interval")
-        span = f"{span[0]:.2f}-{span[1]:.2f}x" if span else ""
+        span = interval_text(r.get("ratio_interval"))
         lines.append(f"| {r['scenario']} | {r['tokens_per_s']:.1f} | {fmt(r['ratio'], '.2f', 'x')} | {span} | "
                      f"{fmt(r.get('ratio_with_draft_prefill'), '.2f', 'x')} | {vs} | "
                      f"{fmt(r['alpha'], '.3f')} | {fmt(r['mean_accepted_length'], '.2f')} | "

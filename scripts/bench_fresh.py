@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--extra", default="", help="more flags for every run, e.g. '--target M --draft D'")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from bench import INTERVAL, paired_interval, reply_order  # scripts/bench.py, beside this file
+    from bench import INTERVAL, interval_text, paired_interval, reply_order  # scripts/bench.py, beside this file
     from localspec.prompts import load_prompts
 
     prompts = load_prompts(args.prompts, args.n_prompts)
@@ -83,7 +83,7 @@ def main() -> None:
           f"{level} |\n" + "|" + "---|" * 9)
     for name, rows in runs.items():
         n, s, w = (sum(col) for col in zip(*rows))
-        spans = [_span(paired_interval([(t, x[k]) for t, *x in rows], [(t, x[k]) for t, *x in base]))
+        spans = [interval_text(paired_interval([(t, x[k]) for t, *x in rows], [(t, x[k]) for t, *x in base]))
                  if name != "target-only" else "" for k in (0, 1)]
         print(f"| {name} | {n} | {n / s:.1f} | {n / s / (n0 / s0):.2f}x | {spans[0]} | {w:.1f} | {n / w:.1f} | "
               f"{n / w / (n0 / w0):.2f}x | {spans[1]} |")
@@ -94,10 +94,6 @@ def main() -> None:
     for (name, loaded), ratios in sorted(beside.items()):
         print(f"| {name} | {'yes' if loaded else 'no'} | {len(ratios)} | {sum(ratios) / len(ratios):.2f}x | "
               f"{min(ratios):.2f}–{max(ratios):.2f}x |")
-
-
-def _span(interval: tuple[float, float] | None) -> str:
-    return f"{interval[0]:.2f}–{interval[1]:.2f}x" if interval else ""
 
 
 if __name__ == "__main__":

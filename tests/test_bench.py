@@ -362,6 +362,6 @@ def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own
     # one second each: 1.00x
     row = next(line for line in out.splitlines() if line.startswith("| auto, warm | 600 |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
-    lo, hi = (float(x) for x in cells[4].rstrip("x").split("–"))
+    lo, hi = (float(x) for x in cells[4].rstrip("x").split("-"))
     assert cells[3] == "1.02x" and 0.9 <= lo < 1.02 < hi <= 1.1
-    assert cells[7] == "1.00x" and cells[8] == "1.00–1.00x"
+    assert cells[7] == "1.00x" and cells[8] == "1.00-1.00x"
