@@ -8,7 +8,9 @@ tokens/s over prefill and decoding, summed over its runs, and its ratio to --tar
 one run; and the same over each process's wall time, model loading included (what a user waits for:
 a draft costs its load). Both are per generated token. A second table groups the auto processes by
 whether they loaded the draft, each against the target-only process of the same prompt and round:
-what the draft's entry costs, apart from the spread between processes.
+what the draft's entry costs, apart from the spread between processes. A third says where each
+variant's prefill-and-decode seconds went, as shares of them: what its exploratory steps lost (the
+budget's ledger, exploration_s), the draft's prompt intakes, and the controller's own time.
 
     python scripts/bench_fresh.py --prompts scripts/prompts/prose.jsonl --rounds 3 -n 96
 """
@@ -57,6 +59,8 @@ def main() -> None:
     prompts = load_prompts(args.prompts, args.n_prompts)
     # per variant, one (tokens, prefill + decode seconds, wall seconds) per prompt and round, in order
     runs: dict[str, list[tuple[int, float, float]]] = {name: [] for name in VARIANTS}
+    # per variant, seconds summed over its runs: exploring, the draft's prompt intakes, the controller
+    spent: dict[str, list[float]] = {name: [0.0, 0.0, 0.0] for name in VARIANTS}
     beside: dict[tuple[str, bool], list[float]] = {}  # (variant, draft loaded) -> ratios to target-only's process
     for n, (r, i) in enumerate((r, i) for r in range(args.rounds) for i in range(len(prompts))):
         rates = {}
@@ -65,6 +69,8 @@ def main() -> None:
             stats, wall = run(prompts[i], flags, env, args)
             seconds = stats["time_s"]["total"]  # prefill (the draft's too) + decoding
             runs[name].append((stats["generated_tokens"], seconds, wall))
+            for k, part in enumerate(spent_by(stats)):
+                spent[name][k] += part
             rates[name] = stats["generated_tokens"] / seconds, bool(stats.get("draft_loaded"))
             drafted = {k: v["drafted"] for k, v in stats.get("by_drafter", {}).items()}
             print(f"round {r} prompt {i} {name}: {rates[name][0]:.1f} tok/s, "
@@ -94,6 +100,18 @@ def main() -> None:
     for (name, loaded), ratios in sorted(beside.items()):
         print(f"| {name} | {'yes' if loaded else 'no'} | {len(ratios)} | {sum(ratios) / len(ratios):.2f}x | "
               f"{min(ratios):.2f}–{max(ratios):.2f}x |")
+    print("\n| variant | exploring (the budget's ledger) | the draft's prompt intakes | controller |\n"
+          "|---|---|---|---|")
+    for name, parts in spent.items():
+        loop = sum(s for _, s, _ in runs[name])
+        print(f"| {name} | " + " | ".join(f"{100 * part / loop:.2f}%" for part in parts) + " |")
+
+
+def spent_by(stats: dict) -> tuple[float, float, float]:
+    """A process's seconds lost to exploring (net, every drafter's, as the budget charged them), spent
+    taking in the prompt with the draft, and spent in the controller outside llama.cpp's decodes."""
+    t = stats["time_s"]
+    return sum(stats.get("exploration_s", {}).values()), t.get("draft_prefill", 0.0), t.get("controller", 0.0)
 
 
 if __name__ == "__main__":

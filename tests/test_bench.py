@@ -343,7 +343,9 @@ def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own
         name = "target-only" if flags else "auto, cold" if env else "auto, warm"
         ran.append((name, prompt))
         rate = 10.0 if flags else 9.0 if prompt == "p0" else 11.0
-        return {"time_s": {"total": 100 / rate}, "generated_tokens": 100, "draft_loaded": bool(env)}, 1.0
+        times = {"total": 100 / rate, "controller": 0.02 if flags else 0.05, "draft_prefill": 0.5 if env else 0.0}
+        return {"time_s": times, "generated_tokens": 100, "draft_loaded": bool(env),
+                "exploration_s": {} if flags else {"ngram": 0.1, "model": -0.04}}, 1.0
 
     monkeypatch.setattr(fresh, "run", run)
     monkeypatch.setattr("localspec.prompts.load_prompts", lambda path, n: ["p0", "p1", "p2"][:n])
@@ -365,3 +367,9 @@ def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own
     lo, hi = (float(x) for x in cells[4].rstrip("x").split("-"))
     assert cells[3] == "1.02x" and 0.9 <= lo < 1.02 < hi <= 1.1
     assert cells[7] == "1.00x" and cells[8] == "1.00-1.00x"
+    # where the loop's seconds went, summed over each variant's six processes: 6 x 0.06 s of exploring
+    # (one drafter's probes lost 0.1 s, the other's gained 0.04 s), 6 x 0.5 s of the draft's intake
+    # where it was loaded, 6 x 0.05 s of controller, over 2 x 100/9 + 4 x 100/11 = 58.59 s
+    assert "| auto, warm | 0.61% | 0.00% | 0.51% |" in out
+    assert "| auto, cold | 0.61% | 5.12% | 0.51% |" in out
+    assert "| target-only | 0.00% | 0.00% | 0.20% |" in out
