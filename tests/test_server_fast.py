@@ -197,3 +197,23 @@ def test_the_speculative_object_counts_each_drafters_tokens_and_exploratory_step
     assert sum(d["drafted"] for d in spec["by_drafter"].values()) == spec["drafted"]
     assert sum(d["accepted"] for d in spec["by_drafter"].values()) == spec["accepted"]
     assert set(spec["probe_steps"]) <= set(spec["sources"]) and sum(spec["probe_steps"].values()) <= spec["steps"]
+
+
+def test_the_speculative_object_says_whether_the_plan_started_warm(tmp_path):
+    # A restarted server plans from what the last one measured and says so, as `--json` does: the
+    # object is the generation's stats (GenerationStats.to_dict) less what `usage` carries.
+    target, draft = model_files(tmp_path)
+
+    def answer() -> dict:
+        app = create_app(fake_pair(n_ctx=1024, target_path=target, draft_path=draft), DEFAULTS, api_key=None)
+        with TestClient(app) as http:
+            r = http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 16, "temperature": 0})
+        assert r.status_code == 200
+        return r.json()["speculative"]
+
+    first, second = answer(), answer()
+    assert first["warm_start"] is False and second["warm_start"] is True
+    for spec in (first, second):
+        assert spec["draft_loaded"] is True and 0 <= spec["tree_steps"] <= spec["steps"]
+        assert spec["time_s"]["decode"] > 0 and len(spec["alpha_per_position"]) <= 4
+        assert not {"prompt_tokens", "generated_tokens", "reused_tokens", "finish_reason"} & set(spec)

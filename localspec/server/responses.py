@@ -20,15 +20,17 @@ from .web import Live
 from .worker import Job
 
 
+# What `usage` and finish_reason already carry, left out of the `speculative` object
+IN_USAGE = ("prompt_tokens", "generated_tokens", "reused_tokens", "finish_reason")
+
+
 def speculative_info(reply: Reply) -> dict:
-    """The `speculative` object: what was drafted and accepted, and what the caches reused."""
-    s = reply.stats
-    return {"drafted": s.drafted, "accepted": s.accepted, "alpha": s.alpha,
-            "mean_accepted_length": s.mean_accepted_length, "steps": s.steps, "drafter": s.drafter_flag,
-            "sources": [n for n in s.drafter.split("+") if n != "none"], "gamma": s.gamma_value,
-            "by_drafter": s.drafter_counts(), "probe_steps": dict(s.probes), "exploration_s": dict(s.exploration_s),
-            "reused_target_tokens": reply.reused_target, "reused_draft_tokens": reply.reused_draft,
-            "tokens_per_s": s.tokens_per_s}
+    """The `speculative` object: the generation's stats as `--json` gives them (GenerationStats.to_dict:
+    what was drafted and accepted, by which drafter, whether the plan started warm, the trees, the
+    time split) less what `usage` carries, and what the caches reused."""
+    info = {k: v for k, v in reply.stats.to_dict().items() if k not in IN_USAGE}
+    info.update(reused_target_tokens=reply.reused_target, reused_draft_tokens=reply.reused_draft)
+    return info
 
 
 def usage_info(reply: Reply) -> dict:
