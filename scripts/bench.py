@@ -30,7 +30,8 @@ predict for the draft lengths it used, with no controller overhead; best γ, the
 γ of the family's pooled measurements (Leviathan et al. 2022; localspec.costmodel.expected_tokens);
 controller = share of the decode loop spent outside the draft and the target's llama_decode. Below
 the table, each auto hybrid against the faster of its parts at auto in the run, with the same paired
-interval.
+interval; and any reply that ran below 0.6 of its scenario's median speed on the same prompt (a
+stall: from three rounds), with every ratio over the pairs without it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -468,6 +470,9 @@ def conditional_acceptance(stats: list[GenerationStats]) -> list[float]:
 # --- how sure a ratio is -------------------------------------------------------------------------------
 INTERVAL = 0.90    # the level of every ratio's interval
 RESAMPLES = 4000   # bootstrap resamples per interval
+# A reply below this share of the median speed of its scenario on the same prompt over the rounds
+# is named in the notes (stall_notes), with the ratios the run gives without it
+STALL_SHARE = 0.6
 
 
 def per_reply(records: list) -> list[tuple[int, float]]:
@@ -513,6 +518,55 @@ def best_part_notes(rows: list[dict]) -> list[str]:
         notes.append(f"{hybrid['scenario']} / its best part here, {best['scenario']}: "
                      f"{hybrid['tokens_per_s'] / best['tokens_per_s']:.2f}x{within}")
     return notes
+
+
+def slow_replies(rows: list[dict], n_prompts: int) -> dict[int, list[tuple[str, float]]]:
+    """Reply index -> (scenario, its share of the median) for each reply that ran below STALL_SHARE
+    of the median speed of its scenario's replies to the same prompt (reply j is prompt j mod
+    n_prompts; from three rounds). On a shared machine one such reply can move a ratio by more than
+    the spread of all the others: a stall of 9 s held a hybrid reply to 0.34x target-only's and the
+    next reply, another scenario's, to 0.59x."""
+    slow: dict[int, list[tuple[str, float]]] = {}
+    for r in rows:
+        speeds = [tokens / max(seconds, 1e-300) for tokens, seconds in r["per_reply"]]
+        for j, speed in enumerate(speeds):
+            same = speeds[j % n_prompts::n_prompts]
+            median = statistics.median(same)
+            if len(same) >= 3 and speed < STALL_SHARE * median:
+                slow.setdefault(j, []).append((r["scenario"], speed / median))
+    return slow
+
+
+def stall_notes(rows: list[dict], n_prompts: int) -> list[str]:
+    """Where slow_replies finds any: which, and every ratio to target-only (and each hybrid to its
+    best part) over the pairs that remain, with its interval. The table keeps every reply."""
+    slow = slow_replies(rows, n_prompts)
+    base = next((r for r in rows if r["family"] == "plain" and r["engine"] == "localspec"), None)
+    if not slow or base is None:
+        return []
+    keep = lambda replies: [x for j, x in enumerate(replies) if j not in slow]  # noqa: E731
+    named = "; ".join(f"reply {j} (prompt {j % n_prompts}, round {j // n_prompts}): "
+                      + ", ".join(f"{short_label(name)} {share:.2f}" for name, share in found)
+                      for j, found in sorted(slow.items()))
+    ratios = []
+    for r in rows:
+        if r is base:
+            continue
+        mine, theirs = keep(r["per_reply"]), keep(base["per_reply"])
+        ratio = speed_of(mine) / speed_of(theirs) if mine and theirs else None
+        span = interval_text(paired_interval(mine, theirs))
+        if ratio is not None:
+            ratios.append(f"{short_label(r['scenario'])} {ratio:.2f}x" + (f" ({span})" if span else ""))
+    without = [{**r, "per_reply": keep(r["per_reply"]), "tokens_per_s": speed_of(keep(r["per_reply"]))}
+               for r in rows if keep(r["per_reply"])]
+    return [f"replies below {STALL_SHARE} of their scenario's median on the same prompt (share of it): {named}; "
+            f"without those replies' pairs: " + ", ".join(ratios)] + \
+        [f"without them, {note}" for note in best_part_notes(without)]
+
+
+def speed_of(replies: list[tuple[int, float]]) -> float:
+    """Tokens over seconds of a list of (tokens, seconds)."""
+    return sum(t for t, _ in replies) / max(sum(s for _, s in replies), 1e-300)
 
 
 # --- the report ---------------------------------------------------------------------------------------
@@ -753,7 +807,8 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
              f"{where_text(args)}, {args.threads or default_threads()} threads, {p_min_text(args)}")
     args.out.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
-    notes = runs.notes + best_part_notes(rows) + ([plots] if isinstance(plots, str) else [])
+    notes = (runs.notes + best_part_notes(rows) + stall_notes(rows, len(runs.prompt_tokens))
+             + ([plots] if isinstance(plots, str) else []))
     text = "\n".join([title, "", markdown(rows), *([""] + [f"- {n}" for n in notes] if notes else [])])
     if runs.commands:
         text += "\n\nllama.cpp, e.g.: `" + next(iter(runs.commands.values())) + "`"

@@ -331,6 +331,36 @@ def test_the_report_gives_each_ratio_its_interval_and_the_hybrid_against_its_bes
                                            "0.90x (90% interval 0.90-0.90x)"]
 
 
+def test_a_reply_far_slower_than_its_scenario_on_the_same_prompt_is_named_with_the_ratios_without_it():
+    # Three prompts over three rounds, the model 1.1 times target-only on each, but one of its replies
+    # (prompt 1, round 1) at 0.3 of its speed: a stall. The table keeps it; the note names it and
+    # gives every ratio over the pairs that remain.
+    def stats(speeds):
+        out = []
+        for tokens_per_s in speeds:
+            s = GenerationStats()
+            s.generated, s.total_s = 100, 100 / tokens_per_s
+            out.append(s)
+        return out
+
+    plain = [10.0, 20.0, 30.0] * 3
+    model = [1.1 * v for v in plain]
+    model[4] *= 0.3
+    scenarios = bench.parse_scenarios("plain,model:auto,hybrid:auto")
+    runs = bench.Runs({"target-only": stats(plain), "model gamma=auto": stats(model),
+                       "hybrid gamma=auto": stats([1.05 * v for v in plain])})
+    rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+    assert rows[1]["ratio"] < 0.95  # the table as measured
+    notes = bench.stall_notes(rows, 3)
+    assert notes[0].startswith("replies below 0.6 of their scenario's median on the same prompt (share of it): "
+                               "reply 4 (prompt 1, round 1): model gamma=auto 0.30; without those replies' pairs: ")
+    assert "model gamma=auto 1.10x (1.10-1.10x), hybrid gamma=auto 1.05x (1.05-1.05x)" in notes[0]
+    assert notes[1] == ("without them, hybrid gamma=auto / its best part here, model gamma=auto: "
+                        "0.95x (90% interval 0.95-0.95x)")
+    runs.results["model gamma=auto"] = stats([1.1 * v for v in plain])
+    assert bench.stall_notes(bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs)), 3) == []
+
+
 def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own_target_only(monkeypatch, capsys):
     # In a fixed order the warm process always ran right after the cold one, which loads the draft.
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # where it finds bench.py
