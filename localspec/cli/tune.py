@@ -41,8 +41,9 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
 
     Tries every compatible draft in the store, types derived from them, n-gram lookup and plain
     decoding; predicts tokens/s at each draft length from measured acceptance and costs, confirms
-    the best three by real runs, and saves the pick beside the target. Later generate, chat and
-    serve runs with that target use it for the flags they are not given. Example:
+    the best three and the hybrid at γ auto over the two best drafts by real runs, and saves the
+    pick beside the target. Later generate, chat and serve runs with that target use it for the
+    flags they are not given. Example:
 
         localspec tune --temperature 0 --plot tune.png
     """

@@ -21,6 +21,11 @@ from .report import Row, TuneResult
 # machine are noisy, a marginal "win" is often noise, and a pick that loses to plain decoding is worse
 # than a missed 3%. (The cost model's CostTracker.min_gain, for the same reason.)
 PICK_MIN_GAIN = 0.03
+# The real runs measure the hybrid with γ auto (what generate does without a profile) over each of
+# this many drafts, the best predicted first. The predictions are of fixed γ, whose drafts stop at a
+# fixed p-min; auto's stop rule learns where a draft's guesses hold, and a draft whose guesses hold
+# beyond what its confidence says can rank low at fixed γ and run fastest at auto.
+AUTO_DRAFTS = 2
 
 
 def run_tune(target: Path, options: TuneOptions, prompts: Sequence[str], log: Callable[[str], None] = print,
@@ -128,7 +133,7 @@ class Tuner:
     def _measure_or_skip(self, cand: Candidate) -> Row:
         estimate = self.model_s + (self.derive_s if cand.source and not cand.path.exists() else 0.0)
         # Measuring every candidate comes first; then the real runs, on at least two prompts.
-        reserve = (self.options.confirm + 1) * 2 * self.prompt_s * 1.25
+        reserve = (1 + self.options.confirm + AUTO_DRAFTS) * 2 * self.prompt_s * 1.25
         if cand.kind == "model" and self.clock() + estimate + reserve > self.deadline:
             return Row(cand, note="skipped: --budget")
         try:
@@ -140,18 +145,19 @@ class Tuner:
     # -- phase 4
     def confirm(self, rows: list[Row]) -> bool:
         """Real runs of the best predictions, of target-only, and of what a user gets without a
-        profile with the best draft (hybrid, γ auto: not predicted, only measured), alternating
-        prompt by prompt; False when the budget left no time for any. Appends the hybrid row."""
+        profile with each of the AUTO_DRAFTS best predicted drafts (hybrid, γ auto: not predicted,
+        only measured), alternating prompt by prompt; False when the budget left no time for any.
+        Appends the hybrid rows."""
         ranked = sorted((r for r in rows if r.steps and r.candidate.kind != "none"),
                         key=lambda r: -r.predicted(r.gamma))[: self.options.confirm]
         if not ranked or self.clock() >= self.deadline:
             return False
-        best_draft = max((r for r in rows if r.steps and r.candidate.kind == "model"),
-                         key=lambda r: r.predicted(r.gamma), default=None)
-        if best_draft is not None:
-            rows.append(Row(hybrid_of(best_draft.candidate), tokens=best_draft.tokens))
+        drafts = sorted((r for r in rows if r.steps and r.candidate.kind == "model"),
+                        key=lambda r: -r.predicted(r.gamma))[:AUTO_DRAFTS]
+        hybrids = [Row(hybrid_of(d.candidate), tokens=d.tokens) for d in drafts]
+        rows.extend(hybrids)
         base = next(r for r in rows if r.candidate.kind == "none")
-        self._confirm_runs([base, *ranked] + ([rows[-1]] if best_draft is not None else []))
+        self._confirm_runs([base, *ranked, *hybrids])
         return True
 
     def _confirm_runs(self, chosen: list[Row]) -> None:
