@@ -246,7 +246,8 @@ class VerifyCurve:
 
     optimistic(k) is what a batch may cost at best: beyond the widest measured size no more than
     the widest (the estimate where that is lower), and a size wider than every trusted one also no
-    more per row than the widest trusted size, since a wider batch seldom costs more per row. Within
+    more per row than the widest trusted size or any size between, since a wider batch seldom costs
+    more per row. Within
     the trusted range the point estimate holds: there tile boundaries break that law by up to a
     quarter on a CPU, and nothing the planner does not choose is measured again. next_width(k), what
     an exploratory step is priced by, reads the optimistic curve up to the first size past the widest
@@ -291,13 +292,15 @@ class VerifyCurve:
     def fitted(self, hopeful: bool = False) -> list[tuple[int, float]]:
         """known(), each size measured fewer than TRUSTED_SAMPLES times held between the trusted
         sizes around it; hopeful: one wider than every trusted size also no dearer per row than the
-        widest trusted (the class docstring). Kept until the next add."""
+        widest trusted or any size between (_no_dearer_a_row). Kept until the next add."""
         fit = self._fits.get(hopeful)
         if fit is None:
             known = self.known()
             trusted = [(k, t) for k, t in known if self.points[k].n >= TRUSTED_SAMPLES]
             fit = known if not trusted else [
-                (k, t if self.points[k].n >= TRUSTED_SAMPLES else _bounded(k, t, trusted, hopeful)) for k, t in known]
+                (k, t if self.points[k].n >= TRUSTED_SAMPLES else _bounded(k, t, trusted)) for k, t in known]
+            if hopeful and trusted:
+                fit = _no_dearer_a_row(fit, trusted[-1][0])
             self._fits[hopeful] = fit
         return fit
 
@@ -370,15 +373,28 @@ def _estimates(known: Sequence[tuple[int, float]], lo: int, hi: int) -> list[flo
     return out + [tn + rise * (k - kn) for k in range(max(lo, kn + 1), end)]
 
 
-def _bounded(k: int, seconds: float, trusted: Sequence[tuple[int, float]], hopeful: bool) -> float:
+def _bounded(k: int, seconds: float, trusted: Sequence[tuple[int, float]]) -> float:
     """seconds for a batch of k held no lower than the trusted (k', t') narrower than k and no higher
-    than those wider (between the two where the trusted break that order); hopeful, where k is wider
-    than every trusted size: no higher than the widest one's seconds per row over k rows."""
+    than those wider (between the two where the trusted break that order)."""
     low = max((t for w, t in trusted if w < k), default=0.0)
     high = min((t for w, t in trusted if w > k), default=math.inf)
-    seconds = min(max(seconds, min(low, high)), max(low, high))
-    widest, t = trusted[-1]
-    return min(seconds, t * k / widest) if hopeful and k > widest else seconds
+    return min(max(seconds, min(low, high)), max(low, high))
+
+
+def _no_dearer_a_row(fit: Sequence[tuple[int, float]], widest_trusted: int) -> list[tuple[int, float]]:
+    """fit, each size wider than the widest trusted one held no dearer per row than any size from
+    that one up to it: the hope beyond the trusted range. Those sizes are each measured about once
+    (an n-gram copy's widths), and one slow sample at the widest measured, read as it came, priced
+    every wider copy out of the lookup's hope in one run and not in another, which then drafted
+    copies 87 long where the first stayed at 52."""
+    out, least = [], math.inf
+    for k, t in fit:
+        if k > widest_trusted:
+            t = min(t, least * k)
+        if k >= widest_trusted:
+            least = min(least, t / k)
+        out.append((k, t))
+    return out
 
 
 class PositionAcceptance:

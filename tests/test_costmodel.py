@@ -274,12 +274,32 @@ def test_a_size_measured_fewer_than_three_times_is_read_within_what_trusted_size
     assert curve.optimistic(40) == curve.seconds(40)
     assert curve.next_width(48) == pytest.approx(0.670)
     curve.add(64, 0.950)
-    assert curve.seconds(64) == pytest.approx(0.950) and curve.next_width(64) == pytest.approx(0.670 * 64 / 46)
-    assert curve.optimistic(80) == pytest.approx(0.670 * 64 / 46)  # no dearer than the widest, as hoped
+    # hoped no dearer per row than 48 as read (0.670 over 48 rows), and no dearer than the widest
+    assert curve.seconds(64) == pytest.approx(0.950) and curve.next_width(64) == pytest.approx(0.670 * 64 / 48)
+    assert curve.optimistic(80) == pytest.approx(0.670 * 64 / 48)
     for _ in range(TRUSTED_SAMPLES - 1):
         curve.add(48, 0.626)
     assert curve.seconds(48) == pytest.approx(0.626)  # measured three times: read as measured
     assert VerifyCurve({4: 0.04, 2: 0.05}).seconds(4) == 0.04  # nothing trusted: every size as measured
+
+
+def test_one_slow_sample_at_the_widest_copy_width_does_not_cap_the_hope_for_wider_copies():
+    # An n-gram lookup's copy widths, each measured once, about 8 ms a row, and the widest (81 rows)
+    # once at 9 ms a row: read as it came it capped every wider width's hope at its own cost, so an
+    # 88-row copy could not look faster than the 53-row one known. Hoped no dearer a row than 53
+    # rows, 81 rows may cost 657 ms, and 88 rows no more than that; the point estimate keeps 734 ms.
+    from localspec.costmodel import TRUSTED_SAMPLES, VerifyCurve
+
+    curve = VerifyCurve()
+    for _ in range(TRUSTED_SAMPLES):
+        curve.add(1, 0.025)
+    for k, ms in ((21, 249), (33, 300), (49, 411), (53, 430), (54, 442), (81, 734)):
+        curve.add(k, ms / 1e3)
+    assert curve.seconds(81) == pytest.approx(0.734)
+    assert curve.optimistic(81) == pytest.approx(0.430 * 81 / 53)
+    assert curve.optimistic(88) == pytest.approx(0.430 * 81 / 53)
+    assert 88 / curve.optimistic(88) > 1.03 * 53 / curve.seconds(53)  # worth a probe at min_gain
+    assert curve.optimistic(33) == pytest.approx(0.300)  # a size as measured where it is no dearer a row
 
 
 def test_position_acceptance_pools_runs_position_by_position():
