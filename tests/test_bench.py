@@ -308,20 +308,22 @@ def test_a_ratio_interval_covers_a_noisy_ratio_and_narrows_with_replies():
     assert 0.3 < (long_hi - long_lo) / (hi - lo) < 0.8
 
 
-def test_the_report_gives_each_ratio_its_interval_and_the_hybrid_against_its_best_part():
-    def stats(speeds):
-        out = []
-        for tokens_per_s in speeds:
-            s = GenerationStats()
-            s.generated, s.total_s = 100, 100 / tokens_per_s
-            out.append(s)
-        return out
+def replies_at(speeds: list[float]) -> list[GenerationStats]:
+    """Replies of 100 tokens at these tokens/s."""
+    out = []
+    for tokens_per_s in speeds:
+        s = GenerationStats()
+        s.generated, s.total_s = 100, 100 / tokens_per_s
+        out.append(s)
+    return out
 
+
+def test_the_report_gives_each_ratio_its_interval_and_the_hybrid_against_its_best_part():
     scenarios = bench.parse_scenarios("plain,model:auto,ngram:auto,hybrid:auto")
     plain = [10.0, 20.0, 10.0, 20.0]
-    runs = bench.Runs({"target-only": stats(plain), "model gamma=auto": stats([1.2 * v for v in plain]),
-                       "ngram gamma=auto": stats([1.0 * v for v in plain]),
-                       "hybrid gamma=auto": stats([1.2 * 0.9 * v for v in plain])})
+    runs = bench.Runs({"target-only": replies_at(plain), "model gamma=auto": replies_at([1.2 * v for v in plain]),
+                       "ngram gamma=auto": replies_at([1.0 * v for v in plain]),
+                       "hybrid gamma=auto": replies_at([1.2 * 0.9 * v for v in plain])})
     rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
     by = {r["scenario"]: r for r in rows}
     assert by["target-only"]["ratio_interval"] is None
@@ -335,20 +337,12 @@ def test_a_reply_far_slower_than_its_scenario_on_the_same_prompt_is_named_with_t
     # Three prompts over three rounds, the model 1.1 times target-only on each, but one of its replies
     # (prompt 1, round 1) at 0.3 of its speed: a stall. The table keeps it; the note names it and
     # gives every ratio over the pairs that remain.
-    def stats(speeds):
-        out = []
-        for tokens_per_s in speeds:
-            s = GenerationStats()
-            s.generated, s.total_s = 100, 100 / tokens_per_s
-            out.append(s)
-        return out
-
     plain = [10.0, 20.0, 30.0] * 3
     model = [1.1 * v for v in plain]
     model[4] *= 0.3
     scenarios = bench.parse_scenarios("plain,model:auto,hybrid:auto")
-    runs = bench.Runs({"target-only": stats(plain), "model gamma=auto": stats(model),
-                       "hybrid gamma=auto": stats([1.05 * v for v in plain])})
+    runs = bench.Runs({"target-only": replies_at(plain), "model gamma=auto": replies_at(model),
+                       "hybrid gamma=auto": replies_at([1.05 * v for v in plain])})
     rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
     assert rows[1]["ratio"] < 0.95  # the table as measured
     notes = bench.stall_notes(rows, 3)
@@ -357,7 +351,7 @@ def test_a_reply_far_slower_than_its_scenario_on_the_same_prompt_is_named_with_t
     assert "model gamma=auto 1.10x (1.10-1.10x), hybrid gamma=auto 1.05x (1.05-1.05x)" in notes[0]
     assert notes[1] == ("without them, hybrid gamma=auto / its best part here, model gamma=auto: "
                         "0.95x (90% interval 0.95-0.95x)")
-    runs.results["model gamma=auto"] = stats([1.1 * v for v in plain])
+    runs.results["model gamma=auto"] = replies_at([1.1 * v for v in plain])
     assert bench.stall_notes(bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs)), 3) == []
 
 
