@@ -247,9 +247,8 @@ class VerifyCurve:
     optimistic(k) is what a batch may cost at best: beyond the widest measured size no more than
     the widest (the estimate where that is lower), and a size wider than every trusted one also no
     more per row than the widest trusted size or any size between, since a wider batch seldom costs
-    more per row. Within
-    the trusted range the point estimate holds: there tile boundaries break that law by up to a
-    quarter on a CPU, and nothing the planner does not choose is measured again. next_width(k), what
+    more per row. Within the trusted range the point estimate holds: there tile boundaries break
+    that law by up to a quarter on a CPU, and nothing the planner does not choose is measured again. next_width(k), what
     an exploratory step is priced by, reads the optimistic curve up to the first size past the widest
     measured (one slow sample at the widest size otherwise priced every wider probe out of the budget
     for good), and wider sizes no cheaper a row than the widest: a bound on what the probe may lose,
@@ -385,8 +384,8 @@ def _no_dearer_a_row(fit: Sequence[tuple[int, float]], widest_trusted: int) -> l
     """fit, each size wider than the widest trusted one held no dearer per row than any size from
     that one up to it: the hope beyond the trusted range. Those sizes are each measured about once
     (an n-gram copy's widths), and one slow sample at the widest measured, read as it came, priced
-    every wider copy out of the lookup's hope in one run and not in another, which then drafted
-    copies 87 long where the first stayed at 52."""
+    every wider copy out of the lookup's hope: it stayed at 52-token copies where a run whose curve
+    had no such sample drafted 87."""
     out, least = [], math.inf
     for k, t in fit:
         if k > widest_trusted:

@@ -17,8 +17,9 @@ Every configuration samples exactly from the target (the p/q rule), so only spee
    (costmodel.step_seconds): tokens/s per (candidate, γ), with per-position acceptance.
 4. Confirm the best three predictions by real runs, with the hybrid at γ auto over each of the two
    best predicted drafts (not predicted: auto's stop rule is learnt live), alternating with
-   target-only prompt by prompt, and pick the fastest measured (speculation must beat target-only by PICK_MIN_GAIN). Predictions
-   are shown at the target-only speed of those runs: a shared machine's speed drifts within minutes.
+   target-only prompt by prompt, and pick the fastest measured (speculation must beat target-only
+   by PICK_MIN_GAIN). Predictions are shown at the target-only speed of those runs: a shared
+   machine's speed drifts within minutes.
 
 Modules: options (TuneOptions), candidates (discovery, derived drafts), replay (the prediction),
 measure (real runs and timings), report (rows, table, plot, profile), tuner (the four phases).
