@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 VARIANTS = {"target-only": (["--target-only"], {}),
             "auto, cold": ([], {"LOCALSPEC_WARM_START": "0"}),
@@ -42,6 +43,24 @@ def run(prompt: str, flags: list[str], env: dict, args) -> tuple[dict, float]:
     return json.loads(out.stdout)["stats"], wall
 
 
+class Process(NamedTuple):
+    """One process of a variant: its prompt and round, its --json stats, its wall seconds."""
+
+    prompt: int
+    round: int
+    stats: dict
+    wall: float
+
+    @property
+    def tokens(self) -> int:
+        return self.stats["generated_tokens"]
+
+    @property
+    def seconds(self) -> float:
+        """Prefill (the draft's too) and decoding."""
+        return self.stats["time_s"]["total"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=Path, default=Path(__file__).parent / "prompts/prose.jsonl")
@@ -53,58 +72,74 @@ def main() -> None:
     ap.add_argument("--extra", default="", help="more flags for every run, e.g. '--target M --draft D'")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from bench import INTERVAL, interval_text, paired_interval, reply_order  # scripts/bench.py, beside this file
+    from bench import reply_order  # scripts/bench.py, beside this file
     from localspec.prompts import load_prompts
 
     prompts = load_prompts(args.prompts, args.n_prompts)
-    # per variant, one (tokens, prefill + decode seconds, wall seconds) per prompt and round, in order
-    runs: dict[str, list[tuple[int, float, float]]] = {name: [] for name in VARIANTS}
-    # per variant, seconds summed over its runs: exploring, the draft's prompt intakes, the controller
-    spent: dict[str, list[float]] = {name: [0.0, 0.0, 0.0] for name in VARIANTS}
-    beside: dict[tuple[str, bool], list[float]] = {}  # (variant, draft loaded) -> ratios to target-only's process
+    runs: dict[str, list[Process]] = {name: [] for name in VARIANTS}  # in the order they ran
     for n, (r, i) in enumerate((r, i) for r in range(args.rounds) for i in range(len(prompts))):
-        rates = {}
         for name in reply_order(list(VARIANTS), n):
             flags, env = VARIANTS[name]
-            stats, wall = run(prompts[i], flags, env, args)
-            seconds = stats["time_s"]["total"]  # prefill (the draft's too) + decoding
-            runs[name].append((stats["generated_tokens"], seconds, wall))
-            for k, part in enumerate(spent_by(stats)):
-                spent[name][k] += part
-            rates[name] = stats["generated_tokens"] / seconds, bool(stats.get("draft_loaded"))
-            drafted = {k: v["drafted"] for k, v in stats.get("by_drafter", {}).items()}
-            print(f"round {r} prompt {i} {name}: {rates[name][0]:.1f} tok/s, "
-                  f"{wall:.1f} s wall (warm_start {stats.get('warm_start')}, draft loaded "
-                  f"{stats.get('draft_loaded')}, drafted {drafted})", file=sys.stderr)
-        plain_rate = rates.pop("target-only")[0]
-        for name, (rate, loaded) in rates.items():
-            beside.setdefault((name, loaded), []).append(rate / plain_rate)
+            p = Process(i, r, *run(prompts[i], flags, env, args))
+            runs[name].append(p)
+            drafted = {k: v["drafted"] for k, v in p.stats.get("by_drafter", {}).items()}
+            print(f"round {r} prompt {i} {name}: {p.tokens / p.seconds:.1f} tok/s, {p.wall:.1f} s wall "
+                  f"(warm_start {p.stats.get('warm_start')}, draft loaded {p.stats.get('draft_loaded')}, "
+                  f"drafted {drafted})", file=sys.stderr)
+    print(speed_table(runs))
+    print("\n" + beside_table(runs))
+    print("\n" + spent_table(runs))
+
+
+def speed_table(runs: dict[str, list[Process]]) -> str:
+    """Each variant's tokens/s over prefill and decoding and over wall time, summed over its
+    processes, against target-only's. Per token: at T=0 a near-tie decided differently in a batch
+    can end a reply earlier or later. Each ratio's interval: bench.paired_interval over the prompts
+    and rounds, each process paired with the target-only process of the same prompt and round."""
+    from bench import INTERVAL, interval_text, paired_interval
+
     base = runs["target-only"]
-    n0, s0, w0 = (sum(col) for col in zip(*base))
-    # Per token: at T=0 a near-tie decided differently in a batch can end a reply earlier or later.
-    # Each ratio's interval: bench.paired_interval over the prompts and rounds, each process paired
-    # with the target-only process of the same prompt and round.
+    n0, s0, w0 = (sum(col) for col in zip(*((p.tokens, p.seconds, p.wall) for p in base)))
     level = f"{INTERVAL:.0%} interval"
-    print(f"| variant | tokens | tok/s | vs target-only | {level} | wall s | tok/s over wall | vs target-only | "
-          f"{level} |\n" + "|" + "---|" * 9)
-    for name, rows in runs.items():
-        n, s, w = (sum(col) for col in zip(*rows))
-        spans = [interval_text(paired_interval([(t, x[k]) for t, *x in rows], [(t, x[k]) for t, *x in base]))
-                 if name != "target-only" else "" for k in (0, 1)]
-        print(f"| {name} | {n} | {n / s:.1f} | {n / s / (n0 / s0):.2f}x | {spans[0]} | {w:.1f} | {n / w:.1f} | "
-              f"{n / w / (n0 / w0):.2f}x | {spans[1]} |")
-    # The spread between processes, apart from what the draft costs: each process against the
-    # target-only process of the same prompt and round, grouped by whether it loaded the draft.
-    print("\n| variant | draft loaded | processes | mean vs the target-only process beside it | range |\n"
-          "|---|---|---|---|---|")
+    lines = [f"| variant | tokens | tok/s | vs target-only | {level} | wall s | tok/s over wall | vs target-only | "
+             f"{level} |", "|" + "---|" * 9]
+    for name, procs in runs.items():
+        n, s, w = (sum(col) for col in zip(*((p.tokens, p.seconds, p.wall) for p in procs)))
+        spans = [interval_text(paired_interval([(p.tokens, getattr(p, k)) for p in procs],
+                                               [(p.tokens, getattr(p, k)) for p in base]))
+                 if name != "target-only" else "" for k in ("seconds", "wall")]
+        lines.append(f"| {name} | {n} | {n / s:.1f} | {n / s / (n0 / s0):.2f}x | {spans[0]} | {w:.1f} | "
+                     f"{n / w:.1f} | {n / w / (n0 / w0):.2f}x | {spans[1]} |")
+    return "\n".join(lines)
+
+
+def beside_table(runs: dict[str, list[Process]]) -> str:
+    """The spread between processes, apart from what the draft costs: each auto process against the
+    target-only process of the same prompt and round, grouped by whether it loaded the draft."""
+    base = {(p.prompt, p.round): p.tokens / p.seconds for p in runs["target-only"]}
+    beside: dict[tuple[str, bool], list[float]] = {}
+    for name, procs in runs.items():
+        if name != "target-only":
+            for p in procs:
+                key = name, bool(p.stats.get("draft_loaded"))
+                beside.setdefault(key, []).append(p.tokens / p.seconds / base[p.prompt, p.round])
+    lines = ["| variant | draft loaded | processes | mean vs the target-only process beside it | range |",
+             "|---|---|---|---|---|"]
     for (name, loaded), ratios in sorted(beside.items()):
-        print(f"| {name} | {'yes' if loaded else 'no'} | {len(ratios)} | {sum(ratios) / len(ratios):.2f}x | "
-              f"{min(ratios):.2f}–{max(ratios):.2f}x |")
-    print("\n| variant | exploring (the budget's ledger) | the draft's prompt intakes | controller |\n"
-          "|---|---|---|---|")
-    for name, parts in spent.items():
-        loop = sum(s for _, s, _ in runs[name])
-        print(f"| {name} | " + " | ".join(f"{100 * part / loop:.2f}%" for part in parts) + " |")
+        lines.append(f"| {name} | {'yes' if loaded else 'no'} | {len(ratios)} | {sum(ratios) / len(ratios):.2f}x | "
+                     f"{min(ratios):.2f}–{max(ratios):.2f}x |")
+    return "\n".join(lines)
+
+
+def spent_table(runs: dict[str, list[Process]]) -> str:
+    """Where each variant's prefill-and-decode seconds went (spent_by), as shares of them."""
+    lines = ["| variant | exploring (the budget's ledger) | the draft's prompt intakes | controller |",
+             "|---|---|---|---|"]
+    for name, procs in runs.items():
+        parts = [sum(col) for col in zip(*(spent_by(p.stats) for p in procs))]
+        loop = sum(p.seconds for p in procs)
+        lines.append(f"| {name} | " + " | ".join(f"{100 * part / loop:.2f}%" for part in parts) + " |")
+    return "\n".join(lines)
 
 
 def spent_by(stats: dict) -> tuple[float, float, float]:
