@@ -541,24 +541,23 @@ def stall_notes(rows: list[dict], n_prompts: int) -> list[str]:
     """Where slow_replies finds any: which, and every ratio to target-only (and each hybrid to its
     best part) over the pairs that remain, with its interval. The table keeps every reply."""
     slow = slow_replies(rows, n_prompts)
-    base = next((r for r in rows if r["family"] == "plain" and r["engine"] == "localspec"), None)
-    if not slow or base is None:
+    if not slow or baseline(rows) is None:
         return []
-    keep = lambda replies: [x for j, x in enumerate(replies) if j not in slow]  # noqa: E731
     named = "; ".join(f"reply {j} (prompt {j % n_prompts}, round {j // n_prompts}): "
                       + ", ".join(f"{short_label(name)} {share:.2f}" for name, share in found)
                       for j, found in sorted(slow.items()))
-    ratios = []
+    without = []
     for r in rows:
-        if r is base:
-            continue
-        mine, theirs = keep(r["per_reply"]), keep(base["per_reply"])
-        ratio = speed_of(mine) / speed_of(theirs) if mine and theirs else None
-        span = interval_text(paired_interval(mine, theirs))
-        if ratio is not None:
-            ratios.append(f"{short_label(r['scenario'])} {ratio:.2f}x" + (f" ({span})" if span else ""))
-    without = [{**r, "per_reply": keep(r["per_reply"]), "tokens_per_s": speed_of(keep(r["per_reply"]))}
-               for r in rows if keep(r["per_reply"])]
+        kept = [x for j, x in enumerate(r["per_reply"]) if j not in slow]
+        if kept:
+            without.append({**r, "per_reply": kept, "tokens_per_s": speed_of(kept)})
+    base = baseline(without)
+    ratios = []
+    for r in without if base is not None else []:
+        if r["scenario"] != base["scenario"]:
+            ratio, span = ratio_to(r, base)
+            ratios.append(f"{short_label(r['scenario'])} {ratio:.2f}x"
+                          + (f" ({interval_text(span)})" if span else ""))
     return [f"replies below {STALL_SHARE} of their scenario's median on the same prompt (share of it): {named}; "
             f"without those replies' pairs: " + ", ".join(ratios)] + \
         [f"without them, {note}" for note in best_part_notes(without)]
@@ -567,6 +566,17 @@ def stall_notes(rows: list[dict], n_prompts: int) -> list[str]:
 def speed_of(replies: list[tuple[int, float]]) -> float:
     """Tokens over seconds of a list of (tokens, seconds)."""
     return sum(t for t, _ in replies) / max(sum(s for _, s in replies), 1e-300)
+
+
+def baseline(rows: list[dict]) -> dict | None:
+    """The row every ratio divides by: localspec's target-only."""
+    return next((r for r in rows if r["family"] == "plain" and r["engine"] == "localspec"), None)
+
+
+def ratio_to(row: dict, base: dict) -> tuple[float, tuple[float, float] | None]:
+    """row's speed over base's and its paired interval (none for base itself)."""
+    span = paired_interval(row["per_reply"], base["per_reply"]) if row is not base else None
+    return row["tokens_per_s"] / base["tokens_per_s"], span
 
 
 # --- the report ---------------------------------------------------------------------------------------
@@ -579,10 +589,9 @@ def summarise(scenarios: list[Scenario], runs: Runs, costs: Costs) -> list[dict]
             continue
         rows.append(localspec_row(sc, records, costs) if sc.engine == "localspec" else llamacpp_row(sc, records))
         rows[-1]["per_reply"] = per_reply(records)
-    base = next((r for r in rows if r["family"] == "plain" and r["engine"] == "localspec"), None)
+    base = baseline(rows)
     for r in rows:
-        r["ratio"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
-        r["ratio_interval"] = paired_interval(r["per_reply"], base["per_reply"]) if base and r is not base else None
+        r["ratio"], r["ratio_interval"] = ratio_to(r, base) if base else (None, None)
         with_prefill = r.get("tokens_per_s_with_draft_prefill")
         r["ratio_with_draft_prefill"] = with_prefill / base["tokens_per_s"] if base and with_prefill else None
         r["vs_llamacpp"], r["vs_llamacpp_ref"] = vs_llamacpp(r, rows)
