@@ -329,6 +329,22 @@ def reply_order(scenarios: list[Scenario], n: int) -> list[Scenario]:
     return [scenarios[x] for x in rows[n % len(rows)]]
 
 
+def design_rows(k: int) -> int:
+    """Replies per scenario that make reply_order's design whole: k rows, 2k for an odd k."""
+    return k if k % 2 == 0 else 2 * k
+
+
+def order_notes(k: int, replies: int) -> list[str]:
+    """A note where a run's replies per scenario (prompts x rounds) do not fill reply_order's design a
+    whole number of times: then some scenario follows another more often than the rest."""
+    rows = design_rows(k)
+    if k < 2 or replies % rows == 0:
+        return []
+    return [f"reply order: {replies} replies per scenario are not a multiple of the {rows} that balance "
+            f"{k} scenarios, so some scenario followed another more often than the rest "
+            f"(prompts x rounds a multiple of {rows} balances it)"]
+
+
 def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, runs: Runs) -> None:
     """One reply. Each scenario plans from its own measurements, as a process running only it would:
     shared, the scenario that first drafts from a source pays its learning, and every later one
@@ -816,7 +832,8 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
              f"{where_text(args)}, {args.threads or default_threads()} threads, {p_min_text(args)}")
     args.out.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
-    notes = (runs.notes + best_part_notes(rows) + stall_notes(rows, len(runs.prompt_tokens))
+    notes = (runs.notes + order_notes(len(runs.results), len(runs.prompt_tokens) * args.rounds)
+             + best_part_notes(rows) + stall_notes(rows, len(runs.prompt_tokens))
              + ([plots] if isinstance(plots, str) else []))
     text = "\n".join([title, "", markdown(rows), *([""] + [f"- {n}" for n in notes] if notes else [])])
     if runs.commands:

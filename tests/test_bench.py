@@ -270,13 +270,30 @@ def test_each_scenario_follows_every_other_equally_often(spec):
     # order one scenario would bear that in every round.
     scenarios = bench.parse_scenarios(spec)
     k = len(scenarios)
-    rows = k if k % 2 == 0 else 2 * k
+    rows = bench.design_rows(k)
     orders = [[sc.label for sc in bench.reply_order(scenarios, n)] for n in range(rows)]
     assert all(sorted(o) == sorted(orders[0]) for o in orders)  # every scenario once a reply
     follows = [(o[j], o[j + 1]) for o in orders for j in range(k - 1)]
     counts = {pair: follows.count(pair) for pair in set(follows)}
     assert len(counts) == k * (k - 1) and len(set(counts.values())) == 1
     assert bench.reply_order(scenarios, rows) == bench.reply_order(scenarios, 0)  # then the rows repeat
+
+
+@pytest.mark.parametrize("k,replies", [(6, 16), (6, 12), (3, 8), (3, 12), (4, 6)])
+def test_a_run_whose_replies_do_not_fill_the_order_says_so(k, replies):
+    # 4 prompts x 4 rounds over 6 scenarios: the design's rows run 2 2/3 times, and the note must say
+    # so exactly where the run's successions are unequal.
+    scenarios = bench.parse_scenarios(",".join(["plain", "ngram:auto", "hybrid:auto", "model:auto", "chain:auto",
+                                                "ngram:2"][:k]))
+    follows = {}
+    for n in range(replies):
+        o = [sc.label for sc in bench.reply_order(scenarios, n)]
+        for pair in zip(o, o[1:]):
+            follows[pair] = follows.get(pair, 0) + 1
+    unequal = len(follows) < k * (k - 1) or len(set(follows.values())) > 1
+    notes = bench.order_notes(k, replies)
+    assert bool(notes) == unequal
+    assert all(f"multiple of {bench.design_rows(k)}" in n for n in notes)
 
 
 def test_a_ratio_interval_pairs_replies_by_prompt():
