@@ -31,7 +31,8 @@ predict for the draft lengths it used, with no controller overhead; best γ, the
 controller = share of the decode loop spent outside the draft and the target's llama_decode. Below
 the table, each auto hybrid against the faster of its parts at auto in the run, with the same paired
 interval; and any reply that ran below 0.6 of its scenario's median speed on the same prompt (a
-stall, or a first reply's learning: from three rounds), with every ratio over the pairs without it.
+stall, or a first reply's learning: from three rounds), with every ratio over the pairs without it;
+and a note where prompts x rounds does not fill the balanced order of the replies (reply_order).
 """
 
 from __future__ import annotations
