@@ -248,14 +248,15 @@ class VerifyCurve:
     the widest (the estimate where that is lower), and a size wider than every trusted one also no
     more per row than the widest trusted size or any size between, since a wider batch seldom costs
     more per row. Within the trusted range the point estimate holds: there tile boundaries break
-    that law by up to a quarter on a CPU, and nothing the planner does not choose is measured again. next_width(k), what
-    an exploratory step is priced by, reads the optimistic curve up to the first size past the widest
-    measured (one slow sample at the widest size otherwise priced every wider probe out of the budget
-    for good), and wider sizes no cheaper a row than the widest: a bound on what the probe may lose,
-    which the budget needs (ExploreBudget). Along the curve's slope it was none: where a plain step
-    costs more than a 2-row verify (on the 2-core Xeon with the F16 target, one row takes another
-    kernel) that slope is nearly flat, and a 36-row probe priced at 0.61 s took 1.14 s. A size chosen
-    is measured when it runs, and the widest measured size moves out only by trying a wider one."""
+    that law by up to a quarter on a CPU, and nothing the planner does not choose is measured again.
+    next_width(k), what an exploratory step is priced by, reads the optimistic curve up to the first
+    size past the widest measured (one slow sample at the widest size otherwise priced every wider
+    probe out of the budget for good), and wider sizes no cheaper a row than the widest: a bound on
+    what the probe may lose, which the budget needs (ExploreBudget). Along the curve's slope it was
+    none: where a plain step costs more than a 2-row verify (on the 2-core Xeon with the F16 target,
+    one row takes another kernel) that slope is nearly flat, and a 36-row probe priced at 0.61 s took
+    1.14 s. A size chosen is measured when it runs, and the widest measured size moves out only by
+    trying a wider one."""
 
     def __init__(self, means: dict[int, float] | None = None):
         self.points: dict[int, Ema] = {}

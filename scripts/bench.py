@@ -546,11 +546,12 @@ def slow_replies(rows: list[dict], n_prompts: int) -> dict[int, list[tuple[str, 
     slow: dict[int, list[tuple[str, float]]] = {}
     for r in rows:
         speeds = [tokens / max(seconds, 1e-300) for tokens, seconds in r["per_reply"]]
+        same = [speeds[i::n_prompts] for i in range(n_prompts)]  # each prompt's replies, round by round
+        medians = [statistics.median(x) if x else 0.0 for x in same]
         for j, speed in enumerate(speeds):
-            same = speeds[j % n_prompts::n_prompts]
-            median = statistics.median(same)
-            if len(same) >= 3 and speed < STALL_SHARE * median:
-                slow.setdefault(j, []).append((r["scenario"], speed / median))
+            i = j % n_prompts
+            if len(same[i]) >= 3 and speed < STALL_SHARE * medians[i]:
+                slow.setdefault(j, []).append((r["scenario"], speed / medians[i]))
     return slow
 
 

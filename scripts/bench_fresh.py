@@ -99,12 +99,14 @@ def speed_table(runs: dict[str, list[Process]]) -> str:
     from bench import INTERVAL, interval_text, paired_interval
 
     base = runs["target-only"]
-    n0, s0, w0 = (sum(col) for col in zip(*((p.tokens, p.seconds, p.wall) for p in base)))
+    totals = {name: [sum(col) for col in zip(*((p.tokens, p.seconds, p.wall) for p in procs))]
+              for name, procs in runs.items()}  # tokens, seconds, wall seconds
+    n0, s0, w0 = totals["target-only"]
     level = f"{INTERVAL:.0%} interval"
     lines = [f"| variant | tokens | tok/s | vs target-only | {level} | wall s | tok/s over wall | vs target-only | "
              f"{level} |", "|" + "---|" * 9]
     for name, procs in runs.items():
-        n, s, w = (sum(col) for col in zip(*((p.tokens, p.seconds, p.wall) for p in procs)))
+        n, s, w = totals[name]
         spans = [interval_text(paired_interval([(p.tokens, getattr(p, k)) for p in procs],
                                                [(p.tokens, getattr(p, k)) for p in base]))
                  if name != "target-only" else "" for k in ("seconds", "wall")]

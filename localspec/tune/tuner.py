@@ -148,12 +148,11 @@ class Tuner:
         profile with each of the AUTO_DRAFTS best predicted drafts (hybrid, γ auto: not predicted,
         only measured), alternating prompt by prompt; False when the budget left no time for any.
         Appends the hybrid rows."""
-        ranked = sorted((r for r in rows if r.steps and r.candidate.kind != "none"),
-                        key=lambda r: -r.predicted(r.gamma))[: self.options.confirm]
+        by_prediction = sorted((r for r in rows if r.steps), key=lambda r: -r.predicted(r.gamma))
+        ranked = [r for r in by_prediction if r.candidate.kind != "none"][: self.options.confirm]
         if not ranked or self.clock() >= self.deadline:
             return False
-        drafts = sorted((r for r in rows if r.steps and r.candidate.kind == "model"),
-                        key=lambda r: -r.predicted(r.gamma))[:AUTO_DRAFTS]
+        drafts = [r for r in by_prediction if r.candidate.kind == "model"][:AUTO_DRAFTS]
         hybrids = [Row(hybrid_of(d.candidate), tokens=d.tokens) for d in drafts]
         rows.extend(hybrids)
         base = next(r for r in rows if r.candidate.kind == "none")
