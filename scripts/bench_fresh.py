@@ -6,9 +6,11 @@ that each variant follows every other equally often (bench.reply_order; in a fix
 right after a cold one, which loads the draft, was always the warm one). Prints each variant's
 tokens/s over prefill and decoding, summed over its runs, and its ratio to --target-only from this
 one run; and the same over each process's wall time, model loading included (what a user waits for:
-a draft costs its load). Both are per generated token. A second table groups the auto processes by
+a draft costs its load). Both are per generated token. A second table gives the same over decoding
+alone, as bench.py times it (without taking in the prompt, which costs every variant the same and
+for a long prompt takes much of a short reply's time). A third groups the auto processes by
 whether they loaded the draft, each against the target-only process of the same prompt and round:
-what the draft's entry costs, apart from the spread between processes. A third says where each
+what the draft's entry costs, apart from the spread between processes. A fourth says where each
 variant's prefill-and-decode seconds went, as shares of them: what its exploratory steps lost (the
 budget's ledger, exploration_s), the draft's prompt intakes, and the controller's own time.
 
@@ -60,6 +62,11 @@ class Process(NamedTuple):
         """Prefill (the draft's too) and decoding."""
         return self.stats["time_s"]["total"]
 
+    @property
+    def decode(self) -> float:
+        """Decoding alone: the loop bench.py times, without taking in the prompt."""
+        return self.stats["time_s"]["decode"]
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -87,6 +94,7 @@ def main() -> None:
                   f"(warm_start {p.stats.get('warm_start')}, draft loaded {p.stats.get('draft_loaded')}, "
                   f"drafted {drafted})", file=sys.stderr)
     print(speed_table(runs))
+    print("\n" + decode_table(runs))
     print("\n" + beside_table(runs))
     print("\n" + spent_table(runs))
 
@@ -112,6 +120,23 @@ def speed_table(runs: dict[str, list[Process]]) -> str:
                  if name != "target-only" else "" for k in ("seconds", "wall")]
         lines.append(f"| {name} | {n} | {n / s:.1f} | {n / s / (n0 / s0):.2f}x | {spans[0]} | {w:.1f} | "
                      f"{n / w:.1f} | {n / w / (n0 / w0):.2f}x | {spans[1]} |")
+    return "\n".join(lines)
+
+
+def decode_table(runs: dict[str, list[Process]]) -> str:
+    """Each variant's tokens/s over decoding alone against target-only's, as bench.py counts them: a
+    long prompt (a copy's) takes as long to take in for every variant, and over prefill and decoding
+    the ratio reads lower than the decode loop's."""
+    from bench import INTERVAL, interval_text, paired_interval
+
+    base = runs["target-only"]
+    n0, s0 = (sum(col) for col in zip(*((p.tokens, p.decode) for p in base)))
+    lines = [f"| variant | decode s | tok/s over decoding | vs target-only | {INTERVAL:.0%} interval |", "|" + "---|" * 5]
+    for name, procs in runs.items():
+        n, s = (sum(col) for col in zip(*((p.tokens, p.decode) for p in procs)))
+        span = interval_text(paired_interval([(p.tokens, p.decode) for p in procs],
+                                             [(p.tokens, p.decode) for p in base])) if name != "target-only" else ""
+        lines.append(f"| {name} | {s:.1f} | {n / s:.1f} | {n / s / (n0 / s0):.2f}x | {span} |")
     return "\n".join(lines)
 
 

@@ -384,7 +384,8 @@ def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own
         name = "target-only" if flags else "auto, cold" if env else "auto, warm"
         ran.append((name, prompt))
         rate = 10.0 if flags else 9.0 if prompt == "p0" else 11.0
-        times = {"total": 100 / rate, "controller": 0.02 if flags else 0.05, "draft_prefill": 0.5 if env else 0.0}
+        times = {"total": 100 / rate, "decode": 100 / rate - 5.0,  # 5 s taking in the prompt, every variant
+                 "controller": 0.02 if flags else 0.05, "draft_prefill": 0.5 if env else 0.0}
         return {"time_s": times, "generated_tokens": 100, "draft_loaded": bool(env),
                 "exploration_s": {} if flags else {"ngram": 0.1, "model": -0.04}}, 1.0
 
@@ -408,6 +409,13 @@ def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own
     lo, hi = (float(x) for x in cells[4].rstrip("x").split("-"))
     assert cells[3] == "1.02x" and 0.9 <= lo < 1.02 < hi <= 1.1
     assert cells[7] == "1.00x" and cells[8] == "1.00-1.00x"
+    # over decoding alone, the prompt's 5 s left out of each process: 6 x 5 s of target-only against
+    # 2 x (100/9 - 5) + 4 x (100/11 - 5) s, a larger ratio than over prefill and decoding
+    row = next(line for line in out.splitlines() if line.startswith("| auto, warm | 28.6 |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    lo, hi = (float(x) for x in cells[4].rstrip("x").split("-"))
+    assert cells[2] == "21.0" and cells[3] == "1.05x" and 0.8 <= lo < 1.05 < hi <= 1.3
+    assert "| target-only | 30.0 | 20.0 | 1.00x |  |" in out
     # where the loop's seconds went, summed over each variant's six processes: 6 x 0.06 s of exploring
     # (one drafter's probes lost 0.1 s, the other's gained 0.04 s), 6 x 0.5 s of the draft's intake
     # where it was loaded, 6 x 0.05 s of controller, over 2 x 100/9 + 4 x 100/11 = 58.59 s
