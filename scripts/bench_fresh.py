@@ -131,7 +131,8 @@ def decode_table(runs: dict[str, list[Process]]) -> str:
 
     base = runs["target-only"]
     n0, s0 = (sum(col) for col in zip(*((p.tokens, p.decode) for p in base)))
-    lines = [f"| variant | decode s | tok/s over decoding | vs target-only | {INTERVAL:.0%} interval |", "|" + "---|" * 5]
+    lines = [f"| variant | decode s | tok/s over decoding | vs target-only | {INTERVAL:.0%} interval |",
+             "|" + "---|" * 5]
     for name, procs in runs.items():
         n, s = (sum(col) for col in zip(*((p.tokens, p.decode) for p in procs)))
         span = interval_text(paired_interval([(p.tokens, p.decode) for p in procs],
