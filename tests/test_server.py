@@ -265,8 +265,9 @@ def test_sigterm_answers_the_queue_503_and_ends_the_running_stream(smol_path, tm
     try:
         wait_for(lambda: served.health()["status"] == "ok", "the server to start", 120, proc)
         with httpx.Client(timeout=60) as http, ThreadPoolExecutor(2) as pool:
-            running = http.send(http.build_request("POST", base, json={"prompt": COUNT, "max_tokens": 900, "stream": True}),
-                                stream=True)
+            # greedy, so that it goes on counting: sampled, it ended on its own now and then before the SIGTERM
+            running = http.send(http.build_request("POST", base, json={"prompt": COUNT, "max_tokens": 900, "temperature": 0,
+                                                                       "stream": True}), stream=True)
             queued_stream = pool.submit(lambda: httpx.post(base, timeout=60, json={"prompt": COUNT, "stream": True}))
             wait_for(lambda: served.health()["queued"] == 1, "a stream to queue", 30, proc)
             queued = pool.submit(lambda: httpx.post(base, timeout=60, json={"prompt": COUNT, "max_tokens": 4}))
