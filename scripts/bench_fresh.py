@@ -99,27 +99,47 @@ def main() -> None:
     print("\n" + spent_table(runs))
 
 
-def speed_table(runs: dict[str, list[Process]]) -> str:
-    """Each variant's tokens/s over prefill and decoding and over wall time, summed over its
-    processes, against target-only's. Per token: at T=0 a near-tie decided differently in a batch
+class Speed(NamedTuple):
+    """A variant's processes over one of their times: tokens, seconds, tok/s, the ratio to
+    target-only's and its interval (empty for target-only)."""
+
+    tokens: int
+    seconds: float
+    rate: float
+    ratio: float
+    span: str
+
+
+def speeds(runs: dict[str, list[Process]], time: str) -> dict[str, Speed]:
+    """Each variant's tokens/s over `time` (a Process attribute: seconds, decode or wall), summed over
+    its processes, against target-only's. Per token: at T=0 a near-tie decided differently in a batch
     can end a reply earlier or later. Each ratio's interval: bench.paired_interval over the prompts
     and rounds, each process paired with the target-only process of the same prompt and round."""
-    from bench import INTERVAL, interval_text, paired_interval
+    from bench import interval_text, paired_interval
 
-    base = runs["target-only"]
-    totals = {name: [sum(col) for col in zip(*((p.tokens, p.seconds, p.wall) for p in procs))]
-              for name, procs in runs.items()}  # tokens, seconds, wall seconds
-    n0, s0, w0 = totals["target-only"]
+    pairs = {name: [(p.tokens, getattr(p, time)) for p in procs] for name, procs in runs.items()}
+    totals = {name: [sum(col) for col in zip(*rows)] for name, rows in pairs.items()}
+    n0, s0 = totals["target-only"]
+    out = {}
+    for name, (n, s) in totals.items():
+        span = interval_text(paired_interval(pairs[name], pairs["target-only"])) if name != "target-only" else ""
+        out[name] = Speed(n, s, n / s, n / s / (n0 / s0), span)
+    return out
+
+
+def speed_table(runs: dict[str, list[Process]]) -> str:
+    """Each variant's tokens/s over prefill and decoding and over wall time against target-only's
+    (speeds)."""
+    from bench import INTERVAL
+
     level = f"{INTERVAL:.0%} interval"
     lines = [f"| variant | tokens | tok/s | vs target-only | {level} | wall s | tok/s over wall | vs target-only | "
              f"{level} |", "|" + "---|" * 9]
-    for name, procs in runs.items():
-        n, s, w = totals[name]
-        spans = [interval_text(paired_interval([(p.tokens, getattr(p, k)) for p in procs],
-                                               [(p.tokens, getattr(p, k)) for p in base]))
-                 if name != "target-only" else "" for k in ("seconds", "wall")]
-        lines.append(f"| {name} | {n} | {n / s:.1f} | {n / s / (n0 / s0):.2f}x | {spans[0]} | {w:.1f} | "
-                     f"{n / w:.1f} | {n / w / (n0 / w0):.2f}x | {spans[1]} |")
+    loop, wall = speeds(runs, "seconds"), speeds(runs, "wall")
+    for name in runs:
+        a, w = loop[name], wall[name]
+        lines.append(f"| {name} | {a.tokens} | {a.rate:.1f} | {a.ratio:.2f}x | {a.span} | {w.seconds:.1f} | "
+                     f"{w.rate:.1f} | {w.ratio:.2f}x | {w.span} |")
     return "\n".join(lines)
 
 
@@ -127,17 +147,12 @@ def decode_table(runs: dict[str, list[Process]]) -> str:
     """Each variant's tokens/s over decoding alone against target-only's, as bench.py counts them: a
     long prompt (a copy's) takes as long to take in for every variant, and over prefill and decoding
     the ratio reads lower than the decode loop's."""
-    from bench import INTERVAL, interval_text, paired_interval
+    from bench import INTERVAL
 
-    base = runs["target-only"]
-    n0, s0 = (sum(col) for col in zip(*((p.tokens, p.decode) for p in base)))
     lines = [f"| variant | decode s | tok/s over decoding | vs target-only | {INTERVAL:.0%} interval |",
              "|" + "---|" * 5]
-    for name, procs in runs.items():
-        n, s = (sum(col) for col in zip(*((p.tokens, p.decode) for p in procs)))
-        span = interval_text(paired_interval([(p.tokens, p.decode) for p in procs],
-                                             [(p.tokens, p.decode) for p in base])) if name != "target-only" else ""
-        lines.append(f"| {name} | {s:.1f} | {n / s:.1f} | {n / s / (n0 / s0):.2f}x | {span} |")
+    for name, d in speeds(runs, "decode").items():
+        lines.append(f"| {name} | {d.seconds:.1f} | {d.rate:.1f} | {d.ratio:.2f}x | {d.span} |")
     return "\n".join(lines)
 
 
