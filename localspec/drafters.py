@@ -284,6 +284,7 @@ class NGramDrafter:
         self.ends_at: list[int] = []                  # positions of end-of-generation tokens, ascending
         self.probes = 0                               # dict lookups made by propose (tests count them)
         self.last_n = self.last_len = 0               # n-gram size and length of the last proposal
+        self.last_ids: list[int] = []                 # ... and its tokens
         self.last_match = 0                           # tokens the last match agrees on, ≤ match_cap
         self.last_at = 0                              # where the last match's occurrence ends (a position)
         self.proposed_at: dict[int, int] = {}         # match length -> tokens proposed
@@ -299,7 +300,7 @@ class NGramDrafter:
         """The lookup of propose() and offer(): up to k tokens, the match's n, reach and end kept."""
         self._sync(context)
         ids, self.last_n, self.last_match, self.last_at = self._lookup((), k)
-        self.last_len = len(ids)
+        self.last_len, self.last_ids = len(ids), ids
         return ids
 
     def continuation(self, context: Sequence[int], draft: Sequence[int], k: int) -> tuple[list[int], int, int]:

@@ -6,6 +6,7 @@ acceptance per position, per n-gram match length and per draft confidence) and t
 costmodel.py. The controller asks it once per step and reports back what the step measured. What it
 does not know yet it explores, within a stated budget (ExploreBudget): at most EXPLORE_FRACTION of a
 generation's time per drafter, counting a generation as at least GRACE_STEPS plain steps long.
+The n-gram lookup's acceptance is also learnt along plain steps, at no cost (Planner._shadow_step).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ PLAIN_SAMPLES = 3
 # the budget denied its probe (it is priced again as soon as the allowance fits that probe).
 PRICE_FRACTION = EXPLORE_FRACTION / 4
 PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
+SHADOW_DEPTH = 8  # the most guesses of the lookup followed at once (Planner._shadow_step)
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -129,6 +131,15 @@ class Resting(NamedTuple):
     cost: float
     need: float
     fraction: float
+
+
+class Shadow(NamedTuple):
+    """The n-gram lookup's guesses at a plain step, followed along the plain steps after it
+    (Planner._follow): ids[i] guesses the i-th token from the step's on; judged of them matched."""
+
+    ids: list[int]
+    bucket: int
+    judged: int = 0
 
 
 class Exploration(NamedTuple):
@@ -300,6 +311,7 @@ class Planner:
         self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
+        self._shadow: Shadow | None = None  # the lookup's guesses followed along plain steps (_shadow_step)
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
         self._contending = False  # whether the draft model's step beat plain decoding at the last pricing (_switches)
         # how far apart the lookup's runs come (a hybrid's catch-up horizon, _horizon), kept by its
@@ -389,7 +401,53 @@ class Planner:
             return PLAIN
         if self.config.gamma is not None:
             return self._plan(offers[0])
-        return self._plan(self._choose(offers))
+        plan = self._plan(self._choose(offers))
+        self._shadow_step(plan, offers)
+        return plan
+
+    def _shadow_step(self, plan: Plan, offers: Sequence[Choice]) -> None:
+        """Follow what the n-gram lookup offers at a plain step along the plain steps that come after
+        it: the lookup's acceptance, learnt without a verify. A plain step emits a token drawn from
+        the target's distribution p (its argmax at T=0), and the lookup's guess x is one-hot, so the
+        step emits x exactly as often as the p/q rule would accept x as a draft, min(1, p(x)/1):
+        matching the target's tokens against the guesses one by one, up to the first that differs, is
+        a draft of the lookup judged by the rule, in distribution. Only one is followed at a time,
+        and only over plain steps (a drafting step ends it first, with what it judged so far: the
+        drafts of a step are judged by their own verify, and counted once). So a match bucket whose
+        guesses the target seldom takes is known as such without a probe, and one it takes is found
+        by the plain steps that pass through it. Planning reads only what was emitted before the
+        step, so the output's distribution is untouched."""
+        if plan.source is not None:
+            self._settle()
+        elif self._shadow is None and self._ngram is not None:
+            offer = next((c for c in offers if c.source == self._ngram), None)
+            ids = self.sources[self._ngram][0].last_ids[:SHADOW_DEPTH] if offer is not None else []
+            if ids:
+                self._shadow = Shadow(list(ids), offer.bucket)
+
+    def _follow(self, token: int | None) -> None:
+        """Judge the followed guesses (_shadow_step) by the token a plain step emitted."""
+        shadow = self._shadow
+        if shadow is None or token is None:
+            return
+        i = shadow.judged
+        if token != shadow.ids[i]:
+            self._settle(i + 1, i)
+        elif i + 1 == len(shadow.ids):
+            self._settle(i + 1, i + 1)
+        else:
+            self._shadow = shadow._replace(judged=i + 1)
+
+    def _settle(self, drafted: int | None = None, accepted: int | None = None) -> None:
+        """Count the followed guesses: drafted of them judged, the first accepted taken (by default
+        those judged so far, all taken), in the lookup's tracker; follow none."""
+        shadow, self._shadow = self._shadow, None
+        if shadow is None:
+            return
+        drafted = shadow.judged if drafted is None else drafted
+        if drafted:
+            self.sources[self._ngram][1].record_acceptance(drafted, drafted if accepted is None else accepted,
+                                                          shadow.bucket)
 
     def _offers(self, tokens: Sequence[int], room: int, quiet: bool = False) -> list[Choice]:
         """What each source could draft now: (source, most γ, bucket), none where it has nothing;
@@ -457,7 +515,7 @@ class Planner:
         probes = []
         for c in live:
             t0 = self.clock()
-            probes.append(self._probe(c, best.rate, plain_s))
+            probes.append(self._probe(c, best.rate, plain_s, followed=best.source is None))
             priced[c.source] += self.clock() - t0
         probe = max(probes, key=lambda c: c.rate, default=None)
         # the probe beat the known choice by min_gain (_probe)
@@ -574,7 +632,7 @@ class Planner:
         a hybrid no more than the gap expected before the lookup's next run (LookupRuns)."""
         return min(self._room + 1 if left is None else left, GRACE_STEPS, self._runs.gap())
 
-    def _probe(self, offer: Choice, r_best: float, plain_s: float) -> Choice:
+    def _probe(self, offer: Choice, r_best: float, plain_s: float, followed: bool = False) -> Choice:
         """The γ ≤ offer's limit with the most optimistic tokens/s, if that beats r_best by the
         tracker's min_gain and its predicted loss fits the budget (rate 0 where none does); one token
         while the drafter's cost is unmeasured, so that a draft dearer than predicted can cost at most
@@ -590,9 +648,16 @@ class Planner:
         one-token probe where the budget fits no wider one that could win: priced at the cost as
         measured, a wider probe may never fit a generation's budget, and a cost a stall inflated
         would then stand for good. An n-gram match bucket never judged gets a one-token probe the
-        budget does not decide (_first_look)."""
+        budget does not decide (_first_look). Where the step would otherwise be plain (followed),
+        the lookup's guesses in a bucket already judged are followed along it for free
+        (_shadow_step), so the hope for its first SHADOW_DEPTH guesses is their point estimate: only
+        what plain steps cannot measure, the verify's cost and deeper guesses, is worth a probe.
+        Hoped for at the optimistic estimate, a short phrase's few judged deep positions kept the
+        lookup probing it 2-3 tokens wide in every reply on prose, about 1% of each."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
-        hope = tracker.estimate(offer.bucket, True, switch)
+        # where the step would be plain, the lookup's guesses are followed along it (_shadow_step)
+        shadowed = followed and offer.source == self._ngram and tracker.judged(offer.bucket)
+        hope = tracker.estimate(offer.bucket, True, switch, followed=SHADOW_DEPTH if shadowed else 0)
         hope_tokens, hope_s = hope.tokens(offer.gamma), hope.seconds(offer.gamma)
         rates = [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(offer.gamma + 1)]
         floor = r_best * (1 + tracker.min_gain)
@@ -705,12 +770,14 @@ class Planner:
         return FixedStop(self.p_min, first=probe) if self.p_min > 0 else None
 
     def record(self, plan: Plan, proposal: Proposal, n_accepted: int, draft_s: float, verify_s: float,
-               overhead_s: float, path: Sequence[int] = ()) -> None:
+               overhead_s: float, path: Sequence[int] = (), token: int | None = None) -> None:
         """Teach the trackers what the step measured: every source the verify seconds of its width
         (a plain step also the overhead), the drafting source its costs and acceptance; and charge
         an exploratory step's loss to the budget. A tree (path: its accepted nodes) teaches its
-        chain's acceptance, its siblings' and the cost of its full width."""
+        chain's acceptance, its siblings' and the cost of its full width. token: what a plain step
+        emitted, which judges the lookup's guesses being followed (_shadow_step)."""
         if plan.source is None:  # a plain step: the target's one-token verify, the same for every source
+            self._follow(token)
             self._runs.note(0, 1)
             self.budget.charge(draft_s + verify_s + overhead_s)
             for _, tracker in self.sources:

@@ -203,12 +203,13 @@ class _Run:
         if proposal.ids:
             drafter.observe(n_accepted)
         t3 = time.perf_counter()
-        self._account(plan, proposal, path, (t0, t1, t2, t3), drafter)
+        self._account(plan, proposal, path, (t0, t1, t2, t3), drafter, emitted)
         if self.config.trace:
             self.stats.trace.append((start, [tokens[-1], *proposal.ids], 1 + n_accepted))
         return n_accepted, emitted, [0, *(node + 1 for node in path)]
 
-    def _account(self, plan: Plan, proposal: Proposal, path: list[int], times: tuple, drafter) -> None:
+    def _account(self, plan: Plan, proposal: Proposal, path: list[int], times: tuple, drafter,
+                 emitted: list[int]) -> None:
         """Count the step in the stats and teach the planner what it measured."""
         t0, t1, t2, t3 = times
         self.stats.draft_s += t1 - t0
@@ -219,7 +220,8 @@ class _Run:
                                proposal.tail or proposal.copies, taken)
         if self.planner.exploring is not None:
             self.stats.probes[drafter.name] = self.stats.probes.get(drafter.name, 0) + 1
-        self.planner.record(plan, proposal, len(path), t1 - t0, t2 - t1, t3 - t2, path)
+        token = emitted[0] if not proposal.ids else None  # a plain step's one token
+        self.planner.record(plan, proposal, len(path), t1 - t0, t2 - t1, t3 - t2, path, token)
 
     def _sampled(self, n_rows: int) -> bool:
         """Whether this verify's rows arrive judged by the backend chain (installed on first use); a

@@ -13,7 +13,8 @@ all buckets' counts, those towards `prior_accept` (0: a choice is known by its c
 counts are held down); unmeasured batch sizes interpolated or extrapolated along the curve. The
 cautious estimate is the point estimate less one standard error: what prices an exploratory step.
 The optimistic estimate is the best the measurements still allow: counts smoothed towards
-acceptance 1 plus a bonus that shrinks with the count, a batch wider than every measured one no
+acceptance 1 plus a bonus that shrinks with the count (but the point estimate's for positions that
+plain steps measure for free: estimate's followed), a batch wider than every measured one no
 dearer than the widest measured, and a draft cost no dearer than the least a drafting step measured
 (a third of what was measured while it rests on fewer than TRUSTED_SAMPLES drafting steps, since a
 stall may have inflated it: optimistic_draft_s). Until the draft's cost is measured all take it as free, and only the
@@ -315,12 +316,15 @@ class CostTracker:
         return self.verify.seconds(k)
 
     def estimate(self, bucket: int | None = None, optimistic: bool = False, switch: bool = False,
-                 curve: VerifyCurve | None = None, probe: bool = False) -> Estimate:
+                 curve: VerifyCurve | None = None, probe: bool = False, followed: int = 0) -> Estimate:
         """The point or the optimistic estimate for a proposal in this bucket (needs verify(1) measured);
         switch: a drafting step also costs switch_s (a hybrid's other drafter catching up later);
         curve: the verify costs to read instead of this process's (the point estimate's only);
         probe: the point estimate with the first width beyond the widest measured read as no dearer
-        than the widest (VerifyCurve.next_width), as an exploratory step's loss is priced."""
+        than the widest (VerifyCurve.next_width), as an exploratory step's loss is priced;
+        followed: in the optimistic estimate, the first positions read at the point estimate's
+        acceptance, for guesses whose acceptance there plain steps measure at no cost
+        (planner.Planner._shadow_step)."""
         overhead, draft = self.overhead_s.value or 0.0, self.draft_s.value or 0.0
         if optimistic:
             verify, draft = self.verify.optimistic, self.optimistic_draft_s()
@@ -331,7 +335,9 @@ class CostTracker:
         extra = (self.switch_s.value or 0.0) if switch else 0.0
         if extra:
             verify = lambda k, base=verify: base(k) + (extra if k > 1 else 0.0)  # noqa: E731 (drafting steps only)
-        accept = self.optimistic_acceptance(bucket) if optimistic else self.acceptance(bucket)
+        accept = self.acceptance(bucket)
+        if optimistic:
+            accept = _spliced(accept, self.optimistic_acceptance(bucket), followed)
         return Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight))
 
     def could_pay(self, cap: int) -> bool:
@@ -463,6 +469,15 @@ class CostTracker:
         if len(t.conf_judged) != CONFIDENCE_BINS:
             raise ValueError(f"expected {CONFIDENCE_BINS} confidence bins")
         return t
+
+
+def _spliced(first: Sequence[float], rest: Sequence[float], n: int) -> list[float]:
+    """Per-position rates: first's for the first n positions, rest's after them (each list's last
+    rate standing for the positions beyond its end)."""
+    if n <= 0:
+        return list(rest)
+    at = lambda rates, i: rates[min(i, len(rates) - 1)]  # noqa: E731
+    return [at(first, i) if i < n else at(rest, i) for i in range(max(len(first), len(rest), n + 1))]
 
 
 def _pooling_weight(counts: PositionAcceptance, rate: float, weight: float) -> float:

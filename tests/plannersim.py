@@ -124,6 +124,7 @@ class SimDrafter:
         if self.name == "model":
             return k
         n, self.last_match = self.world.ngram_offer()
+        self.last_ids = [0] * min(n, k)  # the lookup's guesses: token 0 stands for each
         return min(n, k)
 
     def propose(self, context, k, rng: np.random.Generator, stop=None, branch=None, handoff=None) -> Proposal:
@@ -183,7 +184,9 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
             drafting += 1
             draft_s *= stall[1] if drafting == stall[0] else 1.0
         verify_s = verify(len(proposal.ids) + 1)
-        planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0)
+        # a plain step emits token 0, the lookup's guess, as often as a draft of it is accepted there
+        token = None if proposal.ids else int(luck[world.pos] >= world.region()[0].ngram_accept)
+        planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0, token=token)
         b = planner.budget
         worst = max([worst] + [spent - b.allowance(verify(1)) for spent in b.spent.values()])
         seconds += draft_s + verify_s
