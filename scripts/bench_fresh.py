@@ -14,7 +14,13 @@ what the draft's entry costs, apart from the spread between processes. A fourth 
 variant's prefill-and-decode seconds went, as shares of them: what its exploratory steps lost (the
 budget's ledger, exploration_s), the draft's prompt intakes, and the controller's own time.
 
+With --against DIR, a fourth variant runs auto with warm start from another checkout of localspec
+(its plans in a store of its own), side by side with this one's in the same run: how a change moves
+the ratio, apart from the drift between runs.
+
     python scripts/bench_fresh.py --prompts scripts/prompts/prose.jsonl --rounds 3 -n 96
+    git worktree add /tmp/before HEAD~1
+    python scripts/bench_fresh.py --against /tmp/before --extra "-m /abs/target.gguf -d /abs/draft.gguf"
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -34,11 +41,13 @@ VARIANTS = {"target-only": (["--target-only"], {}),
 
 
 def run(prompt: str, flags: list[str], env: dict, args) -> tuple[dict, float]:
-    """One process's stats and its wall seconds."""
+    """One process's stats and its wall seconds. A variant whose env sets PYTHONPATH (--against)
+    runs from there: `python -m` puts the working directory first on the module path."""
     cmd = [sys.executable, "-m", "localspec", "generate", prompt, "--json", "--temperature", str(args.temperature),
            "-n", str(args.max_tokens), "--threads", str(args.threads), *args.extra.split(), *flags]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600,
+                         cwd=env.get("PYTHONPATH"))
     wall = time.perf_counter() - t0
     if out.returncode:
         sys.exit(f"localspec failed: {out.stderr.strip()}")
@@ -77,16 +86,23 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--extra", default="", help="more flags for every run, e.g. '--target M --draft D'")
+    ap.add_argument("--against", type=Path,
+                    help="another checkout of localspec (an earlier commit, say) whose auto with warm start "
+                         "runs beside this one's, its plans in a store of its own; give the models by absolute path in --extra")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bench import reply_order  # scripts/bench.py, beside this file
     from localspec.prompts import load_prompts
 
     prompts = load_prompts(args.prompts, args.n_prompts)
-    runs: dict[str, list[Process]] = {name: [] for name in VARIANTS}  # in the order they ran
+    variants = dict(VARIANTS)
+    if args.against:
+        variants[f"auto, warm, {args.against.name}"] = ([], {"PYTHONPATH": str(args.against.resolve()),
+                                                             "LOCALSPEC_MODELS": tempfile.mkdtemp(prefix="plans-")})
+    runs: dict[str, list[Process]] = {name: [] for name in variants}  # in the order they ran
     for n, (r, i) in enumerate((r, i) for r in range(args.rounds) for i in range(len(prompts))):
-        for name in reply_order(list(VARIANTS), n):
-            flags, env = VARIANTS[name]
+        for name in reply_order(list(variants), n):
+            flags, env = variants[name]
             p = Process(i, r, *run(prompts[i], flags, env, args))
             runs[name].append(p)
             drafted = {k: v["drafted"] for k, v in p.stats.get("by_drafter", {}).items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -422,3 +423,36 @@ def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own
     assert "| auto, warm | 0.61% | 0.00% | 0.51% |" in out
     assert "| auto, cold | 0.61% | 5.12% | 0.51% |" in out
     assert "| target-only | 0.00% | 0.00% | 0.20% |" in out
+
+
+def test_fresh_processes_of_another_checkout_run_beside_from_their_own_code_and_plans(monkeypatch, capsys, tmp_path):
+    # --against: a fourth variant, auto with warm start from another checkout, in the same run. It
+    # runs from that checkout's directory (python -m puts it first on the module path) with a plan
+    # store of its own, so neither version plans from the other's measurements.
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location("bench_fresh", ROOT / "scripts/bench_fresh.py")
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    calls = []
+
+    def subprocess_run(cmd, env, capture_output, text, timeout, cwd):
+        calls.append((cmd, env, cwd))
+        rate = 10.0 if "--target-only" in cmd else 12.0 if cwd else 11.0
+        stats = {"time_s": {"total": 100 / rate, "decode": 100 / rate, "controller": 0.0, "draft_prefill": 0.0},
+                 "generated_tokens": 100}
+        return subprocess.CompletedProcess(cmd, 0, json.dumps({"stats": stats}), "")
+
+    monkeypatch.setattr(fresh.subprocess, "run", subprocess_run)
+    monkeypatch.setattr("localspec.prompts.load_prompts", lambda path, n: ["p0", "p1"][:n])
+    old = tmp_path / "before"
+    monkeypatch.setattr(sys, "argv", ["bench_fresh.py", "--rounds", "2", "--n-prompts", "2", "--against", str(old)])
+    fresh.main()
+    assert len(calls) == 2 * 2 * 4
+    against = [(env, cwd) for cmd, env, cwd in calls if cwd is not None]
+    assert len(against) == 4 and all(cwd == str(old.resolve()) == env["PYTHONPATH"] for env, cwd in against)
+    stores = {env["LOCALSPEC_MODELS"] for env, _ in against}
+    assert len(stores) == 1 and stores != {os.environ.get("LOCALSPEC_MODELS")}
+    assert all("PYTHONPATH" not in env or env["PYTHONPATH"] == os.environ.get("PYTHONPATH")
+               for _, env, cwd in calls if cwd is None)
+    out = capsys.readouterr().out
+    assert "| auto, warm, before | 400 | 12.0 | 1.20x |" in out and "| auto, warm | 400 | 11.0 | 1.10x |" in out
