@@ -335,9 +335,9 @@ class CostTracker:
         extra = (self.switch_s.value or 0.0) if switch else 0.0
         if extra:
             verify = lambda k, base=verify: base(k) + (extra if k > 1 else 0.0)  # noqa: E731 (drafting steps only)
-        accept = self.acceptance(bucket)
-        if optimistic:
-            accept = _spliced(accept, self.optimistic_acceptance(bucket), followed)
+        accept = self.optimistic_acceptance(bucket) if optimistic else self.acceptance(bucket)
+        if optimistic and followed:
+            accept = _spliced(self.acceptance(bucket), accept, followed)
         return Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight))
 
     def could_pay(self, cap: int) -> bool:
@@ -474,8 +474,6 @@ class CostTracker:
 def _spliced(first: Sequence[float], rest: Sequence[float], n: int) -> list[float]:
     """Per-position rates: first's for the first n positions, rest's after them (each list's last
     rate standing for the positions beyond its end)."""
-    if n <= 0:
-        return list(rest)
     at = lambda rates, i: rates[min(i, len(rates) - 1)]  # noqa: E731
     return [at(first, i) if i < n else at(rest, i) for i in range(max(len(first), len(rest), n + 1))]
 
