@@ -418,12 +418,13 @@ class Planner:
         by the plain steps that pass through it. Planning reads only what was emitted before the
         step, so the output's distribution is untouched."""
         if plan.source is not None:
-            self._settle()
+            if self._shadow is not None:  # what it judged so far, every one taken
+                self._settle(self._shadow.judged, self._shadow.judged)
         elif self._shadow is None and self._ngram is not None:
             offer = next((c for c in offers if c.source == self._ngram), None)
             ids = self.sources[self._ngram][0].last_ids[:SHADOW_DEPTH] if offer is not None else []
             if ids:
-                self._shadow = Shadow(list(ids), offer.bucket)
+                self._shadow = Shadow(ids, offer.bucket)
 
     def _follow(self, token: int | None) -> None:
         """Judge the followed guesses (_shadow_step) by the token a plain step emitted."""
@@ -438,16 +439,11 @@ class Planner:
         else:
             self._shadow = shadow._replace(judged=i + 1)
 
-    def _settle(self, drafted: int | None = None, accepted: int | None = None) -> None:
-        """Count the followed guesses: drafted of them judged, the first accepted taken (by default
-        those judged so far, all taken), in the lookup's tracker; follow none."""
-        shadow, self._shadow = self._shadow, None
-        if shadow is None:
-            return
-        drafted = shadow.judged if drafted is None else drafted
-        if drafted:
-            self.sources[self._ngram][1].record_acceptance(drafted, drafted if accepted is None else accepted,
-                                                          shadow.bucket)
+    def _settle(self, judged: int, accepted: int) -> None:
+        """Count the followed guesses in the lookup's tracker, judged of them judged and the first
+        accepted taken; follow none."""
+        self.sources[self._ngram][1].record_acceptance(judged, accepted, self._shadow.bucket)
+        self._shadow = None
 
     def _offers(self, tokens: Sequence[int], room: int, quiet: bool = False) -> list[Choice]:
         """What each source could draft now: (source, most γ, bucket), none where it has nothing;
