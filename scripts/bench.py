@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LLAMACPP_BIN = ROOT / "build/llama.cpp/src/build/bin"  # where scripts/build_llamacpp.sh puts the tools
 DEFAULT_SCENARIOS = "plain,model:1,model:2,model:4,model:8,model:auto,hybrid:auto,llamacpp:2,llamacpp:4,llamacpp:8"
 QUICK_SCENARIOS = "plain,model:2,model:auto,hybrid:auto,llamacpp:2"
-GAMMA_MAX = 8  # what auto may draft (GenerationConfig.gamma_max), and the theory curve's range
+GAMMA_MAX = GenerationConfig().gamma_max  # what auto may draft from a draft model, and the theory curve's range
 
 
 def parse_args(argv=None):
