@@ -283,7 +283,7 @@ class NGramDrafter:
         self.long_to = 0                              # the tokens whose longer n-grams are indexed (_index_long)
         self.ends_at: list[int] = []                  # positions of end-of-generation tokens, ascending
         self.probes = 0                               # dict lookups made by propose (tests count them)
-        self.last_n = self.last_len = 0               # n-gram size and length of the last proposal
+        self.last_n = 0                               # n-gram size of the last proposal ...
         self.last_ids: list[int] = []                 # ... and its tokens
         self.last_match = 0                           # tokens the last match agrees on, ≤ match_cap
         self.last_at = 0                              # where the last match's occurrence ends (a position)
@@ -300,7 +300,7 @@ class NGramDrafter:
         """The lookup of propose() and offer(): up to k tokens, the match's n, reach and end kept."""
         self._sync(context)
         ids, self.last_n, self.last_match, self.last_at = self._lookup((), k)
-        self.last_len, self.last_ids = len(ids), ids
+        self.last_ids = ids
         return ids
 
     def continuation(self, context: Sequence[int], draft: Sequence[int], k: int) -> tuple[list[int], int, int]:
@@ -378,7 +378,7 @@ class NGramDrafter:
 
     def observe(self, n_accepted: int) -> None:
         if self.last_n:  # counted here, not in propose(): offer() proposes without drafting
-            self.proposed_at[self.last_n] = self.proposed_at.get(self.last_n, 0) + self.last_len
+            self.proposed_at[self.last_n] = self.proposed_at.get(self.last_n, 0) + len(self.last_ids)
             self.accepted_at[self.last_n] = self.accepted_at.get(self.last_n, 0) + n_accepted
 
     def prefill(self, prompt: Sequence[int]) -> None:
