@@ -10,7 +10,8 @@ writes bench.md, bench.json and (with matplotlib) speedup.png and alpha.png.
     python scripts/bench.py --gpu                    # all layers on the GPU, ours and llama.cpp's
     python scripts/bench.py --quick                  # tiny SmolLM2 models: checks the report's shape
 
-Scenarios: plain (target-only); DRAFTER:GAMMA with DRAFTER model|ngram|hybrid|chain (model, token trees off) and GAMMA N or auto;
+Scenarios: plain (target-only); DRAFTER:GAMMA with DRAFTER model|ngram|hybrid|chain (model, token trees off) and GAMMA N or auto
+(auto:N: auto drafting at most N from the draft model, to compare caps side by side);
 llamacpp:N (llama-speculative-simple --spec-type draft-simple, n_max N, same pair) and
 llamacpp-ngram:N (--spec-type ngram-simple, drafts of up to N tokens) and llamacpp-tree:N
 (examples/speculative's token trees: llama-speculative, n_max N, --tree-branches, --tree-p-split). The llama.cpp ones need
@@ -130,6 +131,7 @@ class Scenario:
     engine: str            # localspec | llamacpp
     gamma: int | None      # None: auto (localspec only)
     drafter: str = "auto"  # localspec: model | ngram | hybrid | chain (model, no trees) | auto; llamacpp: draft-simple | ngram-simple | tree
+    cap: int | None = None  # auto: the most drafted from a draft model (GenerationConfig.gamma_max); None: its default
 
     @property
     def family(self) -> str:
@@ -147,8 +149,8 @@ def parse_scenarios(spec: str) -> list[Scenario]:
         try:
             out.append(_scenario(name, gamma))
         except ValueError:
-            sys.exit(f"bench.py: bad scenario {item!r}; use plain, model|ngram|hybrid|chain:N|auto, llamacpp:N "
-                     "llamacpp-ngram:N or llamacpp-tree:N (N >= 1)")
+            sys.exit(f"bench.py: bad scenario {item!r}; use plain, model|ngram|hybrid|chain:N|auto|auto:N, "
+                     "llamacpp:N, llamacpp-ngram:N or llamacpp-tree:N (N >= 1)")
     return out
 
 
@@ -156,6 +158,11 @@ def _scenario(name: str, gamma: str) -> Scenario:
     if name == "plain" and not gamma:
         return Scenario("target-only", "localspec", 0)
     if name in ("model", "ngram", "hybrid", "chain"):
+        auto, _, cap = gamma.partition(":")
+        if auto == "auto" and cap:
+            if int(cap) < 1:
+                raise ValueError(cap)
+            return Scenario(f"{name} gamma=auto cap={int(cap)}", "localspec", None, name, int(cap))
         g = None if gamma in ("", "auto") else int(gamma)
         if g is not None and g < 1:
             raise ValueError(gamma)
@@ -359,7 +366,7 @@ def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, 
     p_min = {} if args.p_min is None else {"p_min": args.p_min}
     chain = sc.drafter == "chain"  # the model drafter with token trees off
     cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=sc.gamma, sampling=sampling_params(args), seed=seed,
-                           drafter="model" if chain else sc.drafter, gamma_max=GAMMA_MAX, trees=not chain, **p_min)
+                           drafter="model" if chain else sc.drafter, gamma_max=sc.cap or GAMMA_MAX, trees=not chain, **p_min)
     *_, reply = pair.stream(prompt, cfg)
     runs.results[sc.label].append(reply.stats)
     print(f"  {sc.label}: {reply.stats.tokens_per_s:.1f} tok/s", file=sys.stderr)

@@ -99,12 +99,14 @@ def test_bench_skips_llamacpp_without_its_tools(tmp_path):
 
 
 def test_parse_scenarios():
-    got = bench.parse_scenarios("plain,model:4,hybrid:auto,llamacpp:8,llamacpp-ngram:16,chain:auto")
-    assert [(s.engine, s.gamma, s.drafter, s.family) for s in got] == [
-        ("localspec", 0, "auto", "plain"), ("localspec", 4, "model", "model"), ("localspec", None, "hybrid", "hybrid"),
-        ("llamacpp", 8, "draft-simple", "model"), ("llamacpp", 16, "ngram-simple", "ngram"),
-        ("localspec", None, "chain", "model")]
-    for bad in ("llamacpp:auto", "model:0", "plain:2", "bogus:3"):
+    got = bench.parse_scenarios("plain,model:4,hybrid:auto,llamacpp:8,llamacpp-ngram:16,chain:auto,model:auto:16")
+    assert [(s.engine, s.gamma, s.drafter, s.family, s.cap) for s in got] == [
+        ("localspec", 0, "auto", "plain", None), ("localspec", 4, "model", "model", None),
+        ("localspec", None, "hybrid", "hybrid", None), ("llamacpp", 8, "draft-simple", "model", None),
+        ("llamacpp", 16, "ngram-simple", "ngram", None), ("localspec", None, "chain", "model", None),
+        ("localspec", None, "model", "model", 16)]
+    assert got[-1].label != got[-2].label  # two caps of one drafter are two columns
+    for bad in ("llamacpp:auto", "model:0", "plain:2", "bogus:3", "model:auto:0", "model:4:8", "model:auto:x"):
         with pytest.raises(SystemExit, match="bad scenario"):
             bench.parse_scenarios(bad)
 
