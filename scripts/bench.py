@@ -314,11 +314,13 @@ def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths
         warm_llamacpp(tool, scenarios, files[0], paths, args, runs)
         for n, (i, prompt) in enumerate([(i, p) for _ in range(args.rounds) for i, p in enumerate(prompts)]):
             print(f"prompt {i} ({len(prompt)} tokens)", file=sys.stderr)
+            # a seed per reply: at T>0 each round samples new replies (one seed per prompt would
+            # repeat a round's texts, and a ratio would rest on n-prompts texts however many rounds ran)
             for sc in reply_order(scenarios, n):
                 if sc.engine == "localspec":
-                    run_localspec(pair, prompt, sc, args, args.seed + i, runs)
+                    run_localspec(pair, prompt, sc, args, args.seed + n, runs)
                 else:
-                    run_llamacpp_scenario(tool, sc, files[i], paths, args, i, runs)
+                    run_llamacpp_scenario(tool, sc, files[i], paths, args, i, runs, args.seed + n)
     return runs
 
 
@@ -382,11 +384,12 @@ def warm_llamacpp(tool: Path | None, scenarios: list[Scenario], prompt_file: Pat
             runs.notes.append(f"llama.cpp warm-up failed: {e}")
 
 
-def run_llamacpp_scenario(tool: Path, sc: Scenario, prompt_file: Path, paths, args, i: int, runs: Runs) -> None:
-    """One llama.cpp run; a failure is noted once and drops the scenario from the table."""
+def run_llamacpp_scenario(tool: Path, sc: Scenario, prompt_file: Path, paths, args, i: int, runs: Runs,
+                          seed: int) -> None:
+    """One llama.cpp run of prompt i; a failure is noted once and drops the scenario from the table."""
     if sc.label in runs.failed:
         return
-    cmd = llamacpp_command(tool, sc, prompt_file, *paths, args, args.seed + i, args.max_tokens)
+    cmd = llamacpp_command(tool, sc, prompt_file, *paths, args, seed, args.max_tokens)
     runs.commands.setdefault(sc.label, " ".join(cmd))
     try:
         run = run_llamacpp(cmd)

@@ -225,6 +225,7 @@ class RecordingPair:
         self.seen: list[tuple[str | None, int]] = []  # (drafter, id of the trackers) per generation
         self.draft_ctx = DraftCache()
         self.held: list[int] = []  # what the draft's cache held as each generation began
+        self.seeds: list[int | None] = []  # each generation's seed
 
     def prompt_tokens(self, text: str, chat: bool) -> list[int]:
         return [1, 2, 3]
@@ -232,6 +233,7 @@ class RecordingPair:
     def stream(self, prompt, config):
         self.trackers.setdefault(config.drafter, object())  # what a generation would learn
         self.seen.append((config.drafter, id(self.trackers)))
+        self.seeds.append(config.seed)
         self.held.append(len(self.draft_ctx.tokens))
         self.draft_ctx.tokens = list(prompt)  # taken in, as a prefill or a catch-up would
         yield type("Reply", (), {"stats": GenerationStats()})()
@@ -265,6 +267,18 @@ def test_each_scenario_plans_from_its_own_measurements(tmp_path):
     assert set(runs.trackers["hybrid gamma=auto"]) == {"hybrid"}  # the hybrid learnt only from itself
     # every reply takes its prompt in anew, not from what the reply before it left in the draft's cache
     assert pair.held[1:] == [0] * len(order)
+
+
+def test_each_round_samples_new_replies(tmp_path):
+    # At T>0 one seed per prompt would give every round the same texts: a ratio over 3 rounds of 4
+    # prompts would rest on 4 texts. Within a reply every scenario gets the same seed.
+    pair = RecordingPair()
+    args = bench.parse_args(["--rounds", "3", "--seed", "5", "--temperature", "1", "--llamacpp-bin", str(tmp_path)])
+    bench.run_all(pair, ["a", "b"], bench.parse_scenarios("plain,ngram:auto"), args,
+                  (tmp_path / "t.gguf", tmp_path / "d.gguf"))
+    replies = [pair.seeds[1 + 2 * n: 3 + 2 * n] for n in range(6)]  # after the warm-up, two scenarios a reply
+    assert all(len(set(r)) == 1 for r in replies)
+    assert [r[0] for r in replies] == [5, 6, 7, 8, 9, 10]
 
 
 @pytest.mark.parametrize("spec", ["plain,ngram:auto,hybrid:auto,llamacpp-ngram:48", "plain,model:auto,hybrid:auto"])
