@@ -33,11 +33,16 @@ import statistics
 from typing import Callable, NamedTuple, Sequence
 
 
+def rate_at(rates: Sequence[float], i: int) -> float:
+    """Position i's rate in a per-position list whose last rate stands for every position past its end."""
+    return rates[min(i, len(rates) - 1)]
+
+
 def expected_tokens(accept: Sequence[float], gamma: int) -> float:
     """Tokens emitted per step with gamma drafts, given per-position conditional acceptance."""
     total, reach = 1.0, 1.0
     for i in range(gamma):
-        reach *= accept[i] if i < len(accept) else accept[-1]
+        reach *= rate_at(accept, i)
         total += reach
     return total
 
@@ -76,7 +81,7 @@ def expected_tokens_upto(accept: Sequence[float], gamma_max: int, tokens_on: Seq
     """E(γ) for every γ in 0..gamma_max, in one pass: expected_tokens(accept, γ) where every draft
     runs to its cap; with tokens_on (g_i, see the module docstring), where a stop rule may end it."""
     totals, reach, total = [1.0], 1.0, 1.0
-    n, last, n_on = len(accept), accept[-1], len(tokens_on)  # (_on inlined: the planner's every step)
+    n, last, n_on = len(accept), accept[-1], len(tokens_on)  # (_on and rate_at inlined: the planner's every step)
     for i in range(gamma_max):
         a = accept[i] if i < n else last
         if 0 < i <= n_on:
@@ -434,10 +439,9 @@ class PositionAcceptance:
         (prior: one rate for every position, or one per position, the last repeated beyond its end;
         an infinite weight gives every position its prior)."""
         priors = [prior] if isinstance(prior, (int, float)) else list(prior) or [0.0]
-        at = lambda i: priors[min(i, len(priors) - 1)]  # noqa: E731
         if math.isinf(weight):
-            return [at(i) for i in range(len(self.judged))]
-        return [(a + weight * at(i)) / (j + weight) if j + weight else 0.0
+            return [rate_at(priors, i) for i in range(len(self.judged))]
+        return [(a + weight * rate_at(priors, i)) / (j + weight) if j + weight else 0.0
                 for i, (j, a) in enumerate(zip(self.judged, self.accepted))]
 
     def spread(self, p: float) -> float | None:

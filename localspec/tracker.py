@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, STALL_FACTOR, TRUSTED_SAMPLES, DraftStop, DraftStops, Ema,
                         FixedStop, PositionAcceptance, VerifyCurve, best_gamma, expected_seconds_upto,
-                        expected_tokens_upto)
+                        expected_tokens_upto, rate_at)
 from .treeplan import SiblingAcceptance
 
 CONFIRM_STEPS = 2   # own drafting steps before a loaded tracker's point estimate is a known choice
@@ -474,8 +474,7 @@ class CostTracker:
 def _spliced(first: Sequence[float], rest: Sequence[float], n: int) -> list[float]:
     """Per-position rates: first's for the first n positions, rest's after them (each list's last
     rate standing for the positions beyond its end)."""
-    at = lambda rates, i: rates[min(i, len(rates) - 1)]  # noqa: E731
-    return [at(first, i) if i < n else at(rest, i) for i in range(max(len(first), len(rest), n + 1))]
+    return [rate_at(first if i < n else rest, i) for i in range(max(len(first), len(rest), n + 1))]
 
 
 def _pooling_weight(counts: PositionAcceptance, rate: float, weight: float) -> float:
