@@ -287,8 +287,6 @@ class NGramDrafter:
         self.last_ids: list[int] = []                 # ... and its tokens
         self.last_match = 0                           # tokens the last match agrees on, ≤ match_cap
         self.last_at = 0                              # where the last match's occurrence ends (a position)
-        self.proposed_at: dict[int, int] = {}         # match length -> tokens proposed
-        self.accepted_at: dict[int, int] = {}         # match length -> tokens accepted
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator | None = None,
                 stop: StopRule | None = None, branch: BranchRule | None = None,
@@ -377,16 +375,10 @@ class NGramDrafter:
         self.long_to = len(tokens)
 
     def observe(self, n_accepted: int) -> None:
-        if self.last_n:  # counted here, not in propose(): offer() proposes without drafting
-            self.proposed_at[self.last_n] = self.proposed_at.get(self.last_n, 0) + len(self.last_ids)
-            self.accepted_at[self.last_n] = self.accepted_at.get(self.last_n, 0) + n_accepted
+        pass  # its acceptance is the planner's to keep (CostTracker, per match bucket)
 
     def prefill(self, prompt: Sequence[int]) -> None:
         self._sync(prompt, full_check=True)
 
     def offer(self, context: Sequence[int], k: int) -> int:
         return len(self._match(context, k))  # O(n_max): a lookup, no proposal built
-
-    def acceptance(self) -> dict[int, float]:
-        """Fraction of proposed tokens accepted, per match length."""
-        return {n: self.accepted_at.get(n, 0) / p for n, p in self.proposed_at.items() if p}

@@ -58,15 +58,6 @@ def test_context_change_rebuilds_the_index():
     assert d.propose([5, 6, 1, 2], 1).ids == []
 
 
-def test_acceptance_is_tracked_per_match_length():
-    d = NGramDrafter(n_min=1, n_max=3)
-    d.propose([1, 2, 3, 4, 1, 2, 3], 2)             # n = 3, proposes 4 1
-    d.observe(1)
-    d.propose([1, 2, 3, 4, 1, 2, 3, 4, 5, 7, 5], 2)  # "5" -> 7: n = 1, proposes 7 5
-    d.observe(0)
-    assert d.acceptance() == {3: 0.5, 1: 0.0}
-
-
 def test_lookup_cost_does_not_grow_with_the_context():
     # Count dict probes per proposal, not time: the same for 100 and 100,000 context tokens.
     rng = np.random.default_rng(0)
