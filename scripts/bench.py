@@ -11,7 +11,8 @@ writes bench.md, bench.json and (with matplotlib) speedup.png and alpha.png.
     python scripts/bench.py --quick                  # tiny SmolLM2 models: checks the report's shape
 
 Scenarios: plain (target-only); DRAFTER:GAMMA with DRAFTER model|ngram|hybrid|chain (model, token trees off) and GAMMA N or auto
-(auto:N: auto drafting at most N from the draft model, to compare caps side by side);
+(auto:N: auto drafting at most N from the draft model, to compare caps side by side; the theory
+columns still span γ up to the default cap, and a hybrid is set beside its parts at that cap);
 llamacpp:N (llama-speculative-simple --spec-type draft-simple, n_max N, same pair) and
 llamacpp-ngram:N (--spec-type ngram-simple, drafts of up to N tokens) and llamacpp-tree:N
 (examples/speculative's token trees: llama-speculative, n_max N, --tree-branches, --tree-p-split). The llama.cpp ones need
