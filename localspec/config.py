@@ -25,6 +25,16 @@ class ContextFull(GenerationError):
         self.n_tokens, self.n_ctx, self.param = n_tokens, n_ctx, param
 
 
+def seed_from(seed: int | None) -> int | None:
+    """A seed as a user gives it, as GenerationConfig takes it: -1 is a random seed (None), as
+    llama.cpp's tools and llama-server take it; GenerationError for another negative one."""
+    if seed == -1:
+        return None
+    if seed is not None and seed < 0:
+        raise GenerationError(f"seed must be >= 0, or -1 for a random seed (got {seed})")
+    return seed
+
+
 def check_fits(n_tokens: int, n_ctx: int, fix: str = "raise --ctx or shorten the prompt",
                what: str = "the prompt") -> None:
     """Raise ContextFull unless a prompt of n_tokens leaves room for at least one generated token."""
@@ -60,6 +70,8 @@ class GenerationConfig:
             raise GenerationError(f"gamma must be >= 0 or auto (got {self.gamma}); use 0 for plain decoding")
         if self.drafter not in DRAFTERS:
             raise GenerationError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTERS)}")
+        if self.seed is not None and self.seed < 0:  # a user's -1 is None by now (seed_from)
+            raise GenerationError(f"seed must be >= 0 (got {self.seed}); None gives a random seed")
         for name in ("gamma_max", "ngram_gamma_max"):
             if getattr(self, name) < 0:
                 raise GenerationError(f"{name} must be >= 0 (got {getattr(self, name)})")

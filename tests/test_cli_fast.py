@@ -88,6 +88,7 @@ def test_chat_template_and_system_prompt(fake_cli):
     (["--gamma", "-2"], ["gamma", "-2"]),
     (["--p-min", "1.5"], ["p_min", "1.5"]),
     (["-n", "0"], ["max_tokens", "0"]),
+    (["--seed", "-5"], ["seed", "-5", "-1 for a random seed"]),
 ])
 def test_bad_sampling_values(args, flags, fragments):
     assert_one_line_error(invoke("generate", "hi", *args, *flags), *fragments)

@@ -41,6 +41,21 @@ def test_dash_t_is_threads_not_the_target(fake_cli):
     assert out["target"] == str(fake_cli.target) and fake_cli.loaded[0].options.threads == 4
 
 
+def test_seed_minus_one_is_a_random_seed_as_in_llama_cpp(fake_cli):
+    common = ["--target", str(fake_cli.target), "--draft", "none", "--temperature", "1", "-n", "4"]
+    assert run_json(*common, "--seed", "-1")["settings"]["seed"] is None
+    assert run_json(*common, "--seed", "7")["settings"]["seed"] == 7
+
+
+def test_tune_and_the_library_name_a_negative_seed():
+    from localspec.config import GenerationConfig, GenerationError
+    from localspec.tune.options import TuneError, TuneOptions
+    with pytest.raises(GenerationError, match=r"seed must be >= 0 \(got -1\)"):
+        GenerationConfig(seed=-1).validate()  # -1 means random to the CLI and the server only
+    with pytest.raises(TuneError, match=r"--seed must be >= 0 \(got -3\)"):
+        TuneOptions(seed=-3).validate()
+
+
 def test_escapes_as_llama_cli():
     assert unescape(r"\n\n") == "\n\n" and unescape(r"a\tb") == "a\tb" and unescape(r"a\\nb") == "a\\nb"
     assert unescape(r"C:\path") == r"C:\path"

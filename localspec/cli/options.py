@@ -15,7 +15,7 @@ import click
 from click.core import ParameterSource
 
 from .. import devices, models
-from ..config import DRAFTERS, GenerationConfig, GenerationError
+from ..config import DRAFTERS, GenerationConfig, GenerationError, seed_from
 from ..llama import LlamaError
 from ..placement import check_names, split_names
 from ..sampling import SamplingParams
@@ -195,7 +195,8 @@ FLAGS = {
     "top_k": flag("--top-k", type=int, default=SAMPLING["top_k"], help="0 disables."),
     "top_p": flag("--top-p", type=float, default=SAMPLING["top_p"], help="1.0 disables."),
     "min_p": flag("--min-p", type=float, default=SAMPLING["min_p"], help="0 disables."),
-    "seed": flag("-s", "--seed", type=int, default=GENERATION["seed"], help="Seed for reproducible sampling."),
+    "seed": flag("-s", "--seed", type=int, default=GENERATION["seed"],
+                 help="Seed for reproducible sampling (-1: a random one, as llama.cpp takes it)."),
     "max_tokens": flag("-n", "--max-tokens", type=int, default=GENERATION["max_tokens"], help="Tokens to generate."),
     "stop": flag("--stop", type=Escaped(), multiple=True, help=r"Stop string (repeatable); \n, \t and \\ are escapes."),
     "drafter": flag("--drafter", type=click.Choice(DRAFTERS), default=GENERATION["drafter"],
@@ -246,7 +247,8 @@ def generation_config(options: dict, **fields) -> GenerationConfig:
     """The GenerationConfig the shared flags in `options` (a command's click kwargs) describe;
     `fields` sets what the command decides itself (gamma 0 for --target-only)."""
     sampling = SamplingParams(**{name: options[name] for name in SAMPLING})
-    given = {name: options[name] for name in ("max_tokens", "gamma", "seed", "drafter", "p_min")}
+    given = {name: options[name] for name in ("max_tokens", "gamma", "drafter", "p_min")}
+    given["seed"] = seed_from(options["seed"])
     return GenerationConfig(**{**given, "sampling": sampling, "stop": tuple(options["stop"]), **fields}).validate()
 
 

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from ..sampling import SamplingParams
-from ..config import GenerationConfig, GenerationError
+from ..config import GenerationConfig, GenerationError, seed_from
 
 FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "p_min", "gamma", "drafter", "seed", "stop",
           "logprobs")
@@ -131,9 +131,10 @@ def request_config(req: Options, defaults: GenerationConfig) -> GenerationConfig
     stop = (req.stop,) if isinstance(req.stop, str) else defaults.stop if req.stop is None else tuple(req.stop)
     if req.stop is not None and len(stop) > MAX_STOP:
         raise ApiError(400, f"stop holds {len(stop)} strings; send at most {MAX_STOP}", "stop")
-    seed = None if req.seed == -1 else req.seed  # -1: a random seed, as llama-server takes it
-    if seed is not None and seed < 0:
-        raise ApiError(400, f"seed must be >= 0, or -1 for a random seed (got {seed})", "seed")
+    try:
+        seed = seed_from(req.seed)
+    except GenerationError as e:
+        raise ApiError(400, str(e), "seed") from None
     n_logprobs = req.n_logprobs()
     if n_logprobs is not None and not 0 <= n_logprobs <= 20:
         raise ApiError(400, f"{'top_logprobs' if isinstance(req, ChatRequest) else 'logprobs'} must be between "

@@ -54,6 +54,7 @@ class TuneOptions:
                   (1 <= self.gamma_max <= 64, f"--gamma-max must be in 1..64 (got {self.gamma_max})"),
                   (self.budget_s is None or self.budget_s > 0, f"--budget must be > 0 seconds (got {self.budget_s})"),
                   (self.confirm >= 0, f"confirm must be >= 0 (got {self.confirm})"),
+                  (self.seed >= 0, f"--seed must be >= 0 (got {self.seed})"),
                   (0 <= self.p_min < 1, f"--p-min must be in [0, 1) (got {self.p_min})")]
         for ok, message in checks:
             if not ok:
