@@ -35,9 +35,11 @@ class Context:
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
                  n_seq_max: int = 1):
+        if n_ctx < 0:
+            raise LlamaError(f"--ctx must be >= 0 (got {n_ctx}); 0 takes the model's own context length")
         self.model = model
         params = lc.llama_context_default_params()
-        params.n_ctx = n_ctx
+        params.n_ctx = n_ctx  # 0: the length the model was trained for, as llama.cpp's -c 0
         params.n_batch = params.n_ubatch = n_batch
         threads = n_threads or default_threads()
         params.n_threads = params.n_threads_batch = threads
@@ -51,7 +53,7 @@ class Context:
         if not self.ptr:
             raise LlamaError(f"llama.cpp could not create a context of {n_ctx} tokens; lower --ctx")
         # llama.cpp pads n_ctx up (to 256) but clamps n_batch to the n_ctx asked for: honour both.
-        self.n_ctx = min(n_ctx, lc.llama_n_ctx(self.ptr))
+        self.n_ctx = min(n_ctx or lc.llama_n_ctx(self.ptr), lc.llama_n_ctx(self.ptr))
         self.n_batch = lc.llama_n_batch(self.ptr)
         self.memory = lc.llama_get_memory(self.ptr)
         self.n_seq_max = lc.llama_n_seq_max(self.ptr)

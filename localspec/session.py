@@ -85,7 +85,8 @@ class Pair:
             target_ctx.reserve_outputs(SAMPLED_ROWS_MAX)
         draft_ctx = None
         if draft:
-            draft_ctx = LazyContext(lambda: self._load_draft(Path(draft), where_d), options.n_ctx, Path(draft),
+            # the draft's context as long as the target's (--ctx 0: the target model's own length)
+            draft_ctx = LazyContext(lambda: self._load_draft(Path(draft), where_d), target_ctx.n_ctx, Path(draft),
                                     where_d.where)
         self._wrap(target_ctx, draft_ctx, options)
 
@@ -101,7 +102,7 @@ class Pair:
             except Exception:
                 model.close()
                 raise
-        ctx = Context(model, o.n_ctx, o.threads)
+        ctx = Context(model, self.target_ctx.n_ctx, o.threads)
         ctx.rows_offloaded = rows_on_gpu(where_d, o.ngl_draft, model.n_layer)
         return ctx
 

@@ -8,7 +8,9 @@ import llama_cpp as lc
 import numpy as np
 import pytest
 
+from localspec import session
 from localspec.context import Context
+from localspec.llama import LlamaError
 from localspec.llama import Model, TextStream, common_prefix_len
 
 
@@ -145,6 +147,19 @@ def test_amx_guard_follows_the_build_and_the_override(monkeypatch):
     monkeypatch.delenv("LOCALSPEC_ALLOW_AMX")
     monkeypatch.setattr(layer.lc, "llama_print_system_info", lambda: info % 0)
     assert not layer.amx_guard()
+
+
+@pytest.mark.slow
+def test_ctx_0_takes_the_models_own_length_for_both_models_and_a_negative_one_names_itself(smol_path, model):
+    # llama.cpp's -c 0: the context the model was trained for; the draft's as long as the target's
+    pair = session.Pair(smol_path, smol_path, session.LoadOptions(n_ctx=0, threads=1, warm_start=False))
+    try:
+        assert pair.target_ctx.n_ctx == model.n_ctx_train() > 256
+        assert pair.draft_ctx.get().n_ctx == model.n_ctx_train()
+    finally:
+        pair.close()
+    with pytest.raises(LlamaError, match=r"--ctx must be >= 0 \(got -5\); 0 takes the model's own"):
+        Context(model, n_ctx=-5, n_threads=1)
 
 
 @pytest.mark.slow
