@@ -47,6 +47,17 @@ def test_seed_minus_one_is_a_random_seed_as_in_llama_cpp(fake_cli):
     assert run_json(*common, "--seed", "7")["settings"]["seed"] == 7
 
 
+def test_minus_one_tokens_run_until_the_answer_ends_as_in_llama_cpp(fake_cli):
+    common = ["--target", str(fake_cli.target), "--draft", "none", "--temperature", "0", "--ctx", "48"]
+    out = run_json(*common, "-n", "-1")
+    assert out["settings"]["max_tokens"] is None and out["stats"]["finish_reason"] == "length"  # the context filled: 48 tokens, the prompt's among them
+    assert out["stats"]["prompt_tokens"] + out["stats"]["generated_tokens"] >= 47
+    assert run_json(*common, "-n", "5")["stats"]["generated_tokens"] == 5
+    result = invoke("generate", "hi", "--target", str(fake_cli.target), "-n", "-2")
+    assert result.exit_code == 1 and "max_tokens (-n) must be >= 1, or -1 to run until the answer ends (got -2)" \
+        in result.output
+
+
 def test_tune_and_the_library_name_a_negative_seed():
     from localspec.config import GenerationConfig, GenerationError
     from localspec.tune.options import TuneError, TuneOptions

@@ -11,7 +11,7 @@ import click
 from ..session import Chat
 from ..speculative import Piece
 from . import cli
-from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, JsonErrors, answer_length, answer_options,
+from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, JsonErrors, answer_options,
                       generation_config, load_pair, model_options, settings, use_colour, user_errors, where)
 
 
@@ -36,7 +36,7 @@ def chat(system, show_drafts, show_stats, as_json, **options):
 
     Example: localspec chat --system "You are a terse Python expert" --temperature 0.3
     """
-    config = generation_config(options, max_tokens=answer_length(options))
+    config = generation_config(options)
     pair = load_pair(options)
     try:
         session = Chat(pair, config, system)

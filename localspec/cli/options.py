@@ -76,12 +76,15 @@ SHOW_DRAFTS = click.option("--show-drafts/--no-show-drafts", default=None, help=
 GREEN, PLAIN = "\x1b[32m", "\x1b[0m"
 
 
+UNTIL_FULL = 2**31 - 1  # a max_tokens no context reaches: the answer runs until it ends or fills the context
+
+
 def settings(config: GenerationConfig, draft_reason: str) -> dict:
     """The settings a generation ran with, as --json echoes them (gamma 'auto' or N; drafter as --drafter
-    names it, 'none' for the target alone)."""
+    names it, 'none' for the target alone; max_tokens null: until the answer ends or fills the context)."""
     return {**dataclasses.asdict(config.sampling), "gamma": "auto" if config.gamma is None else config.gamma,
             "drafter": "none" if config.gamma == 0 else config.drafter,
-            "p_min": "auto" if config.p_min is None else config.p_min, "max_tokens": config.max_tokens,
+            "p_min": "auto" if config.p_min is None else config.p_min, "max_tokens": None if config.max_tokens == UNTIL_FULL else config.max_tokens,
             "seed": config.seed, "stop": list(config.stop), "draft_reason": draft_reason}
 
 
@@ -198,7 +201,8 @@ FLAGS = {
     "min_p": flag("--min-p", type=float, default=SAMPLING["min_p"], help="0 disables."),
     "seed": flag("-s", "--seed", type=int, default=GENERATION["seed"],
                  help="Seed for reproducible sampling (-1: a random one, as llama.cpp takes it)."),
-    "max_tokens": flag("-n", "--max-tokens", type=int, default=GENERATION["max_tokens"], help="Tokens to generate."),
+    "max_tokens": flag("-n", "--max-tokens", type=int, default=GENERATION["max_tokens"],
+                       help="Tokens to generate (-1: until the answer ends or fills the context)."),
     "stop": flag("--stop", type=Escaped(), multiple=True, help=r"Stop string (repeatable); \n, \t and \\ are escapes."),
     "drafter": flag("--drafter", type=click.Choice(DRAFTERS), default=GENERATION["drafter"],
                     help="Who guesses: the draft model, n-gram lookup in the context, hybrid (each step the cheaper "
@@ -240,7 +244,7 @@ def model_options(fn):
 # The sampling, speculation and length flags of generate, chat, serve; chat and serve answer until the
 # answer ends or fills the context unless -n is given (answer_length).
 sampling_options = shared(*GENERATION_FLAGS)
-UNTIL_THE_END = {"default": None, "help": "Tokens per answer (default: until it ends or the context is full)."}
+UNTIL_THE_END = {"default": None, "help": "Tokens per answer (default, or -1: until it ends or the context is full)."}
 answer_options = shared(*GENERATION_FLAGS, max_tokens=UNTIL_THE_END)
 
 
@@ -248,8 +252,8 @@ def generation_config(options: dict, **fields) -> GenerationConfig:
     """The GenerationConfig the shared flags in `options` (a command's click kwargs) describe;
     `fields` sets what the command decides itself (gamma 0 for --target-only)."""
     sampling = SamplingParams(**{name: options[name] for name in SAMPLING})
-    given = {name: options[name] for name in ("max_tokens", "gamma", "drafter", "p_min")}
-    given["seed"] = seed_from(options["seed"])
+    given = {name: options[name] for name in ("gamma", "drafter", "p_min")}
+    given.update(max_tokens=answer_length(options), seed=seed_from(options["seed"]))
     return GenerationConfig(**{**given, "sampling": sampling, "stop": tuple(options["stop"]), **fields}).validate()
 
 
@@ -327,8 +331,15 @@ def draft_for(target: str | None, draft: str | None) -> tuple[Path, Path | None,
 
 
 def answer_length(options: dict) -> int:
-    """-n as given; without it, the context size: answers run until they end or the context is full."""
-    return options["max_tokens"] if options["max_tokens"] is not None else options["ctx"]
+    """-n as given; -1 (llama.cpp's "until the end"), or no -n in chat and serve: until the answer
+    ends or fills the context (the context's length is the model's own with --ctx 0, known only
+    once it is loaded)."""
+    n = options["max_tokens"]
+    if n is None or n == -1:
+        return UNTIL_FULL
+    if n < 1:
+        raise GenerationError(f"max_tokens (-n) must be >= 1, or -1 to run until the answer ends (got {n})")
+    return n
 
 
 PROFILE_FLAGS = ("draft", "drafter", "gamma", "ngl_draft", "p_min")

@@ -8,7 +8,7 @@ from .. import devices
 from ..placement import split_names
 from ..session import Reply
 from . import cli
-from .options import answer_length, generation_config, load_pair, model_options, answer_options, user_errors
+from .options import generation_config, load_pair, model_options, answer_options, user_errors
 
 
 @cli.command()
@@ -40,7 +40,7 @@ def serve(host, port, api_key, max_queue, max_body, cors_origins, show_stats, **
     from ..server import Outage, bind, serve as run_server
 
     sock, log = bind(host, port), lambda s: click.echo(s, err=True)  # a port in use: said before the models load
-    defaults = generation_config(options, max_tokens=answer_length(options))
+    defaults = generation_config(options)
     # a lost RPC server: 503s until it is back, then a reload (server/outage.py), not an exit
     outage = Outage(list(split_names(options["rpc"])), log) if options.get("rpc") else None
     pair = load_pair(options, on_server_lost=outage.on_lost if outage else devices.exit_with_error)
