@@ -84,8 +84,9 @@ def settings(config: GenerationConfig, draft_reason: str) -> dict:
     names it, 'none' for the target alone; max_tokens null: until the answer ends or fills the context)."""
     return {**dataclasses.asdict(config.sampling), "gamma": "auto" if config.gamma is None else config.gamma,
             "drafter": "none" if config.gamma == 0 else config.drafter,
-            "p_min": "auto" if config.p_min is None else config.p_min, "max_tokens": None if config.max_tokens == UNTIL_FULL else config.max_tokens,
-            "seed": config.seed, "stop": list(config.stop), "draft_reason": draft_reason}
+            "p_min": "auto" if config.p_min is None else config.p_min,
+            "max_tokens": None if config.max_tokens == UNTIL_FULL else config.max_tokens, "seed": config.seed,
+            "stop": list(config.stop), "draft_reason": draft_reason}
 
 
 class AutoOr(click.ParamType):
