@@ -16,7 +16,7 @@ import llama_cpp as lc  # before numpy: see localspec/__init__.py
 import numpy as np
 
 from .devices import watchdog
-from .llama import LlamaError, Model, common_prefix_len, default_threads
+from .llama import LlamaError, Model, common_prefix_len, threads_of
 from .sampling import SamplingParams
 
 # The most output rows one decode may ask a backend sampler chain to judge (llama.cpp sizes the
@@ -41,7 +41,7 @@ class Context:
         params = lc.llama_context_default_params()
         params.n_ctx = n_ctx  # 0: the length the model was trained for, as llama.cpp's -c 0
         params.n_batch = params.n_ubatch = n_batch
-        threads = n_threads or default_threads()
+        threads = threads_of(n_threads)
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
         # One cell pool for every sequence: sequence 0 keeps the whole n_ctx, a tree node's cell can be in

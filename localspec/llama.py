@@ -259,6 +259,12 @@ def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+def threads_of(n: int | None) -> int:
+    """The CPU threads --threads n asks for: n where positive, else the default (None, or llama.cpp's
+    -t -1 and 0)."""
+    return n if n is not None and n > 0 else default_threads()
+
+
 QUANT_TYPES = {
     "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
     "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16,

@@ -20,7 +20,7 @@ from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .devices import keep_alive, local_devices, rpc_endpoints
 from .context import SAMPLED_ROWS_MAX, Context, LazyContext
-from .llama import Model, common_prefix_len, default_threads, gpu_offload_supported
+from .llama import Model, common_prefix_len, gpu_offload_supported, threads_of
 from .placement import Placement, place_pair
 from .planner import CostTracker, source_names, worth_preparing
 from .speculative import Finished, Piece, SpeculativeDecoder
@@ -151,7 +151,7 @@ class Pair:
         o = self.options
         gpu = gpu_offload_supported() and bool(local_devices() or o.rpc)  # an RPC build alone offloads nothing
         placement = {"ngl_target": o.ngl_target if gpu else 0, "ngl_draft": o.ngl_draft if gpu else 0,
-                     "threads": o.threads or default_threads()}
+                     "threads": threads_of(o.threads)}
         if o.rpc or o.device_target or o.device_draft or o.tensor_split:  # other devices, other costs
             placement.update(where=self.placement, tensor_split=list(o.tensor_split or ()))
         return warmstart.plan_key(self.target_model.path, self.draft_path, placement)

@@ -162,6 +162,22 @@ def test_ctx_0_takes_the_models_own_length_for_both_models_and_a_negative_one_na
         Context(model, n_ctx=-5, n_threads=1)
 
 
+def test_one_rule_reads_threads_for_contexts_plan_keys_and_rpc_servers():
+    from localspec.llama import default_threads, threads_of
+    assert threads_of(-1) == threads_of(0) == threads_of(None) == default_threads() and threads_of(3) == 3
+
+
+@pytest.mark.slow
+def test_threads_minus_one_or_zero_take_the_default_as_in_llama_cpp(model):
+    from localspec.llama import default_threads
+    for asked, threads in ((-1, default_threads()), (0, default_threads()), (None, default_threads()), (1, 1)):
+        ctx = Context(model, n_ctx=256, n_threads=asked)
+        try:
+            assert lc.llama_n_threads(ctx.ptr) == lc.llama_n_threads_batch(ctx.ptr) == threads
+        finally:
+            ctx.close()
+
+
 @pytest.mark.slow
 def test_a_model_loads_on_the_gpu_with_numpy_imported_first(smol_path):
     # On the lent H100 a CUDA build segfaulted at model load wherever numpy came before llama.cpp

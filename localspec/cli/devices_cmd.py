@@ -56,7 +56,7 @@ def rpc_server(host, port, threads, cache_dir, device_names, allow_remote):
 
     Example: localspec rpc-server --port 50052, then elsewhere: localspec generate "Hi" --rpc HOST:50052
     """
-    from ..llama import default_threads
+    from ..llama import threads_of
 
     if not dv.supports_rpc():
         raise dv.LlamaError(dv.RPC_BUILD_FIX)
@@ -65,7 +65,7 @@ def rpc_server(host, port, threads, cache_dir, device_names, allow_remote):
     if cache_dir:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)  # ggml writes its files there, it makes no folder
     check_port_free(host, port)
-    serve_forever(host, port, threads or default_threads(), cache_dir, served)
+    serve_forever(host, port, threads_of(threads), cache_dir, served)
 
 
 def check_host(host: str, allow_remote: bool) -> None:
