@@ -22,14 +22,17 @@ def test_llama_cpp_short_flags_parse_like_the_long_names(fake_cli):
     t, d = str(fake_cli.target), str(fake_cli.draft)
     long = run_json("--target", t, "--draft", d, "--ctx", "200", "--threads", "2", "--ngl-target", "0",
                     "--ngl-draft", "0", "--temperature", "0.5", "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1",
-                    "--gamma", "3", "-n", "8")
+                    "--gamma", "3", "--max-tokens", "8", "--p-min", "0.4")
     short = run_json("-m", t, "-md", d, "-c", "200", "-t", "2", "-ngl", "0", "-ngld", "0", "--temp", "0.5",
-                     "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1", "--draft-max", "3", "-n", "8")
+                     "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1", "--draft-max", "3", "-n", "8",
+                     "--draft-p-min", "0.4")
     also = run_json("--model", t, "--model-draft", d, "--ctx-size", "200", "--n-gpu-layers", "0",
                     "--n-gpu-layers-draft", "0", "--temp", "0.5", "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1",
-                    "--draft-max", "3", "-n", "8")
+                    "--draft-max", "3", "--n-predict", "8", "--draft-p-min", "0.4")
     assert long["settings"] == short["settings"] == also["settings"]
-    assert long["settings"]["gamma"] == 3 and long["settings"]["top_k"] == 7
+    assert long["settings"]["gamma"] == 3 and long["settings"]["top_k"] == 7 and long["settings"]["p_min"] == 0.4
+    assert long["settings"]["max_tokens"] == 8
+    assert run_json("--target", t, "--draft", "none", "--predict", "5")["settings"]["max_tokens"] == 5
     assert long["target"] == short["target"] == t and long["draft"] == short["draft"] == d
     a, b = fake_cli.loaded[0], fake_cli.loaded[1]
     assert a.options == b.options and a.options.threads == 2 and a.options.n_ctx == 200

@@ -202,13 +202,13 @@ FLAGS = {
     "min_p": flag("--min-p", type=float, default=SAMPLING["min_p"], help="0 disables."),
     "seed": flag("-s", "--seed", type=int, default=GENERATION["seed"],
                  help="Seed for reproducible sampling (-1: a random one, as llama.cpp takes it)."),
-    "max_tokens": flag("-n", "--max-tokens", type=int, default=GENERATION["max_tokens"],
+    "max_tokens": flag("-n", "--max-tokens", "--n-predict", "--predict", type=int, default=GENERATION["max_tokens"],
                        help="Tokens to generate (-1: until the answer ends or fills the context)."),
     "stop": flag("--stop", type=Escaped(), multiple=True, help=r"Stop string (repeatable); \n, \t and \\ are escapes."),
     "drafter": flag("--drafter", type=click.Choice(DRAFTERS), default=GENERATION["drafter"],
                     help="Who guesses: the draft model, n-gram lookup in the context, hybrid (each step the cheaper "
                     "likely guess), or auto (hybrid with a draft, else n-gram)."),
-    "p_min": flag("--p-min", type=AutoOr(float, "auto|P", "a number in [0, 1)"), default="auto",
+    "p_min": flag("--p-min", "--draft-p-min", type=AutoOr(float, "auto|P", "a number in [0, 1)"), default="auto",
                   help="The draft model stops guessing where its confidence falls below this (0: never); "
                   "auto: where one more guess stops paying, from measured acceptance and costs."),
 }
