@@ -53,7 +53,8 @@ class Context:
         if not self.ptr:
             raise LlamaError(f"llama.cpp could not create a context of {n_ctx} tokens; lower --ctx")
         # llama.cpp pads n_ctx up (to 256) but clamps n_batch to the n_ctx asked for: honour both.
-        self.n_ctx = min(n_ctx or lc.llama_n_ctx(self.ptr), lc.llama_n_ctx(self.ptr))
+        made = lc.llama_n_ctx(self.ptr)
+        self.n_ctx = min(n_ctx, made) if n_ctx else made
         self.n_batch = lc.llama_n_batch(self.ptr)
         self.memory = lc.llama_get_memory(self.ptr)
         self.n_seq_max = lc.llama_n_seq_max(self.ptr)

@@ -161,9 +161,10 @@ def _scenario(name: str, gamma: str) -> Scenario:
     if name in ("model", "ngram", "hybrid", "chain"):
         auto, _, cap = gamma.partition(":")
         if auto == "auto" and cap:
-            if int(cap) < 1:
+            most = int(cap)
+            if most < 1:
                 raise ValueError(cap)
-            return Scenario(f"{name} gamma=auto cap={int(cap)}", "localspec", None, name, int(cap))
+            return Scenario(f"{name} gamma=auto cap={most}", "localspec", None, name, most)
         g = None if gamma in ("", "auto") else int(gamma)
         if g is not None and g < 1:
             raise ValueError(gamma)
@@ -369,7 +370,8 @@ def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, 
     p_min = {} if args.p_min is None else {"p_min": args.p_min}
     chain = sc.drafter == "chain"  # the model drafter with token trees off
     cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=sc.gamma, sampling=sampling_params(args), seed=seed,
-                           drafter="model" if chain else sc.drafter, gamma_max=sc.cap or GAMMA_MAX, trees=not chain, **p_min)
+                           drafter="model" if chain else sc.drafter, gamma_max=sc.cap or GAMMA_MAX, trees=not chain,
+                           **p_min)
     *_, reply = pair.stream(prompt, cfg)
     runs.results[sc.label].append(reply.stats)
     print(f"  {sc.label}: {reply.stats.tokens_per_s:.1f} tok/s", file=sys.stderr)
