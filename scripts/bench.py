@@ -78,12 +78,13 @@ def parse_args(argv=None):
     ap.add_argument("--n-prompts", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--scenarios", default=None, help=f"comma list (default: {DEFAULT_SCENARIOS})")
-    ap.add_argument("--prompt-set", choices=["humaneval", "edit", "copy"], default="humaneval",
+    ap.add_argument("--prompt-set", choices=["humaneval", "edit", "copy", "mixed"], default="humaneval",
                     help="edit: 'add type hints and a docstring' to HumanEval solutions; "
-                         "copy: 'repeat the following code exactly' (both: the output repeats the input)")
+                         "copy: 'repeat the following code exactly' (both: the output repeats the input); "
+                         "mixed: the chat-style prose prompts and HumanEval in turn, prose first")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-k", type=int, default=40)
-    ap.add_argument("--chat", action="store_true", help="apply the chat template to each prompt (edit: always)")
+    ap.add_argument("--chat", action="store_true", help="apply the chat template to each prompt (edit, copy, mixed: always)")
     ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads, ours and its tools' (default: cores, at most 8)")
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--p-min", type=float, default=None,
@@ -106,6 +107,7 @@ def parse_args(argv=None):
 
 EDIT_INSTRUCTION = "Add type hints and a docstring to this function. Return the whole function.\n\n"
 COPY_INSTRUCTION = "Repeat the following code exactly.\n\n"
+PROSE_PROMPTS = ROOT / "scripts" / "prompts" / "prose.jsonl"  # the chat-style prose set
 
 
 def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> list[str]:
@@ -120,6 +122,9 @@ def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> li
                 for p in problems]
     if prompt_set == "copy":  # the whole solution, to be repeated: long n-gram matches
         return [COPY_INSTRUCTION + p["prompt"] + p["canonical_solution"] for p in problems]
+    if prompt_set == "mixed":  # a chat that turns from prose to code and back: one process meets both
+        prose = load_prompt_file(PROSE_PROMPTS, n)
+        return [text for pair in zip(prose, (p["prompt"] for p in problems)) for text in pair][:n]
     return [p["prompt"] for p in problems]
 
 
@@ -295,7 +300,7 @@ class Runs:
 def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path]) -> Runs:
     """Every prompt, every scenario in turn (alternating, in an order that changes: see
     reply_order), after one untimed warm-up of each engine."""
-    chat = args.chat or args.prompt_set in ("edit", "copy")
+    chat = args.chat or args.prompt_set in ("edit", "copy", "mixed")
     prompts = [pair.prompt_tokens(t, chat) for t in texts]
     runs = Runs({sc.label: [] for sc in scenarios}, prompt_tokens=[len(p) for p in prompts])
     tool = llamacpp_tool(args.llamacpp_bin)

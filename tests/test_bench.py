@@ -190,7 +190,15 @@ def test_stats_count_judged_positions_and_verify_by_batch():
     assert costs.drafters["model"].accept == [1.0, 0.5, 1.0, 1.0]
 
 
-@pytest.mark.parametrize("prompt_set, chat", [("humaneval", False), ("humaneval", True), ("edit", True), ("copy", True)])
+def test_the_mixed_set_turns_from_prose_to_code_and_back():
+    prose = [t for t in bench.load_prompt_file(bench.PROSE_PROMPTS, 3)]
+    code = bench.load_prompts(None, 3)
+    assert bench.load_prompts(None, 6, "mixed") == [prose[0], code[0], prose[1], code[1], prose[2], code[2]]
+    assert bench.load_prompts(None, 3, "mixed") == [prose[0], code[0], prose[1]]
+
+
+@pytest.mark.parametrize("prompt_set, chat", [("humaneval", False), ("humaneval", True), ("edit", True), ("copy", True),
+                                              ("mixed", True)])
 def test_llamacpp_reads_the_same_prompt_tokens(smol_path, prompt_set, chat):
     """llama.cpp tokenizes its prompt with add_special and parse_special (common_tokenize): the text the
     benchmark gives it must come out as the tokens localspec decodes from."""
