@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec.costmodel import (FALLBACK_P_MIN, DraftStop, DraftStops, Ema, FixedStop, PositionAcceptance,
-                                 best_gamma, expected_seconds_upto, expected_tokens, expected_tokens_upto,
-                                 step_seconds)
+from localspec.costmodel import (FALLBACK_P_MIN, TEXT_LEAST, TEXT_PRIOR_ROWS, TEXTS_KEPT, DraftStop, DraftStops, Ema,
+                                 FixedStop, PositionAcceptance, TextAcceptance, best_gamma, expected_seconds_upto,
+                                 expected_tokens, expected_tokens_upto, logit, shifted, step_seconds)
 from localspec.planner import CostTracker
 
 # Target verify time for a batch of k tokens on a 2-core CPU (a Python probe), in ms.
@@ -487,3 +487,75 @@ def test_a_stall_moves_an_average_as_a_few_times_its_value_and_a_lasting_rise_st
         rising.add(0.5)
     unheld = 0.5 - 0.4 * 0.9 ** 15  # the same average taking every sample whole
     assert 0.95 * unheld < rising.value < unheld
+
+
+def texts_of(*counts: tuple[int, int]) -> TextAcceptance:
+    """Acceptance per text with these texts (judged, accepted) kept, none at hand."""
+    t = TextAcceptance()
+    for judged, accepted in counts:
+        t.record(judged, accepted)
+        t.begin()
+    return t
+
+
+def test_a_text_counts_among_the_texts_once_enough_of_it_was_judged():
+    t = texts_of((TEXT_LEAST - 1, 3))
+    assert t.texts == [] and t.judged == 0      # too little judged: not a text, and not carried on
+    t = texts_of(*[(10, k % 10) for k in range(TEXTS_KEPT + 4)])
+    assert len(t.texts) == TEXTS_KEPT and t.texts[0] == (10, 4) and t.texts[-1] == (10, 9)
+
+
+def test_a_text_leans_on_the_mean_by_how_much_texts_differ():
+    # Texts that differ no more than chance makes them: the text at hand is the mean's, however its
+    # few drafts went; as they did in one process on prose, every text at 0.6.
+    alike = texts_of((50, 30), (50, 30), (50, 30))
+    alike.record(10, 10)
+    assert alike.variance(alike.mean()) == 0.0 and alike.shift() == 0.0
+    # Prose and code in turn: the text at hand's own counts weigh nearly as much as the mean.
+    apart = texts_of((50, 25), (50, 45), (50, 22), (50, 44))
+    apart.record(10, 9)
+    mean = 145 / 210
+    variance = apart.variance(mean)
+    weight = mean * (1 - mean) / variance
+    assert 1 < weight < 10
+    assert apart.shift() == pytest.approx(logit((9 + weight * mean) / (10 + weight)) - logit(mean))
+    assert apart.shift() > 0.5
+    low = texts_of((50, 25), (50, 45), (50, 22), (50, 44))
+    low.record(10, 2)
+    assert low.shift() < -0.5
+    # One text kept: how much texts differ is unknown, and the text at hand leans on the mean with
+    # TEXT_PRIOR_ROWS pseudo-drafts.
+    one = texts_of((20, 12))
+    one.record(8, 8)
+    assert one.variance(20 / 28) is None
+    assert one.shift() == pytest.approx(logit((8 + TEXT_PRIOR_ROWS * 20 / 28) / (8 + TEXT_PRIOR_ROWS)) - logit(20 / 28))
+    assert texts_of((50, 25), (50, 45)).shift() == 0.0  # none of the text at hand judged yet
+
+
+def test_a_new_texts_outlook_spans_the_spread_between_texts():
+    assert texts_of((50, 25)).outlook() is None        # one text: how far the next lies is unknown
+    alike = texts_of((50, 30), (50, 30))
+    assert [s for _, s in alike.outlook()] == [0.0, 0.0, 0.0]
+    apart = texts_of((50, 25), (50, 45), (50, 22), (50, 44))
+    points = apart.outlook()
+    mean = 136 / 200
+    sd = np.sqrt(apart.variance(mean)) / (mean * (1 - mean))
+    assert [w for w, _ in points] == pytest.approx([1 / 6, 2 / 3, 1 / 6])
+    assert [s for _, s in points] == pytest.approx([-np.sqrt(3) * sd, 0.0, np.sqrt(3) * sd])
+
+
+def test_rates_shifted_in_log_odds_keep_0_and_1():
+    assert shifted([0.0, 0.5, 0.8, 1.0], 0.0) == [0.0, 0.5, 0.8, 1.0]
+    assert shifted([0.0, 0.5, 0.8, 1.0], np.log(3)) == pytest.approx([0.0, 0.75, 12 / 13, 1.0])
+    assert shifted([0.5], -np.log(3)) == pytest.approx([0.25])
+
+
+def test_the_texts_kept_and_the_one_at_hand_survive_a_save():
+    t = texts_of((50, 25), (40, 36))
+    t.record(TEXT_LEAST, 2)
+    back = TextAcceptance.from_rows(t.to_rows())
+    assert back.texts == [(50, 25), (40, 36), (TEXT_LEAST, 2)] and back.judged == 0
+    t.record(0, 0)
+    short = texts_of((50, 25))
+    short.record(TEXT_LEAST - 1, 2)
+    assert TextAcceptance.from_rows(short.to_rows()).texts == [(50, 25)]
