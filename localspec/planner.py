@@ -17,7 +17,8 @@ import time
 from typing import NamedTuple, Sequence
 
 from .config import GenerationConfig
-from .costmodel import FALLBACK_P_MIN, FixedStop, Prediction, expected_tokens_upto, match_bucket, step_seconds
+from .costmodel import (FALLBACK_P_MIN, SURE_SHIFT, TEXT_LEAST, FixedStop, Prediction, expected_tokens_upto,
+                        match_bucket, step_seconds)
 from .drafters import STEP_DECODE, Drafter, NGramDrafter, Proposal, StopRule
 from .tracker import CostTracker, LookupRuns
 from .treeplan import BranchRule, branch_rule, tree_outcome
@@ -313,17 +314,31 @@ class Planner:
         self._lost: dict[int, tuple[float, bool]] = {}
         self._shadow: Shadow | None = None  # the lookup's guesses followed along plain steps (_shadow_step)
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
+        self._owed = False  # whether the draft model was taken in to be measured on a second text (_text_owed)
         self._contending = False  # whether the draft model's step beat plain decoding at the last pricing (_switches)
         # how far apart the lookup's runs come (a hybrid's catch-up horizon, _horizon), kept by its
         # tracker across the process's generations
         self._runs = self.sources[self._ngram][1].lookup_runs if self._ngram is not None else LookupRuns()
         self._runs.begin()
+        if self._model is not None:  # a new text for the draft model's acceptance per text (_text)
+            tracker = self.sources[self._model][1]
+            tracker.texts.begin()
+            tracker.text_shift = 0.0
 
     @property
     def exploring(self) -> int | None:
         """The source the last plan explored with (an exploratory step, ExploreBudget); None where it
         took the best known choice."""
         return self._explored.source if self._explored is not None else None
+
+    def _text(self) -> None:
+        """Move the draft model's acceptance estimates to the text at hand (costmodel.TextAcceptance:
+        its own counts so far, shrunk towards the texts' mean by how much texts differ), under auto γ.
+        So a model measured first on prose, where its guesses did not pay, drafts once a code reply
+        shows them taken, and one measured on code drafts less once a reply's prose shows them not."""
+        if self._model is not None and self.config.gamma is None:
+            tracker = self.sources[self._model][1]
+            tracker.text_shift = tracker.texts.shift()
 
     def wants_prefill(self, i: int, prompt: Sequence[int] | None = None) -> bool:
         """Whether source i should take in the prompt now: not where measured costs rule it out
@@ -343,29 +358,57 @@ class Planner:
         return wanted
 
     def _intake_pays(self, i: int, prompt: Sequence[int]) -> bool:
-        """Whether a draft model's best step beats plain decoding with the prompt's intake counted
-        as the catch-up it is (the tokens its cache lacks of the prompt, over the first step's
-        horizon; _catch_up_rate), at the cautious acceptance. Before this process has measured and
-        confirmed the draft, yes: its first probe is what its entry pays for (_entry_paid). Where
-        only the optimistic estimate pays, the intake explores: it is taken once ε of the seconds
-        since the draft was last made ready cover it (retry_due), so that such intakes cost at most
-        ε of the time, as its probes do. A few early steps may all measure the draft's tokens dearer
-        than later ones do (a stall, the first decodes' page faults), and the probes that measure
-        it again need the draft ready; on prose, a model alone whose drafts did not pay took in
-        every prompt where its optimistic estimate left it a chance."""
+        """Whether taking in the prompt is worth it to a draft model, counted as the catch-up it is (the
+        tokens its cache lacks of the prompt, over the first step's horizon; _catch_up_rate). Before
+        this process has measured and confirmed the draft, yes: its first probe is what its entry
+        pays for (_entry_paid). Measured on one text, once, where the intake would be repaid on a
+        text every guess fits: one text's acceptance says nothing of how far the next may lie from it
+        (TextAcceptance), and the second text is measured as part of the entry (_text_owed). One
+        prose reply measured at 0.6 otherwise kept the draft out of every code reply after it. Then
+        a new text's acceptance may lie anywhere the spread between the texts measured allows
+        (TextAcceptance.outlook): the intake is taken where the time it is expected to save over that
+        spread is positive, each text that would not repay it costing the intake (the planner then
+        does not draft on it). Where the texts differ no more than chance makes them, or fewer than
+        two were measured, that is whether the cautious estimate's step repays the intake.
+        Otherwise the intake explores: it is taken once ε of the seconds since the draft was last
+        made ready cover it (retry_due), so that such intakes cost at most ε of the time, as its
+        probes do. A few early steps may all measure the draft's tokens dearer than later ones do (a
+        stall, the first decodes' page faults), and the probes that measure it again need the draft
+        ready; on prose, a model alone whose drafts did not pay took in every prompt where its
+        optimistic estimate left it a chance."""
         drafter, tracker = self.sources[i]
         if drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed():
             return True
         catch_up = catch_up_decode_s(tracker, len(prompt) - self._held(i, prompt))
         plain_rate = 1.0 / tracker.plain_seconds()
         cap, horizon = cap_of(drafter.name, self.config), self._horizon(self.config.max_tokens)
-        gamma, rate = self._catch_up_rate(i, cap, 0, catch_up, horizon)
-        if gamma > 0 and rate > plain_rate:
+        texts = tracker.texts
+        outlook = texts.outlook() or [(1.0, 0.0)]
+        if len(texts.texts) == 1 and not texts.second:
+            texts.second = self._owed = self._intake_saves(i, cap, catch_up, horizon, plain_rate, SURE_SHIFT) > 0
+            if texts.second:
+                return True
+        if sum(w * self._intake_saves(i, cap, catch_up, horizon, plain_rate, shift) for w, shift in outlook) > 0:
             return True
         if not retry_due(tracker, cost=catch_up):
             return False
         gamma, rate = self._catch_up_rate(i, cap, 0, catch_up, horizon, hopeful=True)
         return gamma > 0 and rate > plain_rate
+
+    def _intake_saves(self, i: int, cap: int, catch_up: float, horizon: float, plain_rate: float,
+                      shift: float) -> float:
+        """The seconds an intake of catch_up seconds saves over horizon tokens on a text whose
+        acceptance lies shift (log-odds) from the texts' mean, by the cautious estimate: -catch_up
+        where drafting would not beat plain decoding on it (the planner would not draft)."""
+        tracker = self.sources[i][1]
+        tracker.text_shift = shift
+        try:
+            gamma, rate = self._catch_up_rate(i, cap, 0, 0.0, horizon)
+        finally:
+            tracker.text_shift = 0.0
+        if not gamma or rate <= plain_rate:
+            return -catch_up
+        return max(horizon / plain_rate - horizon / rate - catch_up, -catch_up)
 
     def note_load(self, i: int) -> float:
         """Keep what loading source i's model took, if it was just loaded (by a prefill or a first
@@ -392,6 +435,7 @@ class Planner:
         still wanted allow). Fixed γ: the first source with a guess to offer. Auto: see the class."""
         self._explored = None
         self._length, self._room = len(tokens), room
+        self._text()
         if self._prompt_len is None:  # the first step
             self._prompt_len = len(tokens)
             self._seen = {i: len(tokens) if i in self._prefilled else self._held(i, tokens)
@@ -658,6 +702,8 @@ class Planner:
         rates = [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(offer.gamma + 1)]
         floor = r_best * (1 + tracker.min_gain)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
+        if followed and self._text_owed(offer.source):  # this text measured as part of the intake
+            return best._replace(gamma=1, rate=max(rates[1], r_best * (1 + tracker.min_gain)))
         hope_best = max(rates[1:], default=0.0)
         self._lost[offer.source] = math.inf, hope_best >= r_best * (1 - tracker.min_gain)
         if hope_best <= floor:
@@ -710,6 +756,16 @@ class Planner:
         grace, a charged probe left no room for the next one, which one accepted guess cannot yet
         price above one token, and the draft stayed at one token for the generation."""
         return source == self._model and source in self._prefilled and self.sources[source][1].draft_s.value is None
+
+    def _text_owed(self, source: int) -> bool:
+        """Whether source is a draft model taken in for this generation as its second text
+        (_intake_pays) and not yet measured on it (TextAcceptance: TEXT_LEAST judged drafts). Its
+        one-token probes are then taken where the step would otherwise be plain, whatever the budget
+        says, and not charged to it: the intake was taken to learn whether this text differs from
+        the last, and it is the probes that learn it. So beyond ε a process may lose this once, on
+        its second text: TEXT_LEAST one-token probes, each losing at most a draft token and a verify
+        row less the guesses accepted."""
+        return source == self._model and self._owed and self.sources[source][1].texts.judged < TEXT_LEAST
 
     def predict(self, source: int, n_drafted: int, tokens: float, bucket: int = 0) -> Prediction:
         """A candidate step from source that drafts n_drafted tokens, verified in one batch of
@@ -815,7 +871,7 @@ class Planner:
             loss = self._loss(probe_s, probe_emitted, proposal, n_accepted, probe_verify_s, own_s, chain)
             source = self._explored.source
             # an entry's probe is the entry's (asked before the trackers below record its draft cost)
-            charged = (source, 0.0 if self._entry_paid(source) else loss)
+            charged = (source, 0.0 if self._entry_paid(source) or self._text_owed(source) else loss)
         self.budget.charge(seconds, charged)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:

@@ -5,8 +5,9 @@ Measured: the target's verify seconds per batch size (VerifyCurve), the draft's 
 the controller's overhead, and acceptance per draft position, kept separately per acceptance bucket
 (an n-gram drafter's match length, and whether the match lies in the prompt or the output: see
 costmodel.match_bucket; 0 for a draft model), per draft confidence (the draft model's stop rule
-reads that), and where the draft model's stop rule ended its drafts (costmodel.DraftStops: a step's γ
-is a cap, priced by where the draft is likely to end within it).
+reads that), per text (costmodel.TextAcceptance: how far the text at hand lies from the texts
+measured moves every acceptance estimate, text_shift), and where the draft model's stop rule ended its
+drafts (costmodel.DraftStops: a step's γ is a cap, priced by where the draft is likely to end within it).
 
 The point estimate is what the planner expects of a known choice: a bucket's counts smoothed towards
 all buckets' counts, those towards `prior_accept` (0: a choice is known by its counts, and few
@@ -31,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
 from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, STALL_FACTOR, TRUSTED_SAMPLES, DraftStop, DraftStops, Ema,
-                        FixedStop, PositionAcceptance, VerifyCurve, best_gamma, expected_seconds_upto,
-                        expected_tokens_upto, rate_at)
+                        FixedStop, PositionAcceptance, TextAcceptance, VerifyCurve, best_gamma,
+                        expected_seconds_upto, expected_tokens_upto, rate_at, shifted)
 from .treeplan import SiblingAcceptance
 
 CONFIRM_STEPS = 2   # own drafting steps before a loaded tracker's point estimate is a known choice
@@ -120,6 +121,10 @@ class CostTracker:
     buckets: dict[int, PositionAcceptance] = field(default_factory=dict)
     conf_judged: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
     conf_accepted: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
+    texts: TextAcceptance = field(default_factory=TextAcceptance)  # ... and per text (a generation)
+    # How far the text at hand lies from the texts measured, in log-odds (TextAcceptance.shift): the
+    # planner sets it before each step, and every acceptance estimate below is moved by it.
+    text_shift: float = 0.0
     step_tokens: Ema = field(default_factory=Ema)  # tokens and seconds of drafting steps: the rate achieved
     step_s: Ema = field(default_factory=Ema)
     siblings: SiblingAcceptance = field(default_factory=SiblingAcceptance)  # a tree's next-best guesses
@@ -194,6 +199,7 @@ class CostTracker:
             self.proposals += 1
             self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
             self.positions.record(n_drafted, n_accepted)
+            self.texts.record(min(n_accepted + 1, n_drafted), n_accepted)
 
     def judged(self, bucket: int) -> int:
         """How many proposals in bucket the target judged (their first guess)."""
@@ -245,7 +251,7 @@ class CostTracker:
         more reliable there than the bucket is, and a draft far longer than pays looks worth its
         verify (the README has the simulator's numbers)."""
         counts = self.buckets.get(bucket) if bucket is not None else None
-        key = self._acceptance_key(counts)
+        key = self._acceptance_key(counts) + (self.text_shift,)
         memo = self._acceptance_memo.get(bucket)
         if memo is not None and memo[0] == key:
             return memo[1]
@@ -257,6 +263,7 @@ class CostTracker:
             overall = _overall(self.positions, self.prior_accept, w)
             rate = _overall(counts, overall, w)
             rates = counts.rates(rate, _pooling_weight(counts, rate, w)) or pooled
+        rates = shifted(rates, self.text_shift)
         self._acceptance_memo[bucket] = key, rates
         return rates
 
@@ -286,7 +293,9 @@ class CostTracker:
         w, total = self.prior_weight, math.log(sum(self.positions.judged) + 2)
         rates = counts.rates(_overall(counts, 1.0, w), w)
         bonus = [math.sqrt(self.ucb_scale * total / (j + w)) for j in counts.judged]
-        return [min(1.0, r + b) for r, b in zip(rates, bonus)] or [1.0]
+        # a text whose first drafts fared worse than the texts' mean may yet fare as well as it: its
+        # few counts moved the point estimate, not what is still possible (so a probe can tell)
+        return shifted([min(1.0, r + b) for r, b in zip(rates, bonus)], max(self.text_shift, 0.0)) or [1.0]
 
     def optimistic_draft_s(self) -> float:
         """The least a draft token may cost given the measurements: once the cost rests on
@@ -426,6 +435,7 @@ class CostTracker:
                 "buckets": {str(b): c.to_rows() for b, c in self.buckets.items()},
                 "stops": self.stops.to_rows(),
                 "confidence": [self.conf_judged, self.conf_accepted],
+                "texts": self.texts.to_rows(),
                 "proposals": self.proposals}
 
     @classmethod
@@ -468,6 +478,7 @@ class CostTracker:
         t.conf_judged, t.conf_accepted = _scaled(data["confidence"], max_count)
         if len(t.conf_judged) != CONFIDENCE_BINS:
             raise ValueError(f"expected {CONFIDENCE_BINS} confidence bins")
+        t.texts = TextAcceptance.from_rows(data.get("texts", [[], []]))  # older files: none kept
         return t
 
 

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from localspec.config import GenerationConfig
-from localspec.costmodel import FixedStop, VerifyCurve, match_bucket
+from localspec.costmodel import TEXT_LEAST, FixedStop, TextAcceptance, VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal, one_hot
 from localspec.llama import common_prefix_len
 from localspec.planner import (EXPLORE_FRACTION, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, Choice,
                                CostTracker, ExploreBudget, Plan, Planner, retry_due)
 from localspec.sampling import SamplingParams
+from test_costmodel import texts_of
 from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, FALSE_COPY, GPU_FLAT, PROSE, XEON_F16, XEON_LIGHT,
                         Region, curve, generate, run_set, set_ratio)
 
@@ -224,23 +225,28 @@ def test_a_probe_is_charged_only_what_it_did_beyond_the_known_step():
 
 
 def paying_model() -> CostTracker:
-    """A draft model measured here: twice as fast as plain decoding (10 ms a step) in its own steps,
-    a further token of a catch-up 3 ms."""
+    """A draft model measured here on two texts: twice as fast as plain decoding (10 ms a step) in its
+    own steps, a further token of a catch-up 3 ms."""
     t = CostTracker()
     measure_plain(t, 0.010)
-    for _ in range(20):
+    for k in range(20):
         t.record(3, 3, 0.006, 0.014, 0.0, confidences=(0.99,) * 3)
+        if k == 9:
+            t.texts.begin()  # over two texts: one text says nothing of the next (_intake_pays)
     t.add_catchup(100, 0.3)
     return t
 
 
 def marginal_model(steps: int) -> CostTracker:
     """A draft model measured here that pays by about a tenth (two 5-ms tokens a step, both accepted
-    in three steps of four, none in the fourth; plain steps 10 ms) over `steps` drafting steps."""
+    in three steps of four, none in the fourth; plain steps 10 ms) over `steps` drafting steps, the
+    first half of them one text, the rest another."""
     t = CostTracker()
     measure_plain(t, 0.010)
     for k in range(steps):
         t.record(2, 2 if k % 4 else 0, 0.010, 0.013, 0.0, confidences=(0.9, 0.9))
+        if k + 1 == steps // 2:
+            t.texts.begin()  # over two texts: one text says nothing of the next (_intake_pays)
     t.add_catchup(100, 0.1)
     return t
 
@@ -1271,3 +1277,79 @@ class SimModel(NGramDrafter):
     """A stand-in that the planner takes for a draft model (its steps are recorded, never proposed)."""
 
     name = "model"
+
+
+def prose_model(draft_s: float = 0.003, texts: int = 1) -> CostTracker:
+    """A draft model measured here on `texts` prose texts alike, where its guesses did not pay: a
+    token a third of a plain step (10 ms), and of its 3-token drafts one in three taken whole, the
+    rest rejected at the first guess (2 tokens a 22-ms step against plain's 2.2); a further token of
+    an intake 1 ms."""
+    t = CostTracker()
+    measure_plain(t, 0.010)
+    for text in range(texts):
+        for k in range(30):
+            t.record(3, 3 if k % 3 == 0 else 0, 3 * draft_s, 0.013, 0.0, confidences=(0.9,) * 3)
+        if text + 1 < texts:
+            t.texts.begin()
+    t.add_catchup(100, 0.1)
+    return t
+
+
+def test_a_draft_measured_on_one_text_is_taken_in_once_to_be_measured_on_a_second():
+    # F16, prose first, then code: the first reply measured the 0.5B draft's guesses at 0.6 and kept
+    # it out of every code reply after it, whose guesses it gets right 0.85 of the time. One text
+    # says nothing of how far the next lies from it: the draft is taken in for a second text where
+    # a text every guess fits would repay the intake, once, and measured on it by one-token probes
+    # the budget does not pay for.
+    model = prose_model()
+    assert model.plan(8, cautious=True)[0] == 0 and model.plan(8)[0] == 0   # no step pays on prose
+
+    def generation(tracker: CostTracker, prompt_tokens: int = 100) -> Planner:
+        return Planner([(FakeModelDrafter(), tracker)], GenerationConfig(max_tokens=128, sampling=GREEDY))
+    second = generation(model)
+    assert second.wants_prefill(0, list(range(100)))
+    tokens = list(range(100))
+    for k in range(TEXT_LEAST):  # the second text's first guesses, where plain decoding would be chosen
+        plan = second.plan(tokens, 27)
+        assert (plan.source, plan.gamma) == (0, 1)
+        second.record(plan, Proposal([7], [one_hot(7)], (0.9,)), k % 2, 0.003, 0.011, 0.0)
+        tokens += [7] * (k % 2 + 1)
+    assert model.texts.judged == TEXT_LEAST and second.budget.spent.get(0, 0.0) == 0.0
+    # Not measured on it (a hybrid's lookup drafted it all): the next prompt is judged as before.
+    unmeasured = prose_model()
+    assert generation(unmeasured).wants_prefill(0, list(range(100)))
+    assert not generation(unmeasured).wants_prefill(0, list(range(100)))
+    # A draft whose token costs a plain step pays on no text: not taken in.
+    assert not generation(prose_model(draft_s=0.010)).wants_prefill(0, list(range(100)))
+    # Measured on two prose texts alike: not taken in (until a retry is due).
+    assert not generation(prose_model(texts=2)).wants_prefill(0, list(range(100)))
+
+
+def test_a_draft_measured_on_texts_that_differ_is_taken_in_where_the_better_texts_repay_it():
+    # Prose and code in turn: the next text may be either, and the intake is taken where what it is
+    # expected to save over the spread between the texts measured is positive.
+    def takes_in(texts: TextAcceptance, prompt_tokens: int) -> bool:
+        model = prose_model(texts=2)
+        model.texts = texts
+        planner = Planner([(FakeModelDrafter(), model)], GenerationConfig(max_tokens=128, sampling=GREEDY))
+        return planner.wants_prefill(0, list(range(prompt_tokens)))
+    apart = [(50, 25), (50, 46), (50, 24), (50, 47)]
+    assert takes_in(texts_of(*apart), 20)
+    assert not takes_in(texts_of(*apart), 300)  # 0.3 s to take in: more than a code text repays one time in six
+    assert not takes_in(texts_of((50, 25), (50, 26), (50, 24), (50, 25)), 20)  # prose alike
+
+
+def test_the_text_at_hand_moves_the_draft_models_estimates():
+    # Texts that differ: a reply whose first drafts were taken is priced at its own acceptance, more
+    # than the mean of the texts before it, and the model drafts where at the mean it would not.
+    def known_choice(texts: TextAcceptance) -> int | None:
+        model = prose_model(texts=2)
+        model.texts = texts
+        planner = Planner([(FakeModelDrafter(), model)], GenerationConfig(max_tokens=128, sampling=GREEDY))
+        planner.wants_prefill(0)
+        model.texts.record(10, 10)   # the text at hand's drafts so far, all taken
+        plan = planner.plan(list(range(100)), 27)
+        assert model.text_shift == model.texts.shift()
+        return plan.source if model.plan(8)[0] else None  # the point estimate's step drafts, or none
+    assert known_choice(texts_of((50, 25), (50, 46), (50, 24), (50, 47))) == 0
+    assert known_choice(texts_of((50, 25), (50, 26), (50, 24), (50, 25))) is None  # alike: the mean stands

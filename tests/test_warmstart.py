@@ -121,6 +121,23 @@ def test_files_from_before_match_length_buckets_load_and_broken_buckets_are_igno
     assert warmstart.load(key) == {}
 
 
+def test_the_acceptance_per_text_is_saved_and_older_files_load_without_it():
+    # How much texts differ (prose and code in turn, or prose alone) is what the next process's
+    # intakes and estimates lean on: it is kept with the counts; files from before it load with none.
+    t = measured()
+    t.texts.begin()
+    t.record(4, 4, 0.04, 0.15, 0.001, [0.95] * 4, cap=6)
+    t.record(4, 4, 0.04, 0.15, 0.001, [0.95] * 4, cap=6)
+    data = json.loads(json.dumps(t.to_dict()))
+    back = CostTracker.from_dict(data)
+    assert back.texts.texts == [(900, 600), (8, 8)] and back.texts.judged == 0
+    old = {k: v for k, v in data.items() if k != "texts"}
+    assert CostTracker.from_dict(old).texts.texts == []
+    broken = dict(data, texts=[[900, 8], [600]])
+    with pytest.raises(ValueError):
+        CostTracker.from_dict(broken)
+
+
 def test_stale_saved_costs_are_explored_under_the_budget_not_exploited():
     # Saved: a cheap draft that pays. Now the draft costs ten times more and never pays. Taken as
     # known, the saved numbers would draft; loaded, drafting on them is exploration (under the
