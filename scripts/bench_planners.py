@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Two checkouts' planners side by side in ONE process, reply by reply, against plain decoding.
+
+bench.py gives each scenario its own measurements, but what a planner learns in one reply and
+carries into the next (a first reply that keeps the draft out of the replies after it) shows only in
+a run of many replies, and a ratio of two bench.py runs carries the drift between them. Here the
+other checkout's localspec/ is imported under another name and loads the same pair a second time;
+its planner and this checkout's answer the same prompts, alternating with target-only decoding, in an
+order that changes from reply to reply (bench.reply_order). Each keeps its own measurements over the
+whole run, as a process serving those replies would. Prints each planner's tokens/s against
+target-only, over decoding and with the draft's prompt intakes counted, with paired 90% intervals,
+and this checkout's against the other's.
+
+    git worktree add /tmp/before HEAD~1
+    python scripts/bench_planners.py --other /tmp/before --prompt-set mixed --n-prompts 8 --rounds 2 \\
+        --target big.gguf --draft small.gguf
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (the prompt sets, the reply order and the paired interval)
+from localspec import config as this_config, sampling as this_sampling, session as this_session  # noqa: E402
+
+OTHER = "localspec_other"  # the name the other checkout's package is imported under
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--other", type=Path, required=True, help="another checkout of localspec (its localspec/ is used)")
+    ap.add_argument("--target", type=Path), ap.add_argument("--draft", type=Path)
+    ap.add_argument("--prompts", type=Path, help="JSONL file of {\"prompt\": ...} (default: --prompt-set)")
+    ap.add_argument("--prompt-set", choices=["humaneval", "edit", "copy", "mixed"], default="mixed")
+    ap.add_argument("--n-prompts", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--drafter", choices=["model", "hybrid", "ngram"], default="model")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--quick", action="store_true", help="tiny SmolLM2 pair, 2 prompts, 16 tokens")
+    args = ap.parse_args(argv)
+    if not (args.other / "localspec" / "session.py").is_file():
+        ap.error(f"--other {args.other} holds no localspec/session.py; give a checkout of localspec")
+    if args.quick:
+        args.n_prompts, args.max_tokens, args.rounds = 2, 16, 1
+    elif args.target is None or args.draft is None:
+        ap.error("give --target and --draft (or --quick)")
+    return args
+
+
+def import_other(checkout: Path, into: Path):
+    """The other checkout's localspec, copied into `into` and imported as OTHER (its imports are relative)."""
+    shutil.copytree(checkout / "localspec", into / OTHER, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in [m for m in sys.modules if m == OTHER or m.startswith(OTHER + ".")]:
+        del sys.modules[name]  # a copy imported before, from another folder
+    sys.path.insert(0, str(into))
+    return [importlib.import_module(f"{OTHER}.{name}") for name in ("session", "config", "sampling")]
+
+
+def reply(modules, pair, text: str, args, seed: int, gamma: int | None):
+    """(tokens, decode seconds, decode + the draft's prompt intake, tokens drafted) of one reply."""
+    session, config, sampling = modules
+    cfg = config.GenerationConfig(max_tokens=args.max_tokens, seed=seed, gamma=gamma,
+                                  sampling=sampling.SamplingParams(temperature=args.temperature),
+                                  drafter=args.drafter if gamma is None else "model")
+    *_, last = pair.stream(pair.prompt_tokens(text, True), cfg)
+    s = last.stats
+    return s.generated, s.total_s, s.total_s + s.draft_prefill_s, s.drafted
+
+
+def run(args) -> dict[str, list[tuple[int, float, float, int]]]:
+    texts = bench.load_prompts(args.prompts, args.n_prompts, args.prompt_set)
+    this = (this_session, this_config, this_sampling)
+    with tempfile.TemporaryDirectory(prefix="localspec-planners-") as tmp:
+        if args.quick:
+            args.target, args.draft = bench.quick_pair(Path(tmp))
+        other = import_other(args.other, Path(tmp))
+        pairs = {name: mods[0].Pair(args.target, args.draft, mods[0].LoadOptions(n_ctx=args.ctx, threads=args.threads))
+                 for name, mods in (("this", this), ("other", other))}
+        # (label, modules, pair, gamma): target-only runs on this checkout's pair
+        scenarios = [("target-only", this, "this", 0), ("other", other, "other", None), ("this", this, "this", None)]
+        results = {label: [] for label, *_ in scenarios}
+        try:
+            for n, text in enumerate([t for _ in range(args.rounds) for t in texts]):
+                for label, mods, pair, gamma in bench.reply_order(scenarios, n):
+                    results[label].append(reply(mods, pairs[pair], text, args, 1000 + n, gamma))
+                print(f"reply {n}: " + "  ".join(f"{k} {v[-1][0] / v[-1][1]:.1f} tok/s" for k, v in results.items()),
+                      file=sys.stderr)
+        finally:
+            for pair in pairs.values():
+                pair.close()
+    return results
+
+
+def report(results: dict[str, list[tuple[int, float, float, int]]]) -> str:
+    """Each planner against target-only, over decoding and with intakes counted; this against the other."""
+    def speed(rows, k):
+        return sum(r[0] for r in rows) / sum(r[k] for r in rows)
+
+    def ratio(num, den, k, k_den):
+        pairs = lambda rows, i: [(r[0], r[i]) for r in rows]  # noqa: E731
+        span = bench.paired_interval(pairs(num, k), pairs(den, k_den))
+        return f"{speed(num, k) / speed(den, k_den):.3f}x" + (f" ({bench.interval_text(span)})" if span else "")
+    plain = results["target-only"]
+    lines = ["| planner | vs target-only, decoding | with the draft's intakes |", "|---|---|---|"]
+    for label in ("other", "this"):
+        lines.append(f"| {label} | {ratio(results[label], plain, 1, 1)} | {ratio(results[label], plain, 2, 1)} |")
+    lines.append(f"| this / other | {ratio(results['this'], results['other'], 1, 1)} | "
+                 f"{ratio(results['this'], results['other'], 2, 2)} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    print(report(run(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
