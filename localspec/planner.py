@@ -401,11 +401,11 @@ class Planner:
         acceptance lies shift (log-odds) from the texts' mean, by the cautious estimate: -catch_up
         where drafting would not beat plain decoding on it (the planner would not draft)."""
         tracker = self.sources[i][1]
-        tracker.text_shift = shift
+        tracker.text_shift, before = shift, tracker.text_shift
         try:
             gamma, rate = self._catch_up_rate(i, cap, 0, 0.0, horizon)
         finally:
-            tracker.text_shift = 0.0
+            tracker.text_shift = before
         if not gamma or rate <= plain_rate:
             return -catch_up
         return max(horizon / plain_rate - horizon / rate - catch_up, -catch_up)

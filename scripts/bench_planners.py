@@ -102,13 +102,10 @@ def run(args) -> dict[str, list[tuple[int, float, float, int]]]:
 
 def report(results: dict[str, list[tuple[int, float, float, int]]]) -> str:
     """Each planner against target-only, over decoding and with intakes counted; this against the other."""
-    def speed(rows, k):
-        return sum(r[0] for r in rows) / sum(r[k] for r in rows)
-
-    def ratio(num, den, k, k_den):
-        pairs = lambda rows, i: [(r[0], r[i]) for r in rows]  # noqa: E731
-        span = bench.paired_interval(pairs(num, k), pairs(den, k_den))
-        return f"{speed(num, k) / speed(den, k_den):.3f}x" + (f" ({bench.interval_text(span)})" if span else "")
+    def ratio(num, den, k, k_den):  # num's speed over den's, num's seconds read from column k, den's from k_den
+        a, b = [(r[0], r[k]) for r in num], [(r[0], r[k_den]) for r in den]
+        span = bench.paired_interval(a, b)
+        return f"{bench.speed_of(a) / bench.speed_of(b):.3f}x" + (f" ({bench.interval_text(span)})" if span else "")
     plain = results["target-only"]
     lines = ["| planner | vs target-only, decoding | with the draft's intakes |", "|---|---|---|"]
     for label in ("other", "this"):
