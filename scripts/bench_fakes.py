@@ -122,20 +122,54 @@ class RowsContext:
         return n
 
 
+def parse_curve(text: str) -> list[tuple[int, float]]:
+    """"ROWS:MS,ROWS:MS,..." (a verify curve as measured, e.g. "1:1.9,2:5.4,36:10.3") as sorted
+    (rows, seconds); one row's point is needed (a plain step), as are rising rows."""
+    try:
+        points = sorted((int(rows), float(ms) / 1e3) for rows, ms in (item.split(":") for item in text.split(",")))
+    except ValueError:
+        raise ValueError(f"bad curve {text!r}: give ROWS:MS pairs separated by commas, e.g. 1:1.9,2:5.4,36:10.3") from None
+    if not points or points[0][0] != 1 or len({rows for rows, _ in points}) != len(points):
+        raise ValueError(f"bad curve {text!r}: it needs a point at 1 row (a plain step) and one point per row count")
+    if any(ms <= 0 for _, ms in points):
+        raise ValueError(f"bad curve {text!r}: every point needs more than 0 ms")
+    return points
+
+
+def curve_seconds(points: Sequence[tuple[int, float]], rows: int) -> float:
+    """A decode of `rows` rows along the curve: linear between its points, below the first along the
+    first segment (never under 0), beyond the last along the last segment (flat with one point)."""
+    if len(points) == 1:
+        return points[0][1]
+    i = 1
+    while i < len(points) - 1 and points[i][0] < rows:
+        i += 1
+    (r0, s0), (r1, s1) = points[i - 1], points[i]
+    return max(s0 + (s1 - s0) * (rows - r0) / (r1 - r0), 0.0)
+
+
 class TimedRows(RowsContext):
     """A RowsContext whose decode lasts as long as a model's would: base_s a decode and row_s more
-    per row of logits asked for, spent in a busy wait (exact to microseconds, unlike a sleep).
-    Decode seconds are added up in decode_s, for the controller's share (wall time less them)."""
+    per row of logits asked for, or a measured curve's seconds for that many rows (curve: see
+    curve_seconds), spent in a busy wait (exact to microseconds, unlike a sleep). Decode seconds are
+    added up in decode_s, for the controller's share (wall time less them)."""
 
-    def __init__(self, model: Model, seed: int, base_s: float, row_s: float = 0.0, **kwargs):
+    def __init__(self, model: Model, seed: int, base_s: float, row_s: float = 0.0,
+                 curve: Sequence[tuple[int, float]] | None = None, **kwargs):
         super().__init__(model, seed, **kwargs)
-        self.base_s, self.row_s, self.decode_s = base_s, row_s, 0.0
+        self.base_s, self.row_s, self.curve, self.decode_s = base_s, row_s, curve, 0.0
+
+    def seconds(self, rows: int) -> float:
+        """How long a decode asking for `rows` rows of logits lasts."""
+        if self.curve:
+            return curve_seconds(self.curve, max(rows, 1))
+        return self.base_s + self.row_s * rows
 
     def decode(self, tokens: Sequence[int], logits: str = "last", sampled: bool = False) -> None:
         t0 = time.perf_counter()
         super().decode(tokens, logits, sampled)
         rows = len(tokens) if logits == "all" else int(logits == "last")
-        end = t0 + self.base_s + self.row_s * rows
+        end = t0 + self.seconds(rows)
         while time.perf_counter() < end:
             pass
         self.decode_s += time.perf_counter() - t0

@@ -16,6 +16,11 @@ mean of this run's plain replies.
     python scripts/bench_fast_regime.py                          # 1 ms steps, drafts 1.2 and 0.5 ms
     python scripts/bench_fast_regime.py --plain-ms 3 --row-ms 0.3 --draft-ms 3.5
     python scripts/bench_fast_regime.py --plain-ms 2 --row-ms 0.1 --draft-ms 3.3 --text README.md
+    python scripts/bench_fast_regime.py --curve 1:1.9,2:5.4,6:5.9,36:10.3 --draft-ms 1.7 --text README.md
+
+--curve gives the target's verify cost as measured, rows to milliseconds (linear between its
+points, along the last segment beyond), for curves no straight line fits: on the H200 a 2-row
+verify cost 2.5 plain steps and a 36-row one 5 (README, the H200 run).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import make_sources  # noqa: E402
 from localspec.speculative import Finished, SpeculativeDecoder  # noqa: E402
 
-from bench_fakes import TimedRows  # noqa: E402
+from bench_fakes import TimedRows, parse_curve  # noqa: E402
 
 MODELS = Path(os.environ.get("LOCALSPEC_TEST_MODELS", Path.home() / ".cache/localspec/test-models"))
 VOCAB = MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -55,7 +60,7 @@ def contexts(vocab: Model, args, draft_ms: float) -> tuple[TimedRows, TimedRows,
         sys.exit(f"--text {args.text}: {len(script)} tokens, {need} needed for {args.rounds} rounds of "
                  f"{args.tokens} tokens; give a longer text, or fewer --rounds or --tokens")
     draft_script = [t if i % 2 else t + 1 for i, t in enumerate(script)]
-    target = TimedRows(vocab, 0, args.plain_ms / 1e3, args.row_ms / 1e3, script=script)
+    target = TimedRows(vocab, 0, args.plain_ms / 1e3, args.row_ms / 1e3, curve=args.curve, script=script)
     draft = TimedRows(vocab, 1, draft_ms / 1e3, script=draft_script)
     return target, draft, script
 
@@ -77,10 +82,20 @@ def run(kind: str, target: TimedRows, draft: TimedRows, prompt: list[int], args,
     return n / wall, 1e6 * (wall - target.decode_s - draft.decode_s) / n, finished.stats.drafted
 
 
+def curve_arg(text: str) -> list[tuple[int, float]]:
+    """--curve's value, or argparse's one-line error naming it."""
+    try:
+        return parse_curve(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--plain-ms", type=float, default=1.0, help="a target decode (default 1.0)")
     parser.add_argument("--row-ms", type=float, default=0.1, help="more per verify row (default 0.1)")
+    parser.add_argument("--curve", type=curve_arg, help="the target's decode ms by rows, ROWS:MS,... "
+                        "(e.g. 1:1.9,2:5.4,36:10.3; replaces --plain-ms and --row-ms)")
     parser.add_argument("--draft-ms", default="1.2,0.5", help="draft decode(s), comma-separated (default 1.2,0.5)")
     parser.add_argument("--tokens", type=int, default=300, help="tokens per reply (default 300)")
     parser.add_argument("--rounds", type=int, default=5, help="replies per scenario (default 5)")
@@ -90,7 +105,9 @@ def main() -> None:
     args = parser.parse_args()
     vocab = Model(VOCAB, vocab_only=True)
     kinds = args.scenarios.split(",")
-    print(f"plain decode {args.plain_ms} ms + {args.row_ms} ms a verify row; {args.tokens} tokens x {args.rounds}"
+    costs = (", ".join(f"{rows} rows {ms * 1e3:g} ms" for rows, ms in args.curve) if args.curve
+             else f"plain decode {args.plain_ms} ms + {args.row_ms} ms a verify row")
+    print(f"{costs}; {args.tokens} tokens x {args.rounds}"
           f"{'; trackers kept across rounds' if args.keep else ''}")
     print("| draft ms | scenario | tok/s | vs plain | controller µs / token | drafted / reply |")
     print("|---|---|---|---|---|---|")

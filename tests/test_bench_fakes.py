@@ -1,0 +1,48 @@
+"""The timed fakes of scripts/bench_fast_regime.py: a verify curve as measured on a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fakes():
+    spec = importlib.util.spec_from_file_location("bench_fakes", ROOT / "scripts/bench_fakes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_curve_is_read_in_rows_and_seconds_sorted():
+    assert fakes().parse_curve("36:10.3,1:1.9,2:5.4") == [(1, 0.0019), (2, 0.0054), (36, 0.0103)]
+
+
+@pytest.mark.parametrize("text, says", [("1:1.9,2", "ROWS:MS pairs"), ("1:x", "ROWS:MS pairs"),
+                                        ("2:5.4,8:7", "a point at 1 row"), ("1:1.9,1:2", "one point per row count"),
+                                        ("1:0,2:3", "more than 0 ms")])
+def test_a_bad_curve_is_named_with_the_fix(text, says):
+    with pytest.raises(ValueError, match=says) as e:
+        fakes().parse_curve(text)
+    assert repr(text) in str(e.value)
+
+
+def test_a_curve_is_linear_between_points_and_along_the_last_segment_beyond():
+    f = fakes()
+    points = f.parse_curve("1:2,2:5,6:6,36:12")
+    seconds = [f.curve_seconds(points, rows) for rows in (1, 2, 4, 6, 21, 36, 66)]
+    assert seconds == pytest.approx([0.002, 0.005, 0.0055, 0.006, 0.009, 0.012, 0.018])
+    assert f.curve_seconds(f.parse_curve("1:2"), 40) == pytest.approx(0.002)  # one point: flat
+
+
+def test_the_bench_refuses_a_bad_curve_in_one_line():
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_fast_regime.py"), "--curve", "2:5"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "argument --curve: bad curve '2:5': it needs a point at 1 row" in out.stderr
+    assert "Traceback" not in out.stderr
