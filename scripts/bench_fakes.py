@@ -124,7 +124,7 @@ class RowsContext:
 
 def parse_curve(text: str) -> list[tuple[int, float]]:
     """"ROWS:MS,ROWS:MS,..." (a verify curve as measured, e.g. "1:1.9,2:5.4,36:10.3") as sorted
-    (rows, seconds); one row's point is needed (a plain step), as are rising rows."""
+    (rows, seconds): a point at one row (a plain step) and one point per row count."""
     try:
         points = sorted((int(rows), float(ms) / 1e3) for rows, ms in (item.split(":") for item in text.split(",")))
     except ValueError:

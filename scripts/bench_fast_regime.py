@@ -20,7 +20,7 @@ mean of this run's plain replies.
 
 --curve gives the target's verify cost as measured, rows to milliseconds (linear between its
 points, along the last segment beyond), for curves no straight line fits: on the H200 a 2-row
-verify cost 2.5 plain steps and a 36-row one 5 (README, the H200 run).
+verify cost 2.5-3 plain steps and a 36-row one 5 (README, the H200 run).
 """
 
 from __future__ import annotations
