@@ -308,7 +308,7 @@ class Planner:
         # other sources' drafting steps since the model last drafted: the tokens each emitted ...
         self._since_model: dict[int, list[int]] = {}
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
-        self._resting: dict[int, Resting] = {}  # sources that lost at their last pricing (_rests)
+        self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket)s that lost at their last pricing (_rests)
         self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
@@ -569,9 +569,11 @@ class Planner:
         return chosen
 
     def _rests(self, offer: Choice, plain_s: float | None = None) -> bool:
-        """Whether offer's source is left unpriced this step: it lost at its last pricing; its offer
-        is no better than it was then (the same bucket, no more tokens, no more room, and so a
-        draft model's catch-up no shorter, spread over no longer a horizon); no step has drafted since
+        """Whether offer's source is left unpriced this step: it lost at its last pricing in offer's
+        bucket (each bucket's rest is kept: an n-gram lookup's matches alternate between buckets, and
+        each change of bucket had it priced again, most of its pricings on text at a GPU's costs); its
+        offer is no better than it was then (no more tokens, no more room, and so a draft model's
+        catch-up no shorter, spread over no longer a horizon); no step has drafted since
         (a draft measures verify widths and acceptance, which move every estimate); a fraction of the
         generation's seconds since do not yet cover what that pricing took (PRICE_FRACTION; ε where
         its optimistic estimate came within min_gain of the best choice); and the budget has not grown
@@ -579,8 +581,8 @@ class Planner:
         the plain step's seconds, read here where not given).
         Its estimates have then moved only by the plain steps' measurements, and a choice that lost
         to plain decoding stays lost until enough of those add up."""
-        rest = self._resting.get(offer.source)
-        return (rest is not None and offer.bucket == rest.bucket and offer.gamma <= rest.limit
+        rest = self._resting.get((offer.source, offer.bucket))
+        return (rest is not None and offer.gamma <= rest.limit
                 and self._room <= rest.room and (rest.horizon == math.inf or self._horizon() <= rest.horizon)
                 and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost
                 and (rest.need == math.inf or self.budget.allowance(
@@ -594,7 +596,7 @@ class Planner:
         offers nothing the step is plain at once. Where a step takes milliseconds, asking each source
         and checking its rest at every step cost auto about a point against plain decoding (README,
         the fast regime)."""
-        rest = self._resting.get(self._model)
+        rest = self._resting.get((self._model, 0))
         return rest is not None and self._rests(Choice(self._model, rest.limit, rest.bucket, 0.0))
 
     def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float],
@@ -612,12 +614,12 @@ class Planner:
             del latest[:-PRICINGS_KEPT]
             n = len(latest)
             if offer.source == chosen or n < 2:
-                self._resting.pop(offer.source, None)
+                self._resting.pop((offer.source, offer.bucket), None)
             else:
                 need, close = self._lost[offer.source]  # _probe priced it this step
                 # one the budget denied is priced again once the allowance fits it (_rests)
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
-                self._resting[offer.source] = Resting(offer.bucket, offer.gamma, self._room,
+                self._resting[offer.source, offer.bucket] = Resting(offer.bucket, offer.gamma, self._room,
                                                       self._spread(offer, best_rate),
                                                       self.budget.elapsed, statistics.median_low(latest), need, fraction)
 

@@ -734,7 +734,7 @@ def test_a_drafter_that_lost_is_priced_again_once_a_fraction_of_the_time_since_c
     assert 5 <= sum(priced) <= 8
     # an offer that got better is priced at once: more room (a catch-up spread over more tokens), a
     # longer γ limit, another acceptance bucket (an n-gram match)
-    offer = Choice(0, planner._resting[0].limit, 0, 0.0)
+    offer = Choice(0, planner._resting[0, 0].limit, 0, 0.0)
     assert planner._rests(offer, 0.2)
     planner._room += 1
     assert not planner._rests(offer, 0.2)
@@ -744,6 +744,48 @@ def test_a_drafter_that_lost_is_priced_again_once_a_fraction_of_the_time_since_c
     # a drafting step moves every estimate: everything is priced at the next step
     planner.record(Plan(0, 2), Proposal([5, 6], []), 1, 0.4, 0.21, 0.0)
     assert not planner._rests(offer, 0.2)
+
+
+class Alternating(Named):
+    """An n-gram lookup stub whose match reaches back 1 token, then 20, then 1...: two buckets in turn."""
+
+    def __init__(self):
+        super().__init__("ngram")
+        self.offers = 0
+
+    def offer(self, tokens, k: int) -> int:
+        self.offers += 1
+        self.last_match = 1 if self.offers % 2 else 20
+        return k
+
+
+def test_a_lookup_whose_matches_alternate_between_buckets_rests_in_each():
+    # On text an n-gram lookup's matches change bucket from step to step (a phrase that merely
+    # recurs, then a longer reach). A rest kept for one bucket alone ended at each change, and at a
+    # GPU's costs most of the lookup's pricings were such (README, "Every row again"): each
+    # bucket's rest is kept, so two losing buckets in turn are priced about as often as one.
+    tracker = measured_curve()
+    tracker.draft_s.add(0.0)
+    tracker.overhead_s.add(0.0)
+    for bucket in (match_bucket(1), match_bucket(20)):  # both judged, both wrong: neither pays
+        for _ in range(200):
+            tracker.record_acceptance(1, 0, bucket)
+    lookup = Alternating()
+    planner = Planner([(lookup, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.clock = PricingClock(10 * PRICE_FRACTION * 0.2)  # a pricing about every 10th plain step of 0.2 s
+    priced, estimate = [], tracker.estimate
+
+    def counted(*args, **kwargs):
+        priced[-1] = True
+        return estimate(*args, **kwargs)
+
+    tracker.estimate = counted
+    for i in range(60):
+        priced.append(False)
+        assert planner.plan([1] * (20 + i), 64).source is None
+        planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+    assert priced[:2] == [True, True] and sum(priced) <= 16  # each bucket about every 10th step
+    assert {bucket for _, bucket in planner._resting} == {match_bucket(1), match_bucket(20)}
 
 
 def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_its_probe():
@@ -772,7 +814,7 @@ def test_a_drafter_the_budget_denied_is_priced_again_as_soon_as_the_budget_fits_
             drafted = step
             break
         if step >= 2 and first_fit is None:
-            rest = planner._resting[0]
+            (rest,) = planner._resting.values()  # the one source and bucket priced
             need, fraction = rest.need, rest.fraction
             assert need < float("inf")  # it lost for want of budget, not by its estimates
             # ... so it rests at PRICE_FRACTION, though its hopes beat plain decoding: only the
