@@ -308,7 +308,7 @@ class Planner:
         # other sources' drafting steps since the model last drafted: the tokens each emitted ...
         self._since_model: dict[int, list[int]] = {}
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
-        self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket)s that lost at their last pricing (_rests)
+        self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket) -> its loss at its last pricing (_rests)
         self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
@@ -619,9 +619,9 @@ class Planner:
                 need, close = self._lost[offer.source]  # _probe priced it this step
                 # one the budget denied is priced again once the allowance fits it (_rests)
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
-                self._resting[offer.source, offer.bucket] = Resting(offer.bucket, offer.gamma, self._room,
-                                                      self._spread(offer, best_rate),
-                                                      self.budget.elapsed, statistics.median_low(latest), need, fraction)
+                self._resting[offer.source, offer.bucket] = Resting(
+                    offer.bucket, offer.gamma, self._room, self._spread(offer, best_rate), self.budget.elapsed,
+                    statistics.median_low(latest), need, fraction)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step: by the point estimate, or where a draft model is
