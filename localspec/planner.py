@@ -705,7 +705,7 @@ class Planner:
         floor = r_best * (1 + tracker.min_gain)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
         if followed and self._text_owed(offer.source):  # this text measured as part of the intake
-            return best._replace(gamma=1, rate=max(rates[1], r_best * (1 + tracker.min_gain)))
+            return best._replace(gamma=1, rate=max(rates[1], floor))
         hope_best = max(rates[1:], default=0.0)
         self._lost[offer.source] = math.inf, hope_best >= r_best * (1 - tracker.min_gain)
         if hope_best <= floor:
