@@ -555,7 +555,6 @@ def test_the_texts_kept_and_the_one_at_hand_survive_a_save():
     t.record(TEXT_LEAST, 2)
     back = TextAcceptance.from_rows(t.to_rows())
     assert back.texts == [(50, 25), (40, 36), (TEXT_LEAST, 2)] and back.judged == 0
-    t.record(0, 0)
     short = texts_of((50, 25))
     short.record(TEXT_LEAST - 1, 2)
     assert TextAcceptance.from_rows(short.to_rows()).texts == [(50, 25)]
