@@ -557,17 +557,22 @@ class TextAcceptance:
         self.judged = 0    # the text at hand's
         self.accepted = 0
         self.second = False  # whether a second text was taken in before two were kept (planner._intake_pays)
+        # shift() as last computed, until the counts change (record, begin): the planner asks for it
+        # at every step, and the draft model's counts change only at its own drafting steps
+        self._shift: float | None = None
 
     def record(self, judged: int, accepted: int) -> None:
         """Drafts of the text at hand judged, and of them accepted."""
         self.judged += judged
         self.accepted += accepted
+        self._shift = None
 
     def begin(self) -> None:
         """A new text begins: keep the one at hand among the texts if enough of it was judged."""
         if self.judged >= TEXT_LEAST:
             self.texts = [*self.texts, (self.judged, self.accepted)][-TEXTS_KEPT:]
         self.judged = self.accepted = 0
+        self._shift = None
 
     def mean(self) -> float | None:
         """The acceptance over the texts kept and the text at hand (None before any draft was judged)."""
@@ -588,6 +593,11 @@ class TextAcceptance:
     def shift(self) -> float:
         """How far the text at hand lies from the mean, in log-odds (0.0 with none of it judged, or
         where the texts differ no more than chance makes them)."""
+        if self._shift is None:
+            self._shift = self._shift_now()
+        return self._shift
+
+    def _shift_now(self) -> float:
         mean = self.mean()
         if mean is None or not self.judged:
             return 0.0

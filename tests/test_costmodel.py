@@ -532,6 +532,20 @@ def test_a_text_leans_on_the_mean_by_how_much_texts_differ():
     assert texts_of((50, 25), (50, 45)).shift() == 0.0  # none of the text at hand judged yet
 
 
+def test_a_texts_shift_follows_its_counts_as_they_change():
+    # shift() is asked at every step and kept until the counts change: a record or a new text
+    # moves it at once.
+    t = texts_of((50, 25), (50, 45), (50, 22), (50, 44))
+    t.record(10, 9)
+    high = t.shift()
+    t.record(10, 0)
+    fresh = texts_of((50, 25), (50, 45), (50, 22), (50, 44))
+    fresh.record(20, 9)
+    assert t.shift() == fresh.shift() < high
+    t.begin()
+    assert t.shift() == 0.0
+
+
 def test_a_new_texts_outlook_spans_the_spread_between_texts():
     assert texts_of((50, 25)).outlook() is None        # one text: how far the next lies is unknown
     alike = texts_of((50, 30), (50, 30))
