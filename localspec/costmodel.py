@@ -235,6 +235,7 @@ class Ema:
 
 
 TRUSTED_SAMPLES = 3  # a size measured this often has a median one outlier cannot set (Ema)
+MEMO_TOLERANCE = 0.01  # how far a trusted size's average may move before the curve is refitted (VerifyCurve.add)
 
 
 class VerifyCurve:
@@ -265,23 +266,34 @@ class VerifyCurve:
 
     def __init__(self, means: dict[int, float] | None = None):
         self.points: dict[int, Ema] = {}
-        # seconds(k), optimistic(k), next_width(k) for k = 0, 1, ..., until the next add: the planner
-        # reads every width up to a drafter's cap (127 for n-gram copies) each step, so each table is
-        # filled in one pass along the curve's segments, as far as it is read (_extend)
+        # seconds(k), optimistic(k), next_width(k) for k = 0, 1, ..., until the curve moves (add):
+        # the planner reads every width up to a drafter's cap (127 for n-gram copies) each step, so
+        # each table is filled in one pass along the curve's segments, as far as it is read (_extend)
         self._memo: tuple[list[float], ...] = ([], [], [])
-        self._fits: dict[bool, list[tuple[int, float]]] = {}  # fitted(hopeful), until the next add
+        self._fits: dict[bool, list[tuple[int, float]]] = {}  # fitted(hopeful), until the curve moves
+        self._basis: dict[int, float] = {}  # each size's seconds when the fits were made
         for k, seconds in (means or {}).items():
             self.add(k, seconds)
 
     def add(self, k: int, seconds: float) -> None:
-        """One measured verify of k tokens."""
-        for table in self._memo:
-            table.clear()
-        self._fits.clear()
+        """One measured verify of k tokens. The tables and fits are kept while the size is trusted
+        before and after, and its average stays within MEMO_TOLERANCE of what they were made from:
+        every plain step adds a one-token verify, and rebuilt at each, they doubled the time a
+        pricing took, at a GPU's steps a per cent of them (README, the H200 again). A trusted size
+        reads as measured all the same (seconds)."""
         point = self.points.get(k)
         if point is None:
             point = self.points[k] = Ema()
         point.add(seconds)
+        basis = self._basis.get(k)
+        if (basis is None or point.n <= TRUSTED_SAMPLES
+                or abs(point.value - basis) > MEMO_TOLERANCE * basis):
+            for table in self._memo:
+                table.clear()
+            self._fits.clear()
+            self._basis.clear()
+        elif k < len(self._memo[0]):
+            self._memo[0][k] = point.value  # a trusted size reads as measured (seconds)
 
     def __contains__(self, k: int) -> bool:
         return k in self.points
@@ -301,6 +313,7 @@ class VerifyCurve:
         fit = self._fits.get(hopeful)
         if fit is None:
             known = self.known()
+            self._basis = dict(known)
             trusted = [(k, t) for k, t in known if self.points[k].n >= TRUSTED_SAMPLES]
             fit = known if not trusted else [
                 (k, t if self.points[k].n >= TRUSTED_SAMPLES else _bounded(k, t, trusted)) for k, t in known]

@@ -572,3 +572,38 @@ def test_the_texts_kept_and_the_one_at_hand_survive_a_save():
     short = texts_of((50, 25))
     short.record(TEXT_LEAST - 1, 2)
     assert TextAcceptance.from_rows(short.to_rows()).texts == [(50, 25)]
+
+
+def test_a_curve_is_refitted_only_once_a_trusted_size_moves_past_the_tolerance(monkeypatch):
+    # Every plain step adds a one-token verify; a curve refitted at each add made every pricing
+    # after it rebuild its tables, about twice the time a pricing took otherwise. A trusted size
+    # whose average moves less than MEMO_TOLERANCE keeps the fits (and reads as measured itself);
+    # a larger move, a size not yet trusted, or a new size refits.
+    from localspec import costmodel
+    from localspec.costmodel import MEMO_TOLERANCE, TRUSTED_SAMPLES, VerifyCurve
+
+    fits = []
+    estimates = costmodel._estimates
+    monkeypatch.setattr(costmodel, "_estimates", lambda *a: fits.append(a) or estimates(*a))
+    curve = VerifyCurve()
+    for k, seconds in ((1, 0.02), (4, 0.03), (16, 0.06)):
+        for _ in range(TRUSTED_SAMPLES):
+            curve.add(k, seconds)
+
+    def price() -> float:  # what a pricing reads: every width up to a copy's cap
+        return sum(curve.seconds(k) + curve.optimistic(k) + curve.next_width(k) for k in range(1, 100))
+
+    price()
+    built = len(fits)
+    for step in range(20):  # plain steps a quarter of the tolerance apart, each followed by a pricing
+        curve.add(1, 0.02 * (1 + MEMO_TOLERANCE / 4 * (step % 2)))
+        price()
+        assert curve.seconds(1) == curve.points[1].value  # the trusted size as measured
+    assert len(fits) == built  # no refit: at 5fc7ec9, one per table at every pricing
+    curve.add(1, 0.03)  # the plain step moved past the tolerance: refitted at the next pricing
+    price()
+    assert len(fits) > built and curve.seconds(2) == _one_width(2, curve.known())
+    built = len(fits)
+    curve.add(8, 0.04)  # a new size
+    price()
+    assert len(fits) > built and curve.seconds(8) == 0.04 and curve.seconds(6) == _one_width(6, curve.known())
