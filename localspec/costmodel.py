@@ -235,6 +235,7 @@ class Ema:
 
 
 TRUSTED_SAMPLES = 3  # a size measured this often has a median one outlier cannot set (Ema)
+OUTLIER_FACTOR = 1.25  # an untrusted size this far above what the others put it may have stalled (_as_others_put_it)
 MEMO_TOLERANCE = 0.01  # how far a trusted size's average may move before the curve is refitted (VerifyCurve.add)
 
 
@@ -270,7 +271,7 @@ class VerifyCurve:
         # the planner reads every width up to a drafter's cap (127 for n-gram copies) each step, so
         # each table is filled in one pass along the curve's segments, as far as it is read (_extend)
         self._memo: tuple[list[float], ...] = ([], [], [])
-        self._fits: dict[bool, list[tuple[int, float]]] = {}  # fitted(hopeful), until the curve moves
+        self._fits: dict[bool | str, list[tuple[int, float]]] = {}  # fitted(hopeful), _hoped(), until the curve moves
         self._basis: dict[int, float] = {}  # each size's seconds when the fits were made
         for k, seconds in (means or {}).items():
             self.add(k, seconds)
@@ -309,7 +310,7 @@ class VerifyCurve:
     def fitted(self, hopeful: bool = False) -> list[tuple[int, float]]:
         """known(), each size measured fewer than TRUSTED_SAMPLES times held between the trusted
         sizes around it; hopeful: one wider than every trusted size also no dearer per row than the
-        widest trusted or any size between (_no_dearer_a_row). Kept until the next add."""
+        widest trusted or any size between (_no_dearer_a_row). Kept until the curve moves (add)."""
         fit = self._fits.get(hopeful)
         if fit is None:
             known = self.known()
@@ -320,6 +321,21 @@ class VerifyCurve:
             if hopeful and trusted:
                 fit = _no_dearer_a_row(fit, trusted[-1][0])
             self._fits[hopeful] = fit
+        return fit
+
+    def _hoped(self) -> list[tuple[int, float]]:
+        """fitted(hopeful=True), each untrusted size wider than every trusted one also no dearer than
+        the other sizes put it (_as_others_put_it): what optimistic() reads. Not next_width(), whose
+        widest size bounds a probe's loss for the budget. Kept until the curve moves (add)."""
+        fit = self._fits.get("others")
+        if fit is None:
+            fit = self.fitted(hopeful=True)
+            trusted = [k for k, e in self.points.items() if e.n >= TRUSTED_SAMPLES]
+            if trusted:
+                widest = max(trusted)
+                fit = _as_others_put_it(fit, {k: e.value for k, e in self.points.items()
+                                              if k > widest and e.n < TRUSTED_SAMPLES})
+            self._fits["others"] = fit
         return fit
 
     def seconds(self, k: int) -> float:
@@ -349,7 +365,7 @@ class VerifyCurve:
     def _extend(self, mode: int, k: int) -> float:
         """Fill mode's table past k in one pass (see __init__), at least doubling it, since widths
         are read in ascending order; return its value at k."""
-        known = self.fitted(hopeful=mode > 0)
+        known = self._hoped() if mode == 1 else self.fitted(hopeful=mode == 2)
         table = self._memo[mode]
         start = len(table)
         end = max(k, 2 * start, 16)
@@ -411,6 +427,25 @@ def _no_dearer_a_row(fit: Sequence[tuple[int, float]], widest_trusted: int) -> l
             t = min(t, least * k)
         if k >= widest_trusted:
             least = min(least, t / k)
+        out.append((k, t))
+    return out
+
+
+def _as_others_put_it(fit: Sequence[tuple[int, float]], untrusted: dict[int, float]) -> list[tuple[int, float]]:
+    """fit, each untrusted size (untrusted: its seconds as measured) that came out more than
+    OUTLIER_FACTOR above what the rest of fit puts it at (_estimates without it) read no dearer
+    than that: the hope that it was a stall. A copy's first
+    wide verify, slowed to 79 ms where the curve put 14 (the simulator at the H200's costs, a
+    process's first run), read as it came priced every width past the trusted 6 out of both the
+    known choice and the hope, and the lookup drafted 5 tokens a step for good, at 1.5x plain
+    instead of 2.6x; hoped for at what the others say, it is probed again under the budget until
+    its median is trusted. (Where it is not far above them, it is read as it came: a size on the
+    others' line would otherwise be read at one or the other by rounding alone.)"""
+    out = []
+    for i, (k, t) in enumerate(fit):
+        if k in untrusted and len(fit) > 1:
+            put = _estimates([*fit[:i], *fit[i + 1:]], k, k)[0]
+            t = min(t, put) if untrusted[k] > OUTLIER_FACTOR * put else t
         out.append((k, t))
     return out
 

@@ -607,3 +607,32 @@ def test_a_curve_is_refitted_only_once_a_trusted_size_moves_past_the_tolerance(m
     curve.add(8, 0.04)  # a new size
     price()
     assert len(fits) > built and curve.seconds(8) == 0.04 and curve.seconds(6) == _one_width(6, curve.known())
+
+
+def test_an_untrusted_size_far_above_what_the_others_put_it_is_hoped_at_their_value():
+    # A copy's first wide verify stalled (79 ms where the H200's curve puts 70 rows at about 14):
+    # the point estimate and a probe's loss (next_width, the budget's bound) keep it as measured;
+    # the hope reads it as the other sizes put it, so that a probe may measure it again. A size
+    # within OUTLIER_FACTOR of what they put it at is hoped as before.
+    from localspec.costmodel import OUTLIER_FACTOR, TRUSTED_SAMPLES, VerifyCurve
+
+    curve = VerifyCurve()
+    for _ in range(TRUSTED_SAMPLES):
+        curve.add(1, 0.00181)
+        curve.add(6, 0.00555)
+    for k, seconds in ((2, 0.0050), (3, 0.00525), (4, 0.0055), (5, 0.00553), (70, 0.0794)):
+        curve.add(k, seconds)
+    put = _one_width(70, [(k, t) for k, t in curve.known() if k != 70])  # along 1 -> 6 rows' slope
+    assert 0.0794 > OUTLIER_FACTOR * put
+    assert curve.optimistic(70) == pytest.approx(put) and curve.optimistic(90) == pytest.approx(put)
+    assert curve.seconds(70) == pytest.approx(0.0794)
+    assert curve.next_width(70) == pytest.approx(0.00555 * 70 / 6)  # no dearer a row than 6 rows, as before
+    curve.add(70, 0.0136)
+    curve.add(70, 0.0136)  # measured again: its median is trusted, and read as measured
+    assert curve.seconds(70) == pytest.approx(0.0136) and curve.optimistic(70) == pytest.approx(0.0136)
+    mild = VerifyCurve({1: 0.00181, 6: 0.00555})
+    for _ in range(TRUSTED_SAMPLES - 1):
+        mild.add(1, 0.00181)
+        mild.add(6, 0.00555)
+    mild.add(70, 1.1 * _one_width(70, mild.known()))  # not far above: hoped as measured, per row no dearer than 6 rows
+    assert mild.optimistic(70) == pytest.approx(min(mild.seconds(70), 0.00555 * 70 / 6))

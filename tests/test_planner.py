@@ -15,7 +15,7 @@ from localspec.planner import (EXPLORE_FRACTION, PLAIN, PLAIN_SAMPLES, PRICE_FRA
                                CostTracker, ExploreBudget, Plan, Planner, retry_due)
 from localspec.sampling import SamplingParams
 from test_costmodel import texts_of
-from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, FALSE_COPY, GPU_FLAT, PROSE, XEON_F16, XEON_LIGHT,
+from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, FALSE_COPY, GPU_FLAT, H200_LIGHT, PROSE, XEON_F16, XEON_LIGHT,
                         Region, curve, generate, run_set, set_ratio)
 
 SEEDS = [100 * s for s in range(6)]
@@ -1395,3 +1395,26 @@ def test_the_text_at_hand_moves_the_draft_models_estimates():
         return plan.source if model.plan(8)[0] else None  # the point estimate's step drafts, or none
     assert known_choice(texts_of((50, 25), (50, 46), (50, 24), (50, 47))) == 0
     assert known_choice(texts_of((50, 25), (50, 26), (50, 24), (50, 25))) is None  # alike: the mean stands
+
+
+def test_one_stalled_first_wide_verify_does_not_hold_copies_short_for_good():
+    # At the H200's costs, a copy's first wide verify (20 rows or more) stalled by 66 ms, where the
+    # curve puts it at 9-16 ms, as a process's first decode of a shape may be. Read as it came, that
+    # one sample priced every width past the narrow trusted ones out of the known choice, of the
+    # hope and of the budget, and the lookup drafted a few tokens a step for good (bench_fast_regime:
+    # 5 a step, 1.5x plain instead of 2.6x). Hoped for at what the other sizes put it
+    # (VerifyCurve._hoped), it is probed again and the copies widen (at 0f72031: 2.26x, the last
+    # reply's widest draft 11-53 tokens, median 17).
+    def stalled(verify):
+        stalls = []
+
+        def seconds(k: int) -> float:
+            if k >= 20 and not stalls:
+                stalls.append(k)
+                return verify(k) + 0.066
+            return verify(k)
+        return seconds
+
+    runs = [run_set(COPY, ["ngram"], stalled(curve(H200_LIGHT)), 0.0, seed=s) for s in SEEDS]
+    assert mean_ratio(runs) >= 2.4
+    assert np.median([max(run[-1].gammas) for run in runs]) >= 30
