@@ -40,6 +40,7 @@ PLAIN_SAMPLES = 3
 # the budget denied its probe (it is priced again as soon as the allowance fits that probe).
 PRICE_FRACTION = EXPLORE_FRACTION / 4
 PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
+REST_BACKOFF_MAX = 8  # a choice that keeps losing rests up to this many times as long (Planner._rest)
 SHADOW_DEPTH = 8  # the most guesses of the lookup followed at once (Planner._shadow_step)
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
@@ -120,9 +121,10 @@ class Resting(NamedTuple):
     """A drafter that lost at its last pricing: its offer then (bucket, γ limit), the step's room,
     the horizon its catch-up was spread over where that is not the room's (Planner._spread; inf
     where none), the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing
-    it took, the allowance at which a probe the budget denied then would fit (ExploreBudget.needs;
-    inf where none was denied), and the fraction of the seconds since that must cover the pricing's
-    (PRICE_FRACTION, or ε where its optimistic estimate came close to the best choice)."""
+    it took times its backoff (_rest), the allowance at which a probe the budget denied then would
+    fit (ExploreBudget.needs; inf where none was denied), and the fraction of the seconds since that
+    must cover that (PRICE_FRACTION, or ε where its optimistic estimate came close to the best
+    choice)."""
 
     bucket: int
     limit: int
@@ -282,8 +284,8 @@ class Planner:
     So a width is only chosen once measured or while its measurement is worth its bounded cost, and
     as measurements come in the optimistic estimate falls to the point estimate and exploring stops.
     Pricing takes time too: a source that lost to plain decoding is priced again once PRICE_FRACTION
-    of the seconds since covers it, unless its offer got better, a step drafted or the budget grew
-    to fit a probe it denied (_rests).
+    of the seconds since covers it (twice as long after each loss in a row, up to REST_BACKOFF_MAX),
+    unless its offer got better, a step drafted or the budget grew to fit a probe it denied (_rests).
     """
 
     clock = staticmethod(time.perf_counter)  # what times the planner's own pricing (_rests)
@@ -310,6 +312,7 @@ class Planner:
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket) -> its loss at its last pricing (_rests)
         self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
+        self._losses: dict[tuple[int, int], int] = {}  # (source, bucket) -> pricings lost in a row (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
         self._shadow: Shadow | None = None  # the lookup's guesses followed along plain steps (_shadow_step)
@@ -485,8 +488,11 @@ class Planner:
 
     def _settle(self, judged: int, accepted: int) -> None:
         """Count the followed guesses in the lookup's tracker, judged of them judged and the first
-        accepted taken; follow none."""
-        self.sources[self._ngram][1].record_acceptance(judged, accepted, self._shadow.bucket)
+        accepted taken; follow none. All of them taken, its bucket's rests start over (_rest)."""
+        bucket = self._shadow.bucket
+        self.sources[self._ngram][1].record_acceptance(judged, accepted, bucket)
+        if accepted == judged == len(self._shadow.ids):
+            self._losses.pop((self._ngram, bucket), None)
         self._shadow = None
 
     def _offers(self, tokens: Sequence[int], room: int, quiet: bool = False) -> list[Choice]:
@@ -607,21 +613,31 @@ class Planner:
         collection, a page fault) only ever adds time, and one pricing held up by 50 ms would leave
         its source unpriced for the next 5 s. The least is a pricing with warm caches, which steps
         of a few milliseconds seldom leave: at a GPU's costs (bench_fast_regime) it was a third of
-        the mean, and pricing took about three times the PRICE_FRACTION meant for it."""
+        the mean, and pricing took about three times the PRICE_FRACTION meant for it.
+        A choice that loses pricing after pricing rests twice as long after each, up to
+        REST_BACKOFF_MAX times: priced again with nothing drafted, nothing judged in its favour
+        (_settle) and its offer no better, it loses again, as a draft model on prose or each bucket
+        a lookup's matches move between does; each such choice took PRICE_FRACTION of a GPU's
+        steps, five of them a hybrid's 1.25%. Winning, any draft, or a followed run of its guesses
+        all taken starts it over; one that came close (resting at ε) is priced at ε's pace."""
         for offer in priced:
+            key = offer.source, offer.bucket
             latest = self._pricing.setdefault(offer.source, [])
             latest.append(seconds[offer.source])
             del latest[:-PRICINGS_KEPT]
             n = len(latest)
             if offer.source == chosen or n < 2:
-                self._resting.pop((offer.source, offer.bucket), None)
+                self._resting.pop(key, None)
+                self._losses.pop(key, None)
             else:
                 need, close = self._lost[offer.source]  # _probe priced it this step
                 # one the budget denied is priced again once the allowance fits it (_rests)
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
-                self._resting[offer.source, offer.bucket] = Resting(
+                losses = self._losses[key] = self._losses.get(key, 0) + 1
+                backoff = min(2 ** (losses - 1), REST_BACKOFF_MAX) if fraction == PRICE_FRACTION else 1
+                self._resting[key] = Resting(
                     offer.bucket, offer.gamma, self._room, self._spread(offer, best_rate), self.budget.elapsed,
-                    statistics.median_low(latest), need, fraction)
+                    backoff * statistics.median_low(latest), need, fraction)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step: by the point estimate, or where a draft model is
@@ -862,6 +878,7 @@ class Planner:
         own_s = draft_s - load_s - extra_s  # drafting this step's tokens
         if n:
             self._resting.clear()  # what the step measured moves every source's estimates
+            self._losses.clear()
         seconds, charged = draft_s + verify_s + overhead_s, None
         if n and plan.source == self._ngram and not self.sources[plan.source][1].judged(plan.bucket):
             self._looked = True  # its first look at the bucket (_first_look), whatever chose it
