@@ -314,7 +314,8 @@ class VerifyCurve:
         fit = self._fits.get(hopeful)
         if fit is None:
             known = self.known()
-            self._basis = dict(known)
+            if not self._basis:  # what every fit until the next refit is measured against (add)
+                self._basis = dict(known)
             trusted = [(k, t) for k, t in known if self.points[k].n >= TRUSTED_SAMPLES]
             fit = known if not trusted else [
                 (k, t if self.points[k].n >= TRUSTED_SAMPLES else _bounded(k, t, trusted)) for k, t in known]
@@ -434,13 +435,12 @@ def _no_dearer_a_row(fit: Sequence[tuple[int, float]], widest_trusted: int) -> l
 def _as_others_put_it(fit: Sequence[tuple[int, float]], untrusted: dict[int, float]) -> list[tuple[int, float]]:
     """fit, each untrusted size (untrusted: its seconds as measured) that came out more than
     OUTLIER_FACTOR above what the rest of fit puts it at (_estimates without it) read no dearer
-    than that: the hope that it was a stall. A copy's first
-    wide verify, slowed to 79 ms where the curve put 14 (the simulator at the H200's costs, a
-    process's first run), read as it came priced every width past the trusted 6 out of both the
-    known choice and the hope, and the lookup drafted 5 tokens a step for good, at 1.5x plain
-    instead of 2.6x; hoped for at what the others say, it is probed again under the budget until
-    its median is trusted. (Where it is not far above them, it is read as it came: a size on the
-    others' line would otherwise be read at one or the other by rounding alone.)"""
+    than that: the hope that it was a stall. Read as it came, one stalled copy's first wide verify
+    priced every width past the narrow trusted ones out of both the known choice and the hope, and
+    the lookup drafted a few tokens a step for good (README, "The H200 again"); hoped for at what
+    the others say, it is probed again under the budget until its median is trusted. (Where it is
+    not far above them, it is read as it came: a size on the others' line would otherwise be read
+    at one or the other by rounding alone.)"""
     out = []
     for i, (k, t) in enumerate(fit):
         if k in untrusted and len(fit) > 1:
