@@ -443,7 +443,7 @@ def _as_others_put_it(fit: Sequence[tuple[int, float]], untrusted: dict[int, flo
     at one or the other by rounding alone.)"""
     out = []
     for i, (k, t) in enumerate(fit):
-        if k in untrusted and len(fit) > 1:
+        if k in untrusted:  # a trusted size is in fit too: the others are never none
             put = _estimates([*fit[:i], *fit[i + 1:]], k, k)[0]
             t = min(t, put) if untrusted[k] > OUTLIER_FACTOR * put else t
         out.append((k, t))

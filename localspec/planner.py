@@ -122,9 +122,10 @@ class Resting(NamedTuple):
     the horizon its catch-up was spread over where that is not the room's (Planner._spread; inf
     where none), the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing
     it took times its backoff (_rest), the allowance at which a probe the budget denied then would
-    fit (ExploreBudget.needs; inf where none was denied), and the fraction of the seconds since that
+    fit (ExploreBudget.needs; inf where none was denied), the fraction of the seconds since that
     must cover that (PRICE_FRACTION, or ε where its optimistic estimate came close to the best
-    choice)."""
+    choice), and the pricings it lost in a row, this one included (0 once its followed guesses were
+    all taken since, _settle)."""
 
     bucket: int
     limit: int
@@ -134,6 +135,7 @@ class Resting(NamedTuple):
     cost: float
     need: float
     fraction: float
+    losses: int
 
 
 class Shadow(NamedTuple):
@@ -312,7 +314,6 @@ class Planner:
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket) -> its loss at its last pricing (_rests)
         self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
-        self._losses: dict[tuple[int, int], int] = {}  # (source, bucket) -> pricings lost in a row (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
         self._lost: dict[int, tuple[float, bool]] = {}
         self._shadow: Shadow | None = None  # the lookup's guesses followed along plain steps (_shadow_step)
@@ -491,8 +492,9 @@ class Planner:
         accepted taken; follow none. All of them taken, its bucket's rests start over (_rest)."""
         bucket = self._shadow.bucket
         self.sources[self._ngram][1].record_acceptance(judged, accepted, bucket)
-        if accepted == judged == len(self._shadow.ids):
-            self._losses.pop((self._ngram, bucket), None)
+        rest = self._resting.get((self._ngram, bucket))
+        if rest is not None and accepted == judged == len(self._shadow.ids):
+            self._resting[self._ngram, bucket] = rest._replace(losses=0)
         self._shadow = None
 
     def _offers(self, tokens: Sequence[int], room: int, quiet: bool = False) -> list[Choice]:
@@ -628,16 +630,16 @@ class Planner:
             n = len(latest)
             if offer.source == chosen or n < 2:
                 self._resting.pop(key, None)
-                self._losses.pop(key, None)
             else:
                 need, close = self._lost[offer.source]  # _probe priced it this step
                 # one the budget denied is priced again once the allowance fits it (_rests)
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
-                losses = self._losses[key] = self._losses.get(key, 0) + 1
+                prior = self._resting.get(key)
+                losses = (prior.losses if prior is not None else 0) + 1
                 backoff = min(2 ** (losses - 1), REST_BACKOFF_MAX) if fraction == PRICE_FRACTION else 1
                 self._resting[key] = Resting(
                     offer.bucket, offer.gamma, self._room, self._spread(offer, best_rate), self.budget.elapsed,
-                    backoff * statistics.median_low(latest), need, fraction)
+                    backoff * statistics.median_low(latest), need, fraction, losses)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step: by the point estimate, or where a draft model is
@@ -878,7 +880,6 @@ class Planner:
         own_s = draft_s - load_s - extra_s  # drafting this step's tokens
         if n:
             self._resting.clear()  # what the step measured moves every source's estimates
-            self._losses.clear()
         seconds, charged = draft_s + verify_s + overhead_s, None
         if n and plan.source == self._ngram and not self.sources[plan.source][1].judged(plan.bucket):
             self._looked = True  # its first look at the bucket (_first_look), whatever chose it
