@@ -213,6 +213,12 @@ class Ema:
 
     def add(self, x: float, times: int = 1) -> None:
         """One sample x, or `times` samples of it (a value measured over that many tokens)."""
+        if times == 1 and self.n * self.weight >= 1.0 and not self._first:  # _add's exponential case, inlined
+            self.n += 1
+            if self.value > 0.0:
+                x = min(x, STALL_FACTOR * self.value)
+            self.value += self.weight * (x - self.value)
+            return
         for _ in range(times):
             self._add(x)
 

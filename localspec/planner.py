@@ -41,6 +41,7 @@ PLAIN_SAMPLES = 3
 PRICE_FRACTION = EXPLORE_FRACTION / 4
 PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
 REST_BACKOFF_MAX = 8  # a choice that keeps losing rests up to this many times as long (Planner._rest)
+QUIET_STEPS = 16  # the most steps a resting draft model's rest is taken on its deadline alone (Planner._quiet)
 SHADOW_DEPTH = 8  # the most guesses of the lookup followed at once (Planner._shadow_step)
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
@@ -320,6 +321,9 @@ class Planner:
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
         self._owed = False  # whether the draft model was taken in to be measured on a second text (_text_owed)
         self._contending = False  # whether the draft model's step beat plain decoding at the last pricing (_switches)
+        # the draft model's rest found holding in full, and the steps it may still be taken on its clock alone (_quiet)
+        self._calm: Resting | None = None
+        self._calm_steps = 0
         # how far apart the lookup's runs come (a hybrid's catch-up horizon, _horizon), kept by its
         # tracker across the process's generations
         self._runs = self.sources[self._ngram][1].lookup_runs if self._ngram is not None else LookupRuns()
@@ -439,7 +443,6 @@ class Planner:
         still wanted allow). Fixed γ: the first source with a guess to offer. Auto: see the class."""
         self._explored = None
         self._length, self._room = len(tokens), room
-        self._text()
         if self._prompt_len is None:  # the first step
             self._prompt_len = len(tokens)
             self._seen = {i: len(tokens) if i in self._prefilled else self._held(i, tokens)
@@ -544,6 +547,7 @@ class Planner:
         """The best known choice, or the exploratory one where it beats it and the budget allows."""
         if not offers or self.sources[0][1].verify.samples(1) < PLAIN_SAMPLES:
             return Choice(None, 0, 0, 0.0)  # plain decoding measures a one-token verify first
+        self._text()  # (read by pricing only: a step plain at once, or with every offer resting, has none)
         plain_s = self.sources[0][1].plain_seconds()
         best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
         live = [c for c in offers if not self._rests(c, plain_s)]
@@ -592,8 +596,7 @@ class Planner:
         rest = self._resting.get((offer.source, offer.bucket))
         return (rest is not None and offer.gamma <= rest.limit
                 and self._room <= rest.room and (rest.horizon == math.inf or self._horizon() <= rest.horizon)
-                and rest.fraction * (self.budget.elapsed - rest.since) < rest.cost
-                and (rest.need == math.inf or self.budget.allowance(
+                and self._on_clock(rest) and (rest.need == math.inf or self.budget.allowance(
                     self.sources[0][1].plain_seconds() if plain_s is None else plain_s) < rest.need))
 
     def _quiet(self) -> bool:
@@ -603,9 +606,32 @@ class Planner:
         n-gram lookup's offer changes with every token: it is asked at every step, and where it
         offers nothing the step is plain at once. Where a step takes milliseconds, asking each source
         and checking its rest at every step cost auto about a point against plain decoding (README,
-        the fast regime)."""
+        the fast regime). A rest found holding in full is then taken on its clock alone for up to
+        QUIET_STEPS steps, while the room is no larger: the generation's seconds since its pricing
+        against that pricing's cost, and the allowance against the probe it was denied, as _rests
+        reads them. What else _rests reads moves only as plain steps move an average (the plain
+        step's seconds, which the allowance's grace reads) or, in a hybrid, with the gap since the
+        lookup's last run (the horizon: a rest that depends on it is checked in full every step).
+        Checked in full at every step, a resting model cost its planner about 10 µs a step where a
+        step takes 1.8 ms (bench_fast_regime at the H200's curve)."""
         rest = self._resting.get((self._model, 0))
-        return rest is not None and self._rests(Choice(self._model, rest.limit, rest.bucket, 0.0))
+        if rest is None:
+            return False
+        if rest is self._calm and self._calm_steps > 0 and self._room <= rest.room and self._on_clock(rest):
+            self._calm_steps -= 1
+            return True
+        quiet = self._rests(Choice(self._model, rest.limit, rest.bucket, 0.0))
+        self._calm = rest if quiet and rest.horizon == math.inf else None
+        self._calm_steps = QUIET_STEPS
+        return quiet
+
+    def _on_clock(self, rest: Resting) -> bool:
+        """Whether rest still holds by the clock: a fraction of the generation's seconds since its
+        pricing does not yet cover that pricing, and the allowance past its grace (ExploreBudget)
+        does not yet fit a probe the budget denied it (_rests)."""
+        elapsed = self.budget.elapsed
+        return (rest.fraction * (elapsed - rest.since) < rest.cost
+                and (rest.need == math.inf or self.budget.fraction * elapsed < rest.need))
 
     def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float],
               best_rate: float) -> None:
@@ -849,7 +875,8 @@ class Planner:
         chain's acceptance, its siblings' and the cost of its full width. token: what a plain step
         emitted, which judges the lookup's guesses being followed (_shadow_step)."""
         if plan.source is None:  # a plain step: the target's one-token verify, the same for every source
-            self._follow(token)
+            if self._shadow is not None:
+                self._follow(token)
             self._runs.note(0, 1)
             self.budget.charge(draft_s + verify_s + overhead_s)
             for _, tracker in self.sources:

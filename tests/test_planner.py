@@ -13,8 +13,8 @@ from localspec.config import GenerationConfig
 from localspec.costmodel import TEXT_LEAST, FixedStop, TextAcceptance, VerifyCurve, match_bucket
 from localspec.drafters import NGramDrafter, Proposal, one_hot
 from localspec.llama import common_prefix_len
-from localspec.planner import (EXPLORE_FRACTION, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, REST_BACKOFF_MAX, Choice,
-                               CostTracker, ExploreBudget, Plan, Planner, retry_due)
+from localspec.planner import (EXPLORE_FRACTION, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, QUIET_STEPS, REST_BACKOFF_MAX,
+                               Choice, CostTracker, ExploreBudget, Plan, Planner, retry_due)
 from localspec.sampling import SamplingParams
 from test_costmodel import texts_of
 from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, FALSE_COPY, GPU_FLAT, H200_LIGHT, PROSE, XEON_F16, XEON_LIGHT,
@@ -628,6 +628,36 @@ def test_a_resting_draft_model_is_not_asked_until_it_is_due():
     rested._room -= 1
     rested.record(Plan(0, 2), Proposal([5, 6], []), 1, 0.4, 0.21, 0.0)  # a step that drafts
     assert not rested._quiet()
+
+
+def test_a_resting_draft_models_rest_is_checked_in_full_once_every_few_steps(monkeypatch):
+    # Found holding, a resting model's rest is taken on its clock alone for QUIET_STEPS steps (the
+    # seconds since its pricing against that pricing's cost): where a step takes milliseconds its
+    # full check at every step cost about 10 µs a step. The plans are those of a planner that
+    # checks it in full at every step, pricings at the same steps.
+    import localspec.planner as planner_module
+    steps, cost = 120, 10 * PRICE_FRACTION * 0.2  # a pricing about every 10th, then 20th ... plain step of 0.2 s
+    plans, checks = [], []
+    for quiet_steps in (QUIET_STEPS, 0):
+        monkeypatch.setattr(planner_module, "QUIET_STEPS", quiet_steps)
+        planner = Planner([(Counted("model"), measured(0.5, 0.2))], GenerationConfig(gamma=None, sampling=GREEDY))
+        planner.clock = PricingClock(cost)
+        full, rests = [0], planner._rests
+
+        def counted(*args, **kwargs):
+            full[0] += 1
+            return rests(*args, **kwargs)
+
+        planner._rests = counted
+        plans.append([])
+        for i in range(steps):
+            plans[-1].append(planner.plan([1] * (20 + i), 256))
+            planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+        checks.append(full[0])
+        pricings = planner.clock.reads // 4
+    assert plans[0] == plans[1]
+    assert checks[1] >= steps - pricings - 2  # in full at every step but those that price it
+    assert checks[0] <= steps // QUIET_STEPS + 2 * pricings + 2
 
 
 class Sometimes(Counted):
