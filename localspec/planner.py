@@ -119,7 +119,8 @@ class Choice(NamedTuple):
 
 
 class Resting(NamedTuple):
-    """A drafter that lost at its last pricing: its offer then (bucket, γ limit), the step's room,
+    """A drafter that lost at its last pricing: its offer then (bucket, γ limit: the widest offer that
+    pricing covers, Planner._widest), the step's room,
     the horizon its catch-up was spread over where that is not the room's (Planner._spread; inf
     where none), the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing
     it took times its backoff (_rest), the allowance at which a probe the budget denied then would
@@ -315,8 +316,9 @@ class Planner:
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket) -> its loss at its last pricing (_rests)
         self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
-        # source -> (what a probe the budget denied at its last pricing needs, whether it came close): _probe
-        self._lost: dict[int, tuple[float, bool]] = {}
+        # source -> (what a probe the budget denied at its last pricing needs, whether it came close, the
+        # widest offer that pricing covers): _probe
+        self._lost: dict[int, tuple[float, bool, int]] = {}
         self._shadow: Shadow | None = None  # the lookup's guesses followed along plain steps (_shadow_step)
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
         self._owed = False  # whether the draft model was taken in to be measured on a second text (_text_owed)
@@ -657,14 +659,14 @@ class Planner:
             if offer.source == chosen or n < 2:
                 self._resting.pop(key, None)
             else:
-                need, close = self._lost[offer.source]  # _probe priced it this step
+                need, close, widest = self._lost[offer.source]  # _probe priced it this step
                 # one the budget denied is priced again once the allowance fits it (_rests)
                 fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
                 prior = self._resting.get(key)
                 losses = (prior.losses if prior is not None else 0) + 1
                 backoff = min(2 ** (losses - 1), REST_BACKOFF_MAX) if fraction == PRICE_FRACTION else 1
                 self._resting[key] = Resting(
-                    offer.bucket, offer.gamma, self._room, self._spread(offer, best_rate), self.budget.elapsed,
+                    offer.bucket, widest, self._room, self._spread(offer, best_rate), self.budget.elapsed,
                     backoff * statistics.median_low(latest), need, fraction, losses)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
@@ -744,14 +746,17 @@ class Planner:
         # where the step would be plain, the lookup's guesses are followed along it (_shadow_step)
         shadowed = followed and offer.source == self._ngram and tracker.judged(offer.bucket)
         hope = tracker.estimate(offer.bucket, True, switch, followed=SHADOW_DEPTH if shadowed else 0)
-        hope_tokens, hope_s = hope.tokens(offer.gamma), hope.seconds(offer.gamma)
-        rates = [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(offer.gamma + 1)]
+        width = self._widest(offer)
+        hope_tokens, hope_s = hope.tokens(width), hope.seconds(width)
+        rates = [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(width + 1)]
         floor = r_best * (1 + tracker.min_gain)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
         if followed and self._text_owed(offer.source):  # this text measured as part of the intake
             return best._replace(gamma=1, rate=max(rates[1], floor))
-        hope_best = max(rates[1:], default=0.0)
-        self._lost[offer.source] = math.inf, hope_best >= r_best * (1 - tracker.min_gain)
+        hope_best = max(rates[1 : offer.gamma + 1], default=0.0)
+        # a wider offer of the same bucket loses too where no width beyond this one beats the best known choice
+        covers = width if max(rates[offer.gamma + 1 :], default=0.0) <= r_best else offer.gamma
+        self._lost[offer.source] = math.inf, hope_best >= r_best * (1 - tracker.min_gain), covers
         if hope_best <= floor:
             return best
         point = tracker.estimate(offer.bucket, switch=switch, probe=True)
@@ -771,6 +776,18 @@ class Planner:
             return best._replace(gamma=1, rate=hope_best)
         return best
 
+    def _widest(self, offer: Choice) -> int:
+        """The widest offer the n-gram lookup may make in offer's bucket for the rest of the generation
+        (its cap, within the room; a draft model's offer is the room, which only shrinks): how wide
+        _probe prices its hope, so that a rest it earns holds while later matches in the bucket
+        reach further (_rests). The lookup's offer is where its match's occurrence continues, up to
+        the context's end: on prose the offers of one bucket came 12, 50, 65, 76, 112 tokens wide
+        along a reply, and each wider one, priced again, lost again (bench_fast_regime at the H200's
+        curve: 30 of about 100 pricings in six replies)."""
+        if offer.source != self._ngram:
+            return offer.gamma
+        return max(offer.gamma, min(cap_of("ngram", self.config), self._room))
+
     def _first_look(self, offer: Choice) -> bool:
         """Whether offer is the n-gram lookup's first at a match bucket no step has judged (here or
         in the plans loaded), and this generation has had no such look from it yet: a one-token probe
@@ -788,8 +805,8 @@ class Planner:
         allowance a denied probe of its pricing needs (_rests)."""
         if self.budget.allows(source, loss, plain_s):
             return True
-        need, close = self._lost[source]
-        self._lost[source] = min(need, self.budget.needs(source, loss)), close
+        need, close, widest = self._lost[source]
+        self._lost[source] = min(need, self.budget.needs(source, loss)), close, widest
         return False
 
     def _entry_paid(self, source: int) -> bool:

@@ -660,6 +660,76 @@ def test_a_resting_draft_models_rest_is_checked_in_full_once_every_few_steps(mon
     assert checks[0] <= steps // QUIET_STEPS + 2 * pricings + 2
 
 
+def test_a_lookups_rest_holds_while_its_matches_reach_further(monkeypatch):
+    # The lookup's offer runs to where its match's occurrence ends: in one bucket on prose, offers of
+    # 12, 50, 65, 76 and 112 tokens along a reply. One that lost where no wider offer could beat the
+    # best choice even by the optimistic estimate keeps its rest as later offers grow wider; each
+    # wider one was priced again before, and lost again.
+    tracker = measured_curve()
+    tracker.draft_s.add(0.0)
+    tracker.overhead_s.add(0.0)
+    bucket = match_bucket(2)
+    for _ in range(200):  # judged, and wrong: no width pays
+        tracker.record_acceptance(1, 0, bucket)
+    widths = iter([12] * 12 + [50] * 12 + [65] * 12 + [76] * 12 + [112] * 12)
+
+    class Growing(Named):
+        def offer(self, tokens, k: int) -> int:
+            return min(next(widths), k)
+
+    lookup = Growing("ngram")
+    lookup.last_match = 2
+    planner = Planner([(lookup, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.clock = PricingClock(100 * PRICE_FRACTION * 0.2)  # rests that last about 100 plain steps
+    priced, estimate = [], tracker.estimate
+
+    def counted(*args, **kwargs):
+        priced[-1] = True
+        return estimate(*args, **kwargs)
+
+    tracker.estimate = counted
+    for i in range(60):
+        priced.append(False)
+        assert planner.plan([1] * (20 + i), 200).source is None
+        planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+    assert priced[:2] == [True, True] and sum(priced) == 2  # the first two pricings, then the rest holds
+
+
+def test_a_lookups_rest_ends_where_a_wider_match_could_pay():
+    # ... but where the bucket's deeper guesses are taken (half the first three, then every one), a
+    # long offer can pay where a 3-token one cannot (a short verify costs nearly three plain steps,
+    # a long one little more): the longer offer is priced, and drafted.
+    tracker = CostTracker()
+    measure_plain(tracker, 0.2)
+    for k, seconds in ((2, 0.55), (4, 0.58), (8, 0.6), (16, 0.64), (64, 0.8)):
+        for _ in range(3):
+            tracker.verify.add(k, seconds)
+    tracker.draft_s.add(0.0)
+    tracker.overhead_s.add(0.0)
+    bucket = match_bucket(2)
+    for accepted, times in ((0, 40), (1, 20), (2, 10), (63, 10)):
+        for _ in range(times):
+            tracker.record_acceptance(63, accepted, bucket)
+    widths = iter([3] * 10 + [63] * 10)
+
+    class Growing(Named):
+        def offer(self, tokens, k: int) -> int:
+            return min(next(widths), k)
+
+    lookup = Growing("ngram")
+    lookup.last_match = 2
+    planner = Planner([(lookup, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.clock = PricingClock(100 * PRICE_FRACTION * 0.2)
+    plans = []
+    for i in range(20):
+        plans.append(planner.plan([1] * (20 + i), 200))
+        if plans[-1].source is not None:
+            break
+        planner.record(plans[-1], Proposal([], []), 0, 0.0, 0.2, 0.0)
+    assert all(plan.source is None for plan in plans[:10])  # 3 tokens never pay
+    assert plans[-1].source == 0 and plans[-1].gamma > 3 and len(plans) == 11
+
+
 class Sometimes(Counted):
     """An n-gram lookup stub that finds a 3-token match at every `every`-th time it is asked only."""
 
