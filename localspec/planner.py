@@ -315,7 +315,6 @@ class Planner:
         self._since_model: dict[int, list[int]] = {}
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket) -> its loss at its last pricing (_rests)
-        self._pricing: dict[int, list[float]] = {}  # a source's latest pricings' seconds (_rest)
         # source -> (what a probe the budget denied at its last pricing needs, whether it came close, the
         # widest offer that pricing covers): _probe
         self._lost: dict[int, tuple[float, bool, int]] = {}
@@ -639,7 +638,9 @@ class Planner:
               best_rate: float) -> None:
         """Keep which priced sources lost this step (see _rests) to the best known choice's best_rate
         tokens/s; the chosen one is not resting. What a pricing takes is the lower median of the
-        source's last PRICINGS_KEPT pricings, once there are two: a pause of the process (a garbage
+        source's last PRICINGS_KEPT pricings in this process (its tracker keeps them across
+        generations: else each reply priced every choice twice before any could rest), once there
+        are two: a pause of the process (a garbage
         collection, a page fault) only ever adds time, and one pricing held up by 50 ms would leave
         its source unpriced for the next 5 s. The least is a pricing with warm caches, which steps
         of a few milliseconds seldom leave: at a GPU's costs (bench_fast_regime) it was a third of
@@ -652,7 +653,7 @@ class Planner:
         all taken starts it over; one that came close (resting at ε) is priced at ε's pace."""
         for offer in priced:
             key = offer.source, offer.bucket
-            latest = self._pricing.setdefault(offer.source, [])
+            latest = self.sources[offer.source][1].pricings
             latest.append(seconds[offer.source])
             del latest[:-PRICINGS_KEPT]
             n = len(latest)

@@ -144,6 +144,9 @@ class CostTracker:
     # meanwhile); planner.worth_preparing gives it another try once ε of them cover entry_s().
     idle_s: float = 0.0
     lookup_runs: LookupRuns = field(default_factory=LookupRuns, repr=False, compare=False)  # a lookup's runs here
+    # The seconds the planner's latest pricings of this drafter took (planner.Planner._rest): the
+    # controller's own cost on this machine, kept across a process's generations, not saved.
+    pricings: list[float] = field(default_factory=list, repr=False, compare=False)
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
     saved_verify: VerifyCurve = field(default_factory=VerifyCurve)  # the curve as saved, plain step too
     # acceptance(bucket) as last computed, with the counts it read (_acceptance_key): the planner asks

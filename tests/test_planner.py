@@ -730,6 +730,22 @@ def test_a_lookups_rest_ends_where_a_wider_match_could_pay():
     assert plans[-1].source == 0 and plans[-1].gamma > 3 and len(plans) == 11
 
 
+def test_what_pricing_takes_is_kept_across_a_processs_generations():
+    # What a pricing takes is the controller's own cost on the machine: kept by the tracker, the
+    # next reply's first losing pricing rests at once. Kept per generation, each reply priced every
+    # choice twice before any could rest.
+    model = measured(0.5, 0.2)  # never pays
+    counts = []
+    for _ in range(2):  # two replies, one tracker
+        planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+        planner.clock = PricingClock(100 * PRICE_FRACTION * 0.2)  # rests of about 100 plain steps
+        for i in range(30):
+            assert planner.plan([1] * (20 + i), 64).source is None
+            planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+        counts.append(planner.clock.reads // 4)
+    assert counts == [2, 1]
+
+
 class Sometimes(Counted):
     """An n-gram lookup stub that finds a 3-token match at every `every`-th time it is asked only."""
 
