@@ -145,7 +145,8 @@ class CostTracker:
     idle_s: float = 0.0
     lookup_runs: LookupRuns = field(default_factory=LookupRuns, repr=False, compare=False)  # a lookup's runs here
     # The seconds the planner's latest pricings of this drafter took (planner.Planner._rest): the
-    # controller's own cost on this machine, kept across a process's generations, not saved.
+    # controller's own cost on this machine, kept across a process's generations and saved with the
+    # rest, so that a new process's first losing pricing can rest at once.
     pricings: list[float] = field(default_factory=list, repr=False, compare=False)
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
     saved_verify: VerifyCurve = field(default_factory=VerifyCurve)  # the curve as saved, plain step too
@@ -439,7 +440,7 @@ class CostTracker:
                 "stops": self.stops.to_rows(),
                 "confidence": [self.conf_judged, self.conf_accepted],
                 "texts": self.texts.to_rows(),
-                "proposals": self.proposals}
+                "proposals": self.proposals, "pricings": list(self.pricings)}
 
     @classmethod
     def from_dict(cls, data: dict, max_count: int = WARM_MAX_COUNT) -> CostTracker:
@@ -461,6 +462,9 @@ class CostTracker:
         # more than a further token costs (the safe side), and this run's own catch-ups soon replace it
         _load_ema(t.catchup_s, data.get("catchup_s", [None, 0]))
         t.idle_s = float(data.get("idle_s", 0.0))
+        t.pricings = [float(s) for s in data.get("pricings", [])]  # older files: none
+        if not all(math.isfinite(s) and s >= 0.0 for s in t.pricings):
+            raise ValueError("a pricing's seconds must be finite and not negative")
         # The plain step is measured afresh by the first steps of each process: while drafting pays,
         # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
         # Only the decision to load a draft at all reads it (saved_verify, may_pay).
