@@ -41,7 +41,7 @@ PLAIN_SAMPLES = 3
 PRICE_FRACTION = EXPLORE_FRACTION / 4
 PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
 REST_BACKOFF_MAX = 8  # a choice that keeps losing rests up to this many times as long (Planner._rest)
-QUIET_STEPS = 16  # the most steps a resting draft model's rest is taken on its deadline alone (Planner._quiet)
+QUIET_STEPS = 16  # the most steps a resting draft model's rest is taken on its clock alone (Planner._quiet)
 SHADOW_DEPTH = 8  # the most guesses of the lookup followed at once (Planner._shadow_step)
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
@@ -613,8 +613,8 @@ class Planner:
         reads them. What else _rests reads moves only as plain steps move an average (the plain
         step's seconds, which the allowance's grace reads) or, in a hybrid, with the gap since the
         lookup's last run (the horizon: a rest that depends on it is checked in full every step).
-        Checked in full at every step, a resting model cost its planner about 10 µs a step where a
-        step takes 1.8 ms (bench_fast_regime at the H200's curve)."""
+        Where a step takes 1.8 ms, a full check at every step was a share of what a model alone lost
+        to plain decoding on prose (README, "The planner's work on a plain step cut again")."""
         rest = self._resting.get((self._model, 0))
         if rest is None:
             return False
@@ -638,9 +638,9 @@ class Planner:
               best_rate: float) -> None:
         """Keep which priced sources lost this step (see _rests) to the best known choice's best_rate
         tokens/s; the chosen one is not resting. What a pricing takes is the lower median of the
-        source's last PRICINGS_KEPT pricings in this process (its tracker keeps them across
-        generations: else each reply priced every choice twice before any could rest), once there
-        are two: a pause of the process (a garbage
+        source's last PRICINGS_KEPT pricings on this machine (its tracker keeps them across
+        generations and saves them for the next process: else each reply priced every choice twice
+        before any could rest), once there are two: a pause of the process (a garbage
         collection, a page fault) only ever adds time, and one pricing held up by 50 ms would leave
         its source unpriced for the next 5 s. The least is a pricing with warm caches, which steps
         of a few milliseconds seldom leave: at a GPU's costs (bench_fast_regime) it was a third of
@@ -782,9 +782,8 @@ class Planner:
         (its cap, within the room; a draft model's offer is the room, which only shrinks): how wide
         _probe prices its hope, so that a rest it earns holds while later matches in the bucket
         reach further (_rests). The lookup's offer is where its match's occurrence continues, up to
-        the context's end: on prose the offers of one bucket came 12, 50, 65, 76, 112 tokens wide
-        along a reply, and each wider one, priced again, lost again (bench_fast_regime at the H200's
-        curve: 30 of about 100 pricings in six replies)."""
+        the context's end, so one bucket's offers grow along a reply, and each wider one, priced
+        again, lost again (README, "The planner's work on a plain step cut again")."""
         if offer.source != self._ngram:
             return offer.gamma
         return max(offer.gamma, min(cap_of("ngram", self.config), self._room))

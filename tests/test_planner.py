@@ -564,6 +564,27 @@ class PricingClock:
         return self.now
 
 
+def run_plain(planner: Planner, steps: int, room: int = 64, each=lambda: None) -> None:
+    """`steps` plain steps of 0.2 s over a growing context, each planned plain (each() before it)."""
+    for i in range(steps):
+        each()
+        assert planner.plan([1] * (20 + i), room).source is None
+        planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+
+
+def priced_steps(planner: Planner, tracker: CostTracker, steps: int, room: int = 64) -> list[bool]:
+    """run_plain, and whether each step priced tracker's source (every pricing asks for its estimates)."""
+    priced, estimate = [], tracker.estimate
+
+    def counted(*args, **kwargs):
+        priced[-1] = True
+        return estimate(*args, **kwargs)
+
+    tracker.estimate = counted
+    run_plain(planner, steps, room, each=lambda: priced.append(False))
+    return priced
+
+
 def pricings_over_plain_steps(pricing_s: float, steps: int = 50, room: int = 64,
                               first_s: float | None = None, draft_s: float = 0.2) -> tuple[Planner, list[bool]]:
     """A draft model that never pays (by default a token costs a plain step), plain steps of 0.2 s,
@@ -572,18 +593,7 @@ def pricings_over_plain_steps(pricing_s: float, steps: int = 50, room: int = 64,
     model = measured(0.5, draft_s)
     planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
     planner.clock = PricingClock(pricing_s, first_s)
-    priced, estimate = [], model.estimate
-
-    def counted(*args, **kwargs):  # every pricing of the model asks for its estimates
-        priced[-1] = True
-        return estimate(*args, **kwargs)
-
-    model.estimate = counted
-    for i in range(steps):
-        priced.append(False)
-        assert planner.plan([1] * (20 + i), room).source is None
-        planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
-    return planner, priced
+    return planner, priced_steps(planner, model, steps, room)
 
 
 class Counted(Named):
@@ -660,7 +670,25 @@ def test_a_resting_draft_models_rest_is_checked_in_full_once_every_few_steps(mon
     assert checks[0] <= steps // QUIET_STEPS + 2 * pricings + 2
 
 
-def test_a_lookups_rest_holds_while_its_matches_reach_further(monkeypatch):
+class Growing(Named):
+    """An n-gram lookup stub whose 2-token match offers the given widths in turn (within what is asked)."""
+
+    def __init__(self, widths: list[int]):
+        super().__init__("ngram")
+        self.last_match, self.widths = 2, iter(widths)
+
+    def offer(self, tokens, k: int) -> int:
+        return min(next(self.widths), k)
+
+
+def lookup_offering(tracker: CostTracker, widths: list[int]) -> Planner:
+    """A planner over a Growing lookup, pricing that leaves a losing choice resting about 100 plain steps."""
+    planner = Planner([(Growing(widths), tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.clock = PricingClock(100 * PRICE_FRACTION * 0.2)
+    return planner
+
+
+def test_a_lookups_rest_holds_while_its_matches_reach_further():
     # The lookup's offer runs to where its match's occurrence ends: in one bucket on prose, offers of
     # 12, 50, 65, 76 and 112 tokens along a reply. One that lost where no wider offer could beat the
     # best choice even by the optimistic estimate keeps its rest as later offers grow wider; each
@@ -671,27 +699,8 @@ def test_a_lookups_rest_holds_while_its_matches_reach_further(monkeypatch):
     bucket = match_bucket(2)
     for _ in range(200):  # judged, and wrong: no width pays
         tracker.record_acceptance(1, 0, bucket)
-    widths = iter([12] * 12 + [50] * 12 + [65] * 12 + [76] * 12 + [112] * 12)
-
-    class Growing(Named):
-        def offer(self, tokens, k: int) -> int:
-            return min(next(widths), k)
-
-    lookup = Growing("ngram")
-    lookup.last_match = 2
-    planner = Planner([(lookup, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
-    planner.clock = PricingClock(100 * PRICE_FRACTION * 0.2)  # rests that last about 100 plain steps
-    priced, estimate = [], tracker.estimate
-
-    def counted(*args, **kwargs):
-        priced[-1] = True
-        return estimate(*args, **kwargs)
-
-    tracker.estimate = counted
-    for i in range(60):
-        priced.append(False)
-        assert planner.plan([1] * (20 + i), 200).source is None
-        planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+    planner = lookup_offering(tracker, [12] * 12 + [50] * 12 + [65] * 12 + [76] * 12 + [112] * 12)
+    priced = priced_steps(planner, tracker, 60, room=200)
     assert priced[:2] == [True, True] and sum(priced) == 2  # the first two pricings, then the rest holds
 
 
@@ -710,16 +719,7 @@ def test_a_lookups_rest_ends_where_a_wider_match_could_pay():
     for accepted, times in ((0, 40), (1, 20), (2, 10), (63, 10)):
         for _ in range(times):
             tracker.record_acceptance(63, accepted, bucket)
-    widths = iter([3] * 10 + [63] * 10)
-
-    class Growing(Named):
-        def offer(self, tokens, k: int) -> int:
-            return min(next(widths), k)
-
-    lookup = Growing("ngram")
-    lookup.last_match = 2
-    planner = Planner([(lookup, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
-    planner.clock = PricingClock(100 * PRICE_FRACTION * 0.2)
+    planner = lookup_offering(tracker, [3] * 10 + [63] * 10)
     plans = []
     for i in range(20):
         plans.append(planner.plan([1] * (20 + i), 200))
@@ -739,9 +739,7 @@ def test_what_pricing_takes_is_kept_across_a_processs_generations():
     for _ in range(2):  # two replies, one tracker
         planner = Planner([(Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
         planner.clock = PricingClock(100 * PRICE_FRACTION * 0.2)  # rests of about 100 plain steps
-        for i in range(30):
-            assert planner.plan([1] * (20 + i), 64).source is None
-            planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+        run_plain(planner, 30)
         counts.append(planner.clock.reads // 4)
     assert counts == [2, 1]
 
@@ -895,17 +893,7 @@ def test_a_lookup_whose_matches_alternate_between_buckets_rests_in_each():
     lookup = Alternating()
     planner = Planner([(lookup, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
     planner.clock = PricingClock(10 * PRICE_FRACTION * 0.2)  # a pricing about every 10th plain step of 0.2 s
-    priced, estimate = [], tracker.estimate
-
-    def counted(*args, **kwargs):
-        priced[-1] = True
-        return estimate(*args, **kwargs)
-
-    tracker.estimate = counted
-    for i in range(60):
-        priced.append(False)
-        assert planner.plan([1] * (20 + i), 64).source is None
-        planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+    priced = priced_steps(planner, tracker, 60)
     assert priced[:2] == [True, True] and sum(priced) <= 16  # each bucket about every 10th step
     assert {bucket for _, bucket in planner._resting} == {match_bucket(1), match_bucket(20)}
 

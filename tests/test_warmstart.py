@@ -370,15 +370,13 @@ def test_what_pricing_takes_is_saved_so_a_new_processs_first_losing_pricing_rest
     # What pricing a drafter takes is the controller's own cost on this machine: saved with the
     # rest, a new process rests a choice at its first losing pricing instead of pricing it twice
     # first, which at a GPU's pace is a share of a short process. Older files load without it.
-    from test_planner import Named, PricingClock, measured as never_pays
-    from localspec.planner import PRICE_FRACTION, Plan
+    from test_planner import Named, PricingClock, measured as never_pays, run_plain
+    from localspec.planner import PRICE_FRACTION
     tracker, counts = never_pays(0.5, 0.2), []
     for _ in range(2):  # two processes: the second starts from what the first saved
         planner = Planner([(Named("model"), tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
         planner.clock = PricingClock(100 * PRICE_FRACTION * 0.2)  # rests of about 100 plain steps
-        for i in range(30):
-            assert planner.plan([1] * (20 + i), 64).source is None
-            planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+        run_plain(planner, 30)
         counts.append(planner.clock.reads // 4)
         data = json.loads(json.dumps(tracker.to_dict()))
         tracker = CostTracker.from_dict(data)
