@@ -18,6 +18,13 @@ mean of this run's plain replies.
     python scripts/bench_fast_regime.py --plain-ms 2 --row-ms 0.1 --draft-ms 3.3 --text README.md
     python scripts/bench_fast_regime.py --curve 1:1.9,2:5.4,6:5.9,36:10.3 --draft-ms 1.7 --text README.md
 
+--calls counts localspec's own Python function calls a token: what the controller does per step,
+the same on every machine, where a busy machine's timings move more than a change of a few
+microseconds. Counting slows the controller (the tok/s and µs columns are then not comparable with
+a run without it), and the planner, which times its own pricing, rests a losing choice longer.
+--pricings counts the sources priced a reply (Planner._probe: once a source a pricing step) at
+the controller's own pace.
+
 --curve gives the target's verify cost as measured, rows to milliseconds (linear between its
 points, along the last segment beyond), for curves no straight line fits: on the H200 a 2-row
 verify cost 2.5-3 plain steps and a 36-row one 5 (README, the H200 run).
@@ -38,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from localspec.config import GenerationConfig  # noqa: E402
 from localspec.drafters import NGramDrafter  # noqa: E402
 from localspec.llama import Model  # noqa: E402
+from localspec.planner import Planner  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import make_sources  # noqa: E402
 from localspec.speculative import Finished, SpeculativeDecoder  # noqa: E402
@@ -65,21 +73,53 @@ def contexts(vocab: Model, args, draft_ms: float) -> tuple[TimedRows, TimedRows,
     return target, draft, script
 
 
+class CallCount:
+    """A profile hook (sys.setprofile) that counts calls of localspec's Python functions."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, frame, event, arg) -> None:
+        if event == "call" and f"{os.sep}localspec{os.sep}" in frame.f_code.co_filename:
+            self.calls += 1
+
+
+PRICED = [0]  # sources priced so far (--pricings: Planner._probe, counted)
+
+
+def count_pricings() -> None:
+    """Count every Planner._probe call in PRICED."""
+    probe = Planner._probe
+
+    def counted(self, *args, **kwargs):
+        PRICED[0] += 1
+        return probe(self, *args, **kwargs)
+
+    Planner._probe = counted
+
+
 def run(kind: str, target: TimedRows, draft: TimedRows, prompt: list[int], args,
-        trackers: dict) -> tuple[float, float, int]:
-    """One reply: (tokens/s, controller µs per token, tokens drafted); trackers: the scenario's."""
+        trackers: dict) -> tuple[float, ...]:
+    """One reply: (tokens/s, controller µs per token, tokens drafted), then with --calls localspec's
+    calls a token and with --pricings the sources priced; trackers: the scenario's."""
     config = GenerationConfig(max_tokens=args.tokens, gamma=None if SCENARIOS[kind] else 0,
                               sampling=SamplingParams(temperature=0), seed=1)
     target.truncate(0)
     draft.truncate(0)
     target.decode_s = draft.decode_s = 0.0
     sources = make_sources(SCENARIOS[kind], draft, config, trackers, NGramDrafter())
+    count, PRICED[0] = CallCount() if args.calls else None, 0
     t0 = time.perf_counter()
-    *_, finished = SpeculativeDecoder(target, sources).generate(prompt, config)
+    sys.setprofile(count)
+    try:
+        *_, finished = SpeculativeDecoder(target, sources).generate(prompt, config)
+    finally:
+        sys.setprofile(None)
     wall = time.perf_counter() - t0
     assert isinstance(finished, Finished)
     n = finished.stats.generated
-    return n / wall, 1e6 * (wall - target.decode_s - draft.decode_s) / n, finished.stats.drafted
+    row = n / wall, 1e6 * (wall - target.decode_s - draft.decode_s) / n, finished.stats.drafted
+    return row + ((count.calls / n,) if count else ()) + ((PRICED[0],) if args.pricings else ())
 
 
 def curve_arg(text: str) -> list[tuple[int, float]]:
@@ -102,6 +142,8 @@ def main() -> None:
     parser.add_argument("--scenarios", default="plain,ngram,model,hybrid,plain")
     parser.add_argument("--keep", action="store_true", help="keep each scenario's trackers across its rounds")
     parser.add_argument("--text", type=Path, help="reply tokens from this text file (default: random tokens)")
+    parser.add_argument("--calls", action="store_true", help="count localspec's Python calls a token")
+    parser.add_argument("--pricings", action="store_true", help="count the sources priced a reply")
     args = parser.parse_args()
     vocab = Model(VOCAB, vocab_only=True)
     kinds = args.scenarios.split(",")
@@ -109,8 +151,11 @@ def main() -> None:
              else f"plain decode {args.plain_ms} ms + {args.row_ms} ms a verify row")
     print(f"{costs}; {args.tokens} tokens x {args.rounds}"
           f"{'; trackers kept across rounds' if args.keep else ''}")
-    print("| draft ms | scenario | tok/s | vs plain | controller µs / token | drafted / reply |")
-    print("|---|---|---|---|---|---|")
+    counted = " localspec calls / token |" * args.calls + " pricings / reply |" * args.pricings
+    print("| draft ms | scenario | tok/s | vs plain | controller µs / token | drafted / reply |" + counted)
+    print("|---|---|---|---|---|---|" + "---|" * (args.calls + args.pricings))
+    if args.pricings:
+        count_pricings()
     for draft_ms in (float(x) for x in args.draft_ms.split(",")):
         target, draft, script = contexts(vocab, args, draft_ms)
         results: dict[str, list[tuple[float, float, int]]] = {k: [] for k in kinds}
@@ -119,10 +164,12 @@ def main() -> None:
             for kind in kinds:
                 trackers = kept[kind] if args.keep else {}
                 results[kind].append(run(kind, target, draft, script[1000 * r: 1000 * r + 40], args, trackers))
-        plain = np.mean([rate for rate, _, _ in results["plain"]]) if "plain" in results else float("nan")
+        plain = np.mean([row[0] for row in results["plain"]]) if "plain" in results else float("nan")
         for kind, rows in results.items():
-            rate, us, drafted = (np.mean(column) for column in zip(*rows))
-            print(f"| {draft_ms:g} | {kind} | {rate:.0f} | {rate / plain:.3f}x | {us:.0f} | {drafted:.0f} |", flush=True)
+            rate, us, drafted, *counts = (np.mean(column) for column in zip(*rows))
+            counts = "".join(f" {c:.1f} |" for c in counts)
+            print(f"| {draft_ms:g} | {kind} | {rate:.0f} | {rate / plain:.3f}x | {us:.0f} | {drafted:.0f} |{counts}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,19 @@ def test_the_bench_refuses_a_bad_curve_in_one_line():
     assert out.returncode == 2
     assert "argument --curve: bad curve '2:5': it needs a point at 1 row" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_bench_counts_the_planners_calls_and_pricings(real_pair, real_store):
+    # --calls and --pricings count what the controller does, the same on every machine: plain
+    # decoding prices nothing, and a lookup that has text to look through calls more a token.
+    env = dict(os.environ, LOCALSPEC_TEST_MODELS=str(real_store))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_fast_regime.py"), "--calls", "--pricings", "--tokens", "60",
+                          "--rounds", "2", "--draft-ms", "1.0", "--scenarios", "plain,ngram",
+                          "--text", str(ROOT / "README.md")], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    rows = {cells[2].strip(): cells for cells in (line.split("|") for line in out.stdout.splitlines())
+            if len(cells) == 10 and cells[2].strip() in ("plain", "ngram")}
+    calls = {kind: float(cells[7]) for kind, cells in rows.items()}
+    pricings = {kind: float(cells[8]) for kind, cells in rows.items()}
+    assert pricings["plain"] == 0 and pricings["ngram"] > 0
+    assert calls["ngram"] > calls["plain"] > 10
