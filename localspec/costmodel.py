@@ -213,26 +213,17 @@ class Ema:
 
     def add(self, x: float, times: int = 1) -> None:
         """One sample x, or `times` samples of it (a value measured over that many tokens)."""
-        if times == 1 and self.n * self.weight >= 1.0 and not self._first:  # _add's exponential case, inlined
+        for _ in range(times):  # (one body, no call a sample: every plain step adds one to each tracker)
             self.n += 1
-            if self.value > 0.0:
-                x = min(x, STALL_FACTOR * self.value)
-            self.value += self.weight * (x - self.value)
-            return
-        for _ in range(times):
-            self._add(x)
-
-    def _add(self, x: float) -> None:
-        self.n += 1
-        if self.n * self.weight <= 1.0:
-            self._first.append(x)
-            self.value = statistics.median(self._first)
-            return
-        if self._first:
-            self._first = []  # the median is taken: the samples are no longer needed
-        if self.value > 0.0:  # (an average of nothing measurable yet holds no sample back)
-            x = min(x, STALL_FACTOR * self.value)
-        self.value += self.weight * (x - self.value)
+            if self.n * self.weight <= 1.0:
+                self._first.append(x)
+                self.value = statistics.median(self._first)
+                continue
+            if self._first:
+                self._first = []  # the median is taken: the samples are no longer needed
+            # (an average of nothing measurable yet holds no sample back)
+            sample = min(x, STALL_FACTOR * self.value) if self.value > 0.0 else x
+            self.value += self.weight * (sample - self.value)
 
     def load(self, value: float | None, n: int) -> None:
         """Start from a saved average that weighs as n samples (at most one)."""

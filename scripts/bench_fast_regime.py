@@ -158,7 +158,7 @@ def main() -> None:
         count_pricings()
     for draft_ms in (float(x) for x in args.draft_ms.split(",")):
         target, draft, script = contexts(vocab, args, draft_ms)
-        results: dict[str, list[tuple[float, float, int]]] = {k: [] for k in kinds}
+        results: dict[str, list[tuple[float, ...]]] = {k: [] for k in kinds}  # run()'s rows
         kept: dict[str, dict] = {k: {} for k in kinds}
         for r in range(args.rounds):
             for kind in kinds:
