@@ -118,6 +118,17 @@ class Choice(NamedTuple):
     rate: float
 
 
+class Lost(NamedTuple):
+    """What Planner._probe found of a source at this step's pricing: the least allowance at which a
+    probe the budget denied would fit (ExploreBudget.needs; inf where none was denied), whether its
+    optimistic estimate came within min_gain of the best known choice, and the widest offer the
+    pricing covers (Planner._widest). Planner._rest keeps it in the source's Resting."""
+
+    need: float
+    close: bool
+    widest: int
+
+
 class Resting(NamedTuple):
     """A drafter that lost at its last pricing: its offer then (bucket, γ limit: the widest offer that
     pricing covers, Planner._widest), the step's room,
@@ -315,9 +326,7 @@ class Planner:
         self._since_model: dict[int, list[int]] = {}
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket) -> its loss at its last pricing (_rests)
-        # source -> (what a probe the budget denied at its last pricing needs, whether it came close, the
-        # widest offer that pricing covers): _probe
-        self._lost: dict[int, tuple[float, bool, int]] = {}
+        self._lost: dict[int, Lost] = {}  # source -> what its last pricing found (_probe)
         self._shadow: Shadow | None = None  # the lookup's guesses followed along plain steps (_shadow_step)
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
         self._owed = False  # whether the draft model was taken in to be measured on a second text (_text_owed)
@@ -660,15 +669,15 @@ class Planner:
             if offer.source == chosen or n < 2:
                 self._resting.pop(key, None)
             else:
-                need, close, widest = self._lost[offer.source]  # _probe priced it this step
+                lost = self._lost[offer.source]  # _probe priced it this step
                 # one the budget denied is priced again once the allowance fits it (_rests)
-                fraction = EXPLORE_FRACTION if close and need == math.inf else PRICE_FRACTION
+                fraction = EXPLORE_FRACTION if lost.close and lost.need == math.inf else PRICE_FRACTION
                 prior = self._resting.get(key)
                 losses = (prior.losses if prior is not None else 0) + 1
                 backoff = min(2 ** (losses - 1), REST_BACKOFF_MAX) if fraction == PRICE_FRACTION else 1
                 self._resting[key] = Resting(
-                    offer.bucket, widest, self._room, self._spread(offer, best_rate), self.budget.elapsed,
-                    backoff * statistics.median_low(latest), need, fraction, losses)
+                    offer.bucket, lost.widest, self._room, self._spread(offer, best_rate), self.budget.elapsed,
+                    backoff * statistics.median_low(latest), lost.need, fraction, losses)
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step: by the point estimate, or where a draft model is
@@ -757,7 +766,7 @@ class Planner:
         hope_best = max(rates[1 : offer.gamma + 1], default=0.0)
         # a wider offer of the same bucket loses too where no width beyond this one beats the best known choice
         covers = width if max(rates[offer.gamma + 1 :], default=0.0) <= r_best else offer.gamma
-        self._lost[offer.source] = math.inf, hope_best >= r_best * (1 - tracker.min_gain), covers
+        self._lost[offer.source] = Lost(math.inf, hope_best >= r_best * (1 - tracker.min_gain), covers)
         if hope_best <= floor:
             return best
         point = tracker.estimate(offer.bucket, switch=switch, probe=True)
@@ -805,8 +814,9 @@ class Planner:
         allowance a denied probe of its pricing needs (_rests)."""
         if self.budget.allows(source, loss, plain_s):
             return True
-        need, close, widest = self._lost[source]
-        self._lost[source] = min(need, self.budget.needs(source, loss)), close, widest
+        lost, need = self._lost[source], self.budget.needs(source, loss)
+        if need < lost.need:
+            self._lost[source] = lost._replace(need=need)
         return False
 
     def _entry_paid(self, source: int) -> bool:
