@@ -86,9 +86,11 @@ def curve_of(points: dict[int, float]) -> Callable[[int], float]:
 
 def measure_curve(pair: Pair, prompt: Sequence[int], filler: Sequence[int]) -> dict[int, float]:
     """Seconds to verify each CURVE_WIDTHS batch at the prompt's depth: the prompt's last token and
-    k - 1 of filler (the reply: token ids barely move a batch's cost), every row's logits."""
+    k - 1 of filler (the reply: token ids barely move a batch's cost), every row's logits, after the
+    rest of the prompt (the cache holds the last reply's prompt: what this one shares is kept)."""
     ctx = pair.target_ctx
-    ctx.reuse_prefix(prompt[:-1])
+    held = ctx.reuse_prefix(prompt[:-1])
+    ctx.decode(prompt[held:-1], logits="none")
     base = len(ctx.tokens)
     rows = [prompt[-1], *(list(filler) * (CURVE_WIDTHS[-1] // max(len(filler), 1) + 1))]
     points = {}

@@ -85,3 +85,21 @@ def test_an_unknown_drafter_is_named_with_the_choices(capsys):
     with pytest.raises(SystemExit):
         load().parse_args(["--quick", "--drafters", "ngram,lookup"])
     assert "--drafters: unknown drafter 'lookup'; choose from ngram, hybrid" in capsys.readouterr().err
+
+
+def test_each_width_is_verified_after_the_whole_prompt_with_every_rows_logits():
+    from types import SimpleNamespace
+
+    from fakes import FakeModel, RecordingContext
+
+    cb = load()
+    ctx = RecordingContext(FakeModel(), n_ctx=512)
+    ctx.decode([5, 6, 7, 8], logits="none")  # another prompt's cache, sharing its first two tokens
+    prompt, filler = [5, 6, 9, 10, 11], [20, 21, 22]
+    points = cb.measure_curve(SimpleNamespace(target_ctx=ctx), prompt, filler)
+    assert sorted(points) == list(cb.CURVE_WIDTHS)
+    timed = [c for c in ctx.calls if c[0] == "decode" and c[3] == "all"]
+    assert len(timed) == len(cb.CURVE_WIDTHS) * cb.CURVE_REPEATS
+    for _, start, tokens, _ in timed:  # at the prompt's depth, its last token first, then the reply's
+        assert start == len(prompt) - 1 and tokens[0] == prompt[-1] and tokens[1:4] == filler[: len(tokens) - 1]
+    assert ctx.tokens == prompt[:-1]  # the cache left as the prompt's, each batch dropped after it
