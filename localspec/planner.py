@@ -43,6 +43,7 @@ PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its late
 REST_BACKOFF_MAX = 8  # a choice that keeps losing rests up to this many times as long (Planner._rest)
 QUIET_STEPS = 16  # the most steps a resting draft model's rest is taken on its clock alone (Planner._quiet)
 SHADOW_DEPTH = 8  # the most guesses of the lookup followed at once (Planner._shadow_step)
+PLAIN_AGE = 32  # drafting steps after which plain decoding is measured again, as a probe (Planner._plain_again)
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -588,7 +589,31 @@ class Planner:
             known = (best.gamma, self._stop(drafter, tracker, best.gamma)) if best.source == probe.source else None
             self._explored = Exploration(probe.source, best.rate, known)
             self.explored += 1
+        elif best.source is not None and self._plain_again(best, plain_s):
+            return Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
         return chosen
+
+    def _plain_again(self, best: Choice, plain_s: float) -> bool:
+        """Whether a plain step is taken in place of best, the drafting choice the point estimate
+        puts ahead of plain decoding (plain_s a step), to measure plain decoding again. A choice
+        that wins stops plain steps, and nothing else measures them: a process whose first plain
+        steps ran at twice their time (a stall, the machine's pace at its start) drafted every step
+        at 0.6x plain decoding for good, its one-row verify read at 73 ms against 62 ms for two
+        rows (README, "Plain decoding measured again"). So plain is taken where the latest plain
+        step came out faster than best by best's min_gain: the freshest measurement says plain
+        wins, and the next one tells again (a step the estimate lags, not a probe); and where none
+        has been measured for PLAIN_AGE drafting steps, as best's source's probe, under its budget
+        (predicted to lose plain_s against best's rate; record charges what it lost). Where drafting
+        pays, that is a step in PLAIN_AGE at most, and the budget's ε over all."""
+        tracker = self.sources[0][1]
+        last = tracker.plain_last
+        if last is not None and 1.0 / max(last, 1e-300) > best.rate * (1 + self.sources[best.source][1].min_gain):
+            return True
+        if tracker.plain_age < PLAIN_AGE or not self.budget.allows(best.source, plain_s - 1.0 / best.rate, plain_s):
+            return False
+        self._explored = Exploration(best.source, best.rate, None)
+        self.explored += 1
+        return True
 
     def _rests(self, offer: Choice, plain_s: float | None = None) -> bool:
         """Whether offer's source is left unpriced this step: it lost at its last pricing in offer's
@@ -905,10 +930,14 @@ class Planner:
             if self._shadow is not None:
                 self._follow(token)
             self._runs.note(0, 1)
-            self.budget.charge(draft_s + verify_s + overhead_s)
+            seconds, explored = draft_s + verify_s + overhead_s, self._explored
+            # plain decoding measured again in place of a drafting choice (_plain_again) is its source's probe
+            loss = None if explored is None else (explored.source, seconds - 1.0 / explored.r_best)
+            self.budget.charge(seconds, loss)
             for _, tracker in self.sources:
                 tracker.record_verify(1, verify_s, overhead_s)
             return
+        self.sources[0][1].plain_age += 1
         chain = proposal.parents is None  # not a tree: once a handoff's copy is set apart, the source's own guesses
         width, emitted = len(proposal.ids) + 1, (n_accepted if chain else len(path)) + 1
         self._runs.note(self._copied(plan, proposal, n_accepted, path), emitted)

@@ -218,8 +218,9 @@ class _Run:
         taken = proposal.copies_taken(path) if proposal.copies else None
         self.stats.record_step(len(proposal.ids), len(path), drafter.name if proposal.ids else None,
                                proposal.tail or proposal.copies, taken)
-        if self.planner.exploring is not None:
-            self.stats.probes[drafter.name] = self.stats.probes.get(drafter.name, 0) + 1
+        if self.planner.exploring is not None:  # a plain step measured again counts as the source's probe it displaced
+            name = self.planner.sources[self.planner.exploring][0].name
+            self.stats.probes[name] = self.stats.probes.get(name, 0) + 1
         token = emitted[0] if not proposal.ids else None  # a plain step's one token
         self.planner.record(plan, proposal, len(path), t1 - t0, t2 - t1, t3 - t2, path, token)
 

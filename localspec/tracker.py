@@ -156,6 +156,8 @@ class CostTracker:
     saved_draft_s: Ema = field(default_factory=Ema)  # the draft's cost as saved (see may_pay)
     own_drafts: int = 0   # drafting steps this tracker has measured itself
     draft_least: float | None = None  # the least seconds a token any of those steps measured
+    plain_last: float | None = None  # the latest plain step's seconds, verify and overhead (this process) ...
+    plain_age: int = 0  # ... and the drafting steps since it (Planner._plain_again)
     proposals: int = 0    # proposals whose acceptance it counts, over every process that saved it (from_dict)
 
     def confirmed(self) -> bool:
@@ -194,6 +196,8 @@ class CostTracker:
         """Add a verify of `width` rows and the step's overhead (all that a plain step measures)."""
         self.verify.add(width, verify_s)
         self.overhead_s.add(overhead_s)
+        if width == 1:
+            self.plain_last, self.plain_age = verify_s + overhead_s, 0
 
     def record_acceptance(self, n_drafted: int, n_accepted: int, bucket: int = 0) -> None:
         """Count n_drafted guesses in bucket, the first n_accepted accepted: a step's own (record), or

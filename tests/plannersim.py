@@ -166,10 +166,11 @@ class Result(NamedTuple):
 
 def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, verify: Callable[[int], float],
              draft_ratio: float, seed: int, config: GenerationConfig = GREEDY,
-             stall: tuple[int, float] = (1, 1.0)) -> Result:
+             stall: tuple[int, float] = (1, 1.0), slow_plain: tuple[int, float] = (0, 1.0)) -> Result:
     """One simulated generation of the whole scenario by the real Planner over drafters `kinds`
     (trackers: kept across generations, by kind, as a Pair keeps them). stall: (n, f): the
-    generation's n-th drafting step takes f times its drafting seconds (the machine stalled)."""
+    generation's n-th drafting step takes f times its drafting seconds (the machine stalled);
+    slow_plain: (n, f): its first n plain steps take f times their verify seconds."""
     world, rng = World(regions), np.random.default_rng(seed)
     n_tokens = sum(r.length for r in regions)
     luck = rng.random(n_tokens + 64)  # drafts may reach past the reply's end
@@ -177,7 +178,7 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
                 trackers.setdefault(k, CostTracker())) for k in kinds]
     planner = Planner(sources, config, ExploreBudget())
     planner.clock = lambda: 0.0  # no clocks: pricing takes no simulated time (Planner._rests)
-    seconds, gammas, worst, drafting = 0.0, [], -np.inf, 0
+    seconds, gammas, worst, drafting, plain = 0.0, [], -np.inf, 0, 0
     while world.pos < n_tokens:
         plan = planner.plan([], n_tokens - world.pos - 1)
         drafter = sources[plan.source][0] if plan.source is not None else None
@@ -188,6 +189,9 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
             drafting += 1
             draft_s *= stall[1] if drafting == stall[0] else 1.0
         verify_s = verify(len(proposal.ids) + 1)
+        if not proposal.ids:
+            plain += 1
+            verify_s *= slow_plain[1] if plain <= slow_plain[0] else 1.0
         # a plain step emits token 0, the lookup's guess, as often as a draft of it is accepted there
         token = None if proposal.ids else int(luck[world.pos] >= world.region()[0].ngram_accept)
         planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0, token=token)
