@@ -560,7 +560,7 @@ class Planner:
             return Choice(None, 0, 0, 0.0)  # plain decoding measures a one-token verify first
         self._text()  # (read by pricing only: a step plain at once, or with every offer resting, has none)
         plain_s = self.sources[0][1].plain_seconds()
-        best = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
+        best = plain = Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
         live = [c for c in offers if not self._rests(c, plain_s)]
         if not live:
             return best
@@ -590,7 +590,7 @@ class Planner:
             self._explored = Exploration(probe.source, best.rate, known)
             self.explored += 1
         elif best.source is not None and self._plain_again(best, plain_s):
-            return Choice(None, 0, 0, 1.0 / max(plain_s, 1e-300))
+            return plain
         return chosen
 
     def _plain_again(self, best: Choice, plain_s: float) -> bool:
