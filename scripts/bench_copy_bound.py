@@ -115,8 +115,7 @@ def reply(pair: Pair, prompt: list[int], args, drafter: str, gamma: int | None) 
             stats = item.stats
         elif item.token >= 0:
             tokens.append(item.token)
-    widths = [len(batch) for _, batch, _ in stats.trace] if gamma != 0 else [1] * stats.steps
-    return tokens, stats.total_s, widths
+    return tokens, stats.total_s, [len(batch) for _, batch, _ in stats.trace]
 
 
 def run(args, pair: Pair) -> tuple[list[dict], list[str]]:
