@@ -23,6 +23,7 @@ from .sampling import SamplingParams
 # sampling graph by it): a verify of up to this many rows can arrive sampled, the widest an n-gram
 # draft makes (config.ngram_gamma_max + 1) among them.
 SAMPLED_ROWS_MAX = 128
+MAX_THREADS = 512  # GGML_MAX_N_THREADS
 
 
 class Context:
@@ -37,6 +38,12 @@ class Context:
                  n_seq_max: int = 1):
         if n_ctx < 0:
             raise LlamaError(f"--ctx must be >= 0 (got {n_ctx}); 0 takes the model's own context length")
+        if 0 < n_ctx < n_seq_max:  # llama.cpp reserves a row per sequence and aborts where n_ctx holds fewer
+            raise LlamaError(f"--ctx {n_ctx} is smaller than the {n_seq_max} sequences a draft's token trees "
+                             f"are verified in; give --ctx {n_seq_max} or more")
+        if n_threads is not None and n_threads > MAX_THREADS:  # ggml's thread pool: more crashes the process
+            raise LlamaError(f"--threads {n_threads} is more than llama.cpp's {MAX_THREADS}; give at most "
+                             f"{MAX_THREADS}, or 0 for the default")
         self.model = model
         params = lc.llama_context_default_params()
         params.n_ctx = n_ctx  # 0: the length the model was trained for, as llama.cpp's -c 0
@@ -86,6 +93,9 @@ class Context:
             self._install(None)  # raw logits again: llama.cpp skips them for rows its chain judges
         if len(self.tokens) + len(tokens) > self.n_ctx:
             raise LlamaError(f"context full: {len(self.tokens)} + {len(tokens)} tokens > --ctx {self.n_ctx}")
+        if logits == "all" and len(tokens) > self.n_batch:  # a batch beyond n_batch is decoded in chunks,
+            # and each chunk's rows overwrite the last: only the final chunk's would be read back
+            raise LlamaError(f"{len(tokens)} rows of logits in one decode, more than its batch of {self.n_batch}")
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             is_last_chunk = start + self.n_batch >= len(tokens)

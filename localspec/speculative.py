@@ -136,6 +136,9 @@ class _Run:
         self.rng = np.random.default_rng(config.seed)
         self.text, self.stops = TextStream(target.model), StopStrings(config.stop)
         self.backend = rows_on_backend(target, config)
+        # the most tokens a step may draft: its verify (the pending token, the draft and a tree's
+        # siblings, one each beside up to max_branches - 1 chain tokens) in one batch of the target's
+        self.batch_room = target.n_batch - planner.max_branches
 
     def loop(self, tokens: list[int]) -> Iterator[Piece]:
         stats = self.stats
@@ -144,7 +147,9 @@ class _Run:
             if room < 0:
                 stats.finish_reason = "length"
                 break
-            plan = self.planner.plan(tokens, min(room, self.config.max_tokens - stats.generated - 1))
+            # ... and its rows, with a tree's siblings, one decode's batch
+            room = min(room, self.config.max_tokens - stats.generated - 1, self.batch_room)
+            plan = self.planner.plan(tokens, room)
             n_accepted, emitted, rows = self._step(tokens, plan)
             yield from self._emit(tokens, emitted, n_accepted, rows)
         if not self.stops.stopped:  # print what was held back for a stop string that never came

@@ -41,7 +41,7 @@ class RowsContext:
                  script: Sequence[int] | None = None):
         """script: the tokens whose next one each row peaks on (default: SCRIPT's, repeated)."""
         self.model, self.n_ctx, self.seed = model, n_ctx, seed
-        self.n_seq_max = 1
+        self.n_seq_max, self.n_batch = 1, 512  # as localspec.llama.Context's defaults
         # Memory each decode reads through, as a real decode streams the weights: the controller then
         # runs with cold caches, as it does after a decode on the CPU.
         self._sweep = np.ones(sweep_mb << 18, dtype=np.float32)

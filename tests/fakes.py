@@ -148,8 +148,8 @@ class FakeContext:
 
     backend = False  # whether sample_on_backend succeeds (SampledContext)
 
-    def __init__(self, model: FakeModel, n_ctx: int = 512, n_seq_max: int = 1):
-        self.model, self.n_ctx, self.n_seq_max = model, n_ctx, n_seq_max
+    def __init__(self, model: FakeModel, n_ctx: int = 512, n_seq_max: int = 1, n_batch: int = 512):
+        self.model, self.n_ctx, self.n_seq_max, self.n_batch = model, n_ctx, n_seq_max, n_batch
         self._tree: list[int] | None = None  # the nodes of the last decode_tree, until keep_path
         self.tokens: list[int] = []
         self.chain = None  # the SamplingParams a backend chain was installed with
@@ -165,6 +165,8 @@ class FakeContext:
             self.chain = None  # as llama.cpp's Context: raw rows again, the chain removed
         if len(self.tokens) + len(tokens) > self.n_ctx:
             raise LlamaError(f"context full: {len(self.tokens)} + {len(tokens)} tokens > --ctx {self.n_ctx}")
+        if logits == "all" and len(tokens) > self.n_batch:
+            raise LlamaError(f"{len(tokens)} rows of logits in one decode, more than its batch of {self.n_batch}")
         if not tokens:
             return  # as llama.cpp: nothing decoded, the last rows stay
         start = len(self.tokens)

@@ -98,6 +98,24 @@ def test_every_drafter_kind_keeps_greedy_output(drafter, gamma):
         assert set(+drafted) == set(reply.stats.drafter.split("+"))  # each source drafted (+: counts above 0)
 
 
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_a_draft_longer_than_the_targets_batch_is_cut_to_fit_it(drafter):
+    # A verify's rows come from one decode: llama.cpp splits a longer batch into chunks whose rows
+    # overwrite each other, so γ 600 on a batch of 512 judged drafts by other tokens' rows (the output
+    # parted from target-only at its first token). Each step now drafts no more than the batch holds.
+    model = FakeModel()
+    target = RecordingContext(model, n_ctx=512)
+    target.n_batch = 16
+    draft = FakeContext(model)  # the target itself: every guess taken, so drafts run to their cap
+    prompt = tokenize(target, "red, blue, green, red, blue, green, red, blue, green, red,")
+    baseline, _ = generate(FakeContext(model), [], prompt, GenerationConfig(96, 0, GREEDY))
+    source = [(NGramDrafter(), CostTracker())] if drafter == "ngram" else model_source(draft)
+    spec, stats = generate(target, source, prompt, GenerationConfig(96, 600, GREEDY, p_min=0.0))
+    assert spec == baseline
+    verifies = [len(call[2]) for call in target.calls if call[0] == "decode" and call[3] == "all"]
+    assert max(verifies) == 16 and stats.accepted >= 15  # a full batch: the cap is the batch, not less
+
+
 class ScriptedHandoff:
     """Hands a model draft over to `copy` tokens after its `after_tokens`-th guess: the target's own
     greedy continuation, except that the copy's token at index `wrong` (if any) is the draft's last

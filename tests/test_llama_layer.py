@@ -202,3 +202,26 @@ def test_a_context_whose_start_failed_closes_quietly():
     half = Context.__new__(Context)
     half.close()
     assert half.ptr is None and half._chain is None
+
+
+@pytest.mark.slow
+def test_rows_beyond_one_batch_are_refused_rather_than_read_from_the_last_chunk(model):
+    # llama.cpp decodes a batch longer than n_batch in chunks, each overwriting the rows of the one
+    # before: row i read back would be another token's. The layer refuses, naming both sizes.
+    small = Context(model, n_ctx=256, n_threads=1, n_batch=8)
+    tokens = model.tokenize("one two three four five six seven eight nine ten eleven")
+    assert len(tokens) > 8
+    with pytest.raises(LlamaError, match=rf"{len(tokens)} rows of logits in one decode, more than its batch of 8"):
+        small.decode(tokens, logits="all")
+    small.decode(tokens, logits="last")  # rows for the last token only: chunked, as a prefill is
+    assert small.tokens == tokens and np.isfinite(small.logits(-1)).all()
+
+
+@pytest.mark.slow
+def test_a_context_too_small_for_its_sequences_or_too_many_threads_is_one_line(model):
+    # llama.cpp aborts the process on either (an assertion, a segfault): the layer says what to give.
+    with pytest.raises(LlamaError, match=r"--ctx 3 is smaller than the 4 sequences .* give --ctx 4 or more"):
+        Context(model, n_ctx=3, n_threads=1, n_seq_max=4)
+    with pytest.raises(LlamaError, match=r"--threads 100000 is more than llama.cpp's 512; give at most 512"):
+        Context(model, n_ctx=64, n_threads=100000)
+    assert Context(model, n_ctx=4, n_threads=1, n_seq_max=4).n_ctx == 4
