@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from localspec.cli import cli
 from localspec.cli.options import unescape
-from clitools import invoke
+from clitools import assert_one_line_error, invoke
 
 
 def run_json(*args) -> dict:
@@ -222,6 +222,64 @@ def test_config_file_errors_are_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
     result = invoke("generate", "hi")
     assert result.exit_code == 1 and "no-such-flag" in result.output and len(result.output.splitlines()) == 1
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ("[generate]\ngamma = 1.5", "gamma = 1.5: Invalid value for '-g'"),  # not cut to 1, as --gamma 1.5 is refused
+    ("[generate]\ngamma = true", "gamma = true: give auto|N as after its flag"),
+    ("[generate]\nmax-tokens = 4.7", "max-tokens = 4.7: Invalid value for '-n'"),
+    ("[generate]\ntarget-only = 1", "target-only = 1: give true or false"),
+    ("[generate]\nstop = \"x\"", 'stop = "x": give a list'),
+    ("[generate]\nstop = [[1]]", "stop = [[1]]: give text as after its flag"),
+    ("[generate]\nseed = {a = 1}", 'seed = {"a": 1}: give integer as after its flag'),
+    ("[generate]\ntemperature = true", "temperature = true: give float as after its flag"),
+    ("[defaults]\ntemprature = 0", "[defaults] has no setting 'temprature' that any of generate"),
+])
+def test_a_config_value_of_the_wrong_kind_is_one_line_naming_file_table_and_key(tmp_path, monkeypatch, line, fragment):
+    # click casts a default_map's value as it finds it: a float for an integer flag was cut (1.5 -> 1),
+    # true read as 1, and a list or a table for a number was a Python traceback.
+    config = tmp_path / "config.toml"
+    config.write_text(line + "\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    result = invoke("generate", "hi")
+    assert_one_line_error(result, f"{config}: ", fragment)
+    assert result.exit_code == 1
+
+
+def test_a_config_value_of_the_right_kind_reads_as_its_flag(tmp_path, monkeypatch):
+    config = tmp_path / "config.toml"
+    config.write_text('[generate]\ngamma = 2\ntemperature = 0.5\ntop-k = 7\ntarget-only = true\nstop = ["a", "b"]\n')
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    s = show("generate", "--no-profile")
+    assert s["gamma"] == ("2", "config") and s["temperature"] == ("0.5", "config") and s["top_k"] == ("7", "config")
+    assert s["target_only"] == ("True", "config") and s["stop"] == ("('a', 'b')", "config")
+
+
+def test_a_config_file_named_but_missing_or_a_directory_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "nope.toml"))
+    assert_one_line_error(invoke("generate", "hi"), "LOCALSPEC_CONFIG names", "nope.toml", "does not exist")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path))
+    assert_one_line_error(invoke("generate", "hi"), "is a directory")
+
+
+def test_config_show_refuses_what_the_command_would_refuse(tmp_path, monkeypatch):
+    # it parsed resiliently, so `--temp abc` printed temperature = None (flag) and exit code 0
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config.toml"))
+    (tmp_path / "config.toml").write_text("")
+    assert_one_line_error(invoke("config", "show", "generate", "--temp", "abc"), "'abc' is not a valid float")
+    assert_one_line_error(invoke("config", "show", "generate", "--bogus"), "No such option '--bogus'")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("generate", "hi", "--bogus-flag"), "No such option '--bogus-flag'; see `"),  # `localspec generate --help`
+    (("generate", "hi", "extra"), "Got unexpected extra argument (extra); see `"),
+    (("models", "list", "extra"), " models list --help`"),
+    (("bogus",), "No such command 'bogus'; see `"),
+])
+def test_usage_mistakes_are_one_line_and_exit_code_1(args, fragment):
+    result = invoke(*args)
+    assert_one_line_error(result, fragment)
+    assert result.exit_code == 1
 
 
 def test_environment_variables_are_in_help():

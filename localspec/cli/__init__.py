@@ -10,9 +10,10 @@ import os
 import click
 
 from ..session import Pair  # noqa: F401  (options.load_pair loads through this name)
+from .options import OneLineGroup
 
 
-@click.group()
+@click.group(cls=OneLineGroup)
 @click.version_option(package_name="localspec")
 @click.option("--verbose", is_flag=True, envvar="LOCALSPEC_VERBOSE", show_envvar=True,
               help="Show llama.cpp's own log on stderr (model loading, backends).")

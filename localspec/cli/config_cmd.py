@@ -31,11 +31,11 @@ def config_show(command, args):
     from .options import apply_profile
 
     path = config_path()
-    click.echo(f"config file: {path}" + ("" if path.is_file() else " (none)"))
     cmd = cli.commands[command]
     parent = click.get_current_context().find_root()
     parent.default_map = default_map(cli, path)
-    ctx = cmd.make_context(command, list(args), parent=parent, resilient_parsing=True)
+    ctx = cmd.make_context(command, list(args), parent=parent)  # a value the command would refuse: an error
+    click.echo(f"config file: {path}" + ("" if path.is_file() else " (none)"))
     values = dict(ctx.params)
     sources = {name: SOURCES.get(ctx.get_parameter_source(name), "default") for name in values}
     if "use_profile" in values and values.pop("use_profile"):

@@ -48,7 +48,48 @@ class JsonError(click.ClickException):
         click.echo(json.dumps({"error": {"message": self.message, "type": self.kind}}))
 
 
-class JsonErrors(click.Command):
+def one_line(error: click.UsageError, ctx: click.Context) -> click.ClickException:
+    """A usage mistake (an unknown flag or command, a missing or extra argument) as one line and exit
+    code 1, like every other mistake (click's own is three lines of usage and exit code 2)."""
+    one = click.ClickException(f"{error.format_message().rstrip('.')}; see `{ctx.command_path} --help`")
+    one.kind = "UsageError"  # as --json names it (JsonError)
+    return one
+
+
+class OneLineUsage(click.Command):
+    """A command whose usage mistakes are one line (one_line)."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as e:
+            raise one_line(e, ctx) from None
+
+
+class OneLineGroup(click.Group):
+    """A group whose usage mistakes are one line (one_line), as are its commands' and subgroups'."""
+
+    command_class = OneLineUsage
+    group_class = type  # its subgroups are OneLineGroups too
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as e:
+            raise one_line(e, ctx) from None
+
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as e:
+            raise one_line(e, ctx) from None
+
+
+class JsonErrors(OneLineUsage):
     """A command with --json: its errors, bad flags included, are JSON too."""
 
     def parse_args(self, ctx, args):

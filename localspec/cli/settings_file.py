@@ -12,6 +12,7 @@ built-in defaults."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -36,7 +37,12 @@ def config_path() -> Path:
 
 def read_config(path: Path) -> dict:
     """The file's tables ({} when there is no file); a bad file is a one-line error."""
+    if path.is_dir():
+        raise click.ClickException(f"the config file {path} is a directory; point LOCALSPEC_CONFIG at a .toml file")
     if not path.is_file():
+        if os.environ.get("LOCALSPEC_CONFIG"):  # named on purpose: a typo would be silently ignored
+            raise click.ClickException(f"LOCALSPEC_CONFIG names {path}, which does not exist; "
+                                       f"create it or unset LOCALSPEC_CONFIG")
         return {}
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -50,20 +56,58 @@ def read_config(path: Path) -> dict:
 
 
 def default_map(group: click.Group, path: Path) -> dict:
-    """{command: {parameter name: value}} for click, from [defaults] and each command's own table."""
+    """{command: {parameter name: value}} for click, from [defaults] and each command's own table;
+    each value checked as its flag would be (_as_flag), a key that no command takes an error."""
     data = read_config(path)
-    out = {}
+    out, used = {}, set()
     for name in COMMANDS:
         command = group.commands[name]
-        names = {opt.lstrip("-").replace("-", "_"): p.name for p in command.params for opt in (*p.opts, p.name)}
+        params = {opt.lstrip("-").replace("-", "_"): p for p in command.params for opt in (*p.opts, p.name)}
         values = {}
         for table in ("defaults", name):
             for key, value in data.get(table, {}).items():
-                param = names.get(key.lstrip("-").replace("-", "_"))
+                param = params.get(key.lstrip("-").replace("-", "_"))
                 if param is not None:
-                    values[param] = value
+                    values[param.name] = _as_flag(param, value, f"{path}: [{table}] {key}")
+                    used.add((table, key))
                 elif table == name:
                     raise click.ClickException(f"{path}: [{name}] has no setting {key!r}; "
                                                f"see `localspec {name} --help`")
         out[name] = values
+    unused = [key for key in data.get("defaults", {}) if ("defaults", key) not in used]
+    if unused:
+        raise click.ClickException(f"{path}: [defaults] has no setting {unused[0]!r} that any of "
+                                   f"{', '.join(COMMANDS)} takes; see `localspec COMMAND --help`")
     return out
+
+
+def _as_flag(param: click.Parameter, value, where: str):
+    """value as the command line would give it: a string for each value (so that click converts it as
+    it converts a flag's, `gamma = 1.5` refused as `--gamma 1.5` is, not cut to 1), a list of them
+    for a flag given several times, true or false for an on/off flag; else a one-line error naming
+    where it came from."""
+    def text(v) -> str:
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise click.ClickException(f"{where} = {_shown(value)}: give {param.type.name} as after its flag, "
+                                       f"a quoted string or a number")
+        try:
+            param.type.convert(str(v), param, None)
+        except click.ClickException as e:  # click's BadParameter, or a OneLine flag's error
+            raise click.ClickException(f"{where} = {_shown(value)}: {e.format_message()}") from None
+        return str(v)
+
+    if getattr(param, "is_bool_flag", False):
+        if not isinstance(value, bool):
+            raise click.ClickException(f"{where} = {_shown(value)}: give true or false")
+        return value
+    if param.multiple:
+        if not isinstance(value, list):
+            raise click.ClickException(f"{where} = {_shown(value)}: give a list, e.g. [\"a\", \"b\"]")
+        return [text(v) for v in value]
+    return text(value)
+
+
+
+def _shown(value) -> str:
+    """value much as it reads in the file (JSON writes TOML's strings, numbers, booleans and arrays alike)."""
+    return json.dumps(value, ensure_ascii=False, default=str)
