@@ -144,6 +144,51 @@ def test_bad_requests_get_openai_style_errors(http, body, status, param, fragmen
     assert error["type"] == "invalid_request_error" and error["param"] == param and fragment in error["message"]
 
 
+@pytest.mark.parametrize("field, value", [
+    ("max_tokens", True), ("temperature", True), ("top_k", False), ("seed", True), ("gamma", True),
+    ("n", True), ("stream", "yes"), ("max_tokens", "5"), ("temperature", "0.5"),
+])
+def test_a_field_of_the_wrong_json_type_is_refused_as_openai_refuses_it(http, field, value):
+    # pydantic's lax mode took true for 1 (max_tokens: true ran one token) and "yes" for a boolean
+    r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": QUESTION, field: value})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field and r.json()["error"]["code"] == "invalid_value"
+
+
+@pytest.mark.parametrize("body, param, fragment", [
+    ({"model": MODEL, "messages": [{"role": "user", "content": None}]}, "messages[0].content", "is required"),
+    ({"model": MODEL, "messages": [{"role": "user"}]}, "messages[0].content", "is required"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content",
+     "without a string \"text\""),
+    ({"model": MODEL, "messages": QUESTION, "response_format": "json"}, "response_format", "not supported"),
+])
+def test_a_message_without_text_or_a_format_that_is_no_object_is_refused(http, body, param, fragment):
+    r = http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param and fragment in r.json()["error"]["message"]
+
+
+def test_nulls_openai_accepts_mean_the_default(http):
+    body = {"model": MODEL, "messages": QUESTION, "max_tokens": 3, "n": None, "logprobs": None, "stream": None,
+            "top_logprobs": None, "temperature": None}
+    r = http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 3 and r.json()["choices"][0].get("logprobs") is None
+    r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+        {"role": "assistant", "content": None}, *QUESTION], "max_tokens": 2})  # an assistant's may be null
+    assert r.status_code == 200, r.text
+
+
+def test_a_body_not_sent_as_json_or_not_utf8_says_how_to_send_it(http):
+    r = http.post("/v1/completions", content=b'{"prompt": "hi", "max_tokens": 2}',
+                  headers={"Content-Type": "application/x-www-form-urlencoded"})  # what curl -d sends
+    assert r.status_code == 400 and "Content-Type: application/json" in r.json()["error"]["message"], r.text
+    r = http.post("/v1/completions", content=b'{"prompt": "\xff\xfe", "max_tokens": 2}',
+                  headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "invalid_body" and "UTF-8" in r.json()["error"]["message"]
+
+
 def test_unknown_routes_and_methods_get_openai_style_errors(http):
     for method, path, status in (("GET", "/v1/nothing", 404), ("GET", "/v1/chat/completions", 405)):
         r = http.request(method, path)

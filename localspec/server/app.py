@@ -211,6 +211,10 @@ def validation_error(err: dict) -> ApiError:
         detail = err.get("ctx", {}).get("error", "")
         return ApiError(400, f"the request body is not valid JSON ({detail}); send a JSON object")
     param = client_param(err.get("loc", ()))
+    if param is None and isinstance(err.get("input"), bytes):  # a body FastAPI did not parse: not sent as JSON
+        return ApiError(400, "the request body was not sent as JSON; send a JSON object with the header "
+                        "Content-Type: application/json (curl: -H 'Content-Type: application/json')",
+                        None, "invalid_body")
     if param is None:
         got = "nothing" if err.get("type") == "missing" else repr(err.get("input"))[:60]
         return ApiError(400, "the request body must be a JSON object with the request's fields (messages for "
@@ -235,6 +239,9 @@ def add_error_handlers(app: FastAPI) -> None:
     async def http_error(request, e: StarletteHTTPException):
         if e.status_code == 413:  # raised by Guard's body limit
             return ApiError(413, e.detail, None, "request_too_large").response()
+        if e.status_code == 400 and str(e.detail).startswith("There was an error parsing the body"):
+            return ApiError(400, "the request body could not be read as JSON (it is not valid UTF-8 text); "
+                            "send a JSON object encoded as UTF-8", None, "invalid_body").response()
         return ApiError(e.status_code, f"{e.detail}: {request.method} {request.url.path}").response()
 
 

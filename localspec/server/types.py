@@ -17,7 +17,8 @@ MAX_STOP = 4  # OpenAI's limit on stop strings
 
 
 def asks_for_format(v) -> bool:
-    return isinstance(v, dict) and v.get("type", "text") != "text"
+    """Whether response_format asks for anything but plain text (a string such as "json" asks too)."""
+    return v is not None and not (isinstance(v, dict) and v.get("type", "text") == "text")
 
 
 # Fields OpenAI clients send that this server cannot honour: each is refused with a 400 naming it
@@ -58,9 +59,11 @@ class ApiError(Exception):
 
 class Options(BaseModel):
     """Fields both endpoints accept; fields in UNSUPPORTED are refused when they ask for something,
-    other OpenAI fields (user, store, metadata, ...) are accepted and ignored."""
+    other OpenAI fields (user, store, metadata, ...) are accepted and ignored. Types are strict, as
+    OpenAI's are: true is no number and "yes" no boolean (an integer is a number where one is asked
+    for); null is accepted wherever OpenAI accepts it and means the default."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     model: str | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
@@ -70,23 +73,23 @@ class Options(BaseModel):
     min_p: float | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    stream: bool = False
+    stream: bool | None = None
     stream_options: dict | None = None
-    n: int = 1
+    n: int | None = None
     gamma: int | str | None = None    # localspec: draft length, or "auto"
     drafter: str | None = None        # localspec: auto | model | ngram | hybrid
     p_min: float | None = None        # localspec: the draft model stops below this confidence
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     role: str
     content: str | list[dict] | None = None
 
 
 class ChatRequest(Options):
     messages: list[Message]
-    logprobs: bool = False
+    logprobs: bool | None = None
     top_logprobs: int | None = None
 
     def n_logprobs(self) -> int | None:
@@ -121,7 +124,7 @@ def request_config(req: Options, defaults: GenerationConfig) -> GenerationConfig
     temperature = s.temperature if req.temperature is None else req.temperature
     if not 0 <= temperature <= 2:
         raise ApiError(400, f"temperature must be between 0 and 2 (got {temperature}); 0 is greedy", "temperature")
-    if req.n != 1:
+    if req.n not in (None, 1):
         raise ApiError(400, f"n must be 1 (got {req.n}); ask again for another choice", "n")
     gamma = defaults.gamma if req.gamma is None else req.gamma
     if isinstance(gamma, str):
@@ -161,12 +164,18 @@ def message_dicts(messages: list[Message]) -> list[dict]:
         raise ApiError(400, "messages must hold at least one message", "messages")
     out = []
     for i, m in enumerate(messages):
+        if m.content is None and m.role != "assistant":  # an assistant's may be null (OpenAI: beside tool calls)
+            raise ApiError(400, f"messages[{i}].content is required for role {m.role!r}: give its text",
+                           f"messages[{i}].content", "missing")
         content = m.content or ""
         if isinstance(content, list):
             if any(part.get("type") != "text" for part in content):
                 raise ApiError(400, f"messages[{i}] has a non-text content part; this server takes text only",
                                "messages")
-            content = "".join(str(part.get("text", "")) for part in content)
+            if not all(isinstance(part.get("text"), str) for part in content):
+                raise ApiError(400, f"messages[{i}] has a text part without a string \"text\"; give each part "
+                               "as {\"type\": \"text\", \"text\": ...}", f"messages[{i}].content", "invalid_value")
+            content = "".join(part["text"] for part in content)
         check_text(content, f"messages[{i}].content")
         out.append({"role": "system" if m.role == "developer" else m.role, "content": content})
     return out
