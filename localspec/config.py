@@ -39,7 +39,9 @@ def check_fits(n_tokens: int, n_ctx: int, fix: str = "raise --ctx or shorten the
                what: str = "the prompt") -> None:
     """Raise ContextFull unless a prompt of n_tokens leaves room for at least one generated token."""
     if n_tokens >= n_ctx:
-        raise ContextFull(f"{what} has {n_tokens} tokens but the context holds {n_ctx}; {fix}", n_tokens, n_ctx)
+        holds = (f"but the context holds {n_ctx}" if n_tokens > n_ctx else
+                 f"and the context holds {n_ctx}, none left to generate")  # "3001 ... holds 3001" read as if it fit
+        raise ContextFull(f"{what} has {n_tokens} tokens {holds}; {fix}", n_tokens, n_ctx)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,8 @@ def amx_guard() -> bool:
 
 def check_gguf_file(path: Path) -> None:
     """Raise LlamaError unless path is an existing file that starts with the GGUF magic."""
+    if path.is_dir():
+        raise LlamaError(f"{path} is a directory, not a model file; give the path of a .gguf file in it")
     if not path.is_file():
         raise LlamaError(f"Model file not found: {path}; check the path or run `localspec models pull`")
     with open(path, "rb") as f:

@@ -150,6 +150,8 @@ def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> Path:
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
+    if path.is_dir() and _explicit_path(name_or_path):
+        raise ModelError(f"{path} is a directory, not a model file; give the path of a .gguf file in it")
     catalog = load_catalog()
     if name_or_path in catalog.models:
         target = model_path(name_or_path)

@@ -349,7 +349,12 @@ class Chat:
     def load(self, path: str | Path) -> int:
         """Resume a conversation that save() wrote: its messages (and system prompt) replace this one's;
         the caches are rebuilt from them on the next send(). Return the number of messages."""
-        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+        try:
+            data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+        except OSError as e:
+            raise GenerationError(f"cannot read {path}: {e.strerror}; give the file /save wrote") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise GenerationError(f"{path} is not a conversation that /save wrote (not JSON: {e})") from None
         raw = data.get("messages") if isinstance(data, dict) else None
         if not isinstance(raw, list):
             raise GenerationError(f"{path} is not a conversation that /save wrote (no 'messages' list)")

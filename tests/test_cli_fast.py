@@ -71,6 +71,28 @@ def test_generate_reads_stdin_and_prints_stats(args):
     assert result.stdout.strip() and "alpha" in result.stderr and "tok/s" in result.stderr
 
 
+def test_the_prompt_from_dash_p_or_a_file_as_llama_cli_takes_it(args, tmp_path):
+    common = [*args, "--temperature", "0", "-n", "8"]
+    (tmp_path / "p.txt").write_text("Once upon a time", encoding="utf-8")
+    texts = {generate_json(*common, *how)["text"] for how in (("Once upon a time",), ("-p", "Once upon a time"),
+                                                              ("--prompt", "Once upon a time"), ("-f", tmp_path / "p.txt"))}
+    assert len(texts) == 1 and texts != {""}
+
+
+@pytest.mark.parametrize("how, stdin, fragments", [
+    (("",), None, ["the prompt is empty"]),
+    ((), "", ["the prompt is empty", "on stdin"]),
+    (("-p", ""), None, ["the prompt is empty"]),
+    (("hi", "-p", "there"), None, ["give the prompt once: PROMPT and -p"]),
+    (("\udcff\udcfehello",), None, ["not UTF-8 text", "character 0", "give it as UTF-8"]),
+    (("-f", "/no/such/prompt.txt"), None, ["cannot read the prompt file /no/such/prompt.txt"]),
+])
+def test_an_empty_double_or_undecodable_prompt_is_one_line(args, how, stdin, fragments):
+    # outside --raw an empty prompt ran as an empty chat message; undecodable bytes were Python's own message
+    chat = [a for a in args if a != "--raw"]
+    assert_one_line_error(invoke("generate", *how, *chat, input=stdin), *fragments)
+
+
 def test_chat_template_and_system_prompt(fake_cli):
     # The fake calls itself instruct and has a template: chat formatting is the default, --raw turns it off.
     common = ["Hi", "--target", str(fake_cli.target), "--draft", "none", "--temperature", "0", "-n", "4"]

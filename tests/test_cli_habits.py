@@ -112,6 +112,7 @@ def test_json_echoes_settings_and_explains_times(fake_cli):
 def test_target_only_says_so(fake_cli):
     result = invoke("generate", "hi", "--raw", "--target", str(fake_cli.target), "--target-only", "-n", "4", "--stats")
     assert "drafter: none (target only)" in result.stderr and "none drafter" not in result.stderr
+    assert "draft: none (target only)" in result.stderr and "none (none" not in result.stderr
     out = run_json("--target", str(fake_cli.target), "--target-only", "-n", "4")
     assert out["stats"]["time_s"]["draft_prefill"] == 0.0
     assert out["settings"]["drafter"] == "none" and out["stats"]["drafter"] == "none" and out["stats"]["sources"] == []
@@ -333,6 +334,29 @@ def test_chat_json_prints_one_object_per_answer(fake_cli):
     answers = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     assert len(answers) == 2 and all(a["text"] and a["settings"]["max_tokens"] == 6 for a in answers)
     assert answers[0]["settings"]["drafter"] == "auto" and answers[0]["stats"]["drafter"] == "hybrid"
+
+
+def test_chat_json_keeps_stdout_json_lines_through_commands(fake_cli, tmp_path):
+    # /stats printed its summary lines on stdout between the answers' JSON lines
+    fake_cli.reply_len = 3
+    script = f"/stats\nhello\n/stats\n/save {tmp_path / 'c.json'}\n/reset\n/load {tmp_path / 'c.json'}\n/bogus\n"
+    result = invoke("chat", "--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "-n", "6", "--json",
+                    input=script)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert [sorted(x)[:2] for x in lines] == [["messages", "n_ctx"], ["finish_reason", "placement"], ["messages", "n_ctx"]]
+    assert lines[0]["stats"] is None and lines[2]["stats"]["generated_tokens"] == lines[1]["stats"]["generated_tokens"] > 0
+    assert lines[2]["messages"] == 2 and 0 < lines[2]["tokens"] <= lines[2]["n_ctx"]
+    assert "loaded 2 messages" in result.stderr and "unknown command /bogus" in result.stderr
+
+
+def test_chat_load_of_a_file_that_is_missing_or_not_json_names_it(fake_cli, tmp_path):
+    (tmp_path / "bad.json").write_text("not json")
+    result = invoke("chat", "--target", str(fake_cli.target), "--draft", str(fake_cli.draft),
+                    input=f"/load {tmp_path / 'bad.json'}\n/load {tmp_path / 'none.json'}\n")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 2 and "bad.json is not a conversation that /save wrote (not JSON" in errors[0]
+    assert "cannot read" in errors[1] and "none.json" in errors[1] and "No such file" in errors[1]
 
 
 def test_library_chat_alpha_is_none_on_every_turn_without_drafts(fake_cli, tmp_path):

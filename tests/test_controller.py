@@ -596,3 +596,13 @@ def exact_first_two(ctx, prompt, params: SamplingParams, top: int = 50):
     def cell(pair: tuple[int, int]) -> int:
         return cells.get(pair, cells.get((pair[0], None), other))
     return cell, np.array(probs)
+
+
+def test_a_prompt_that_fills_the_context_exactly_says_none_is_left_to_generate():
+    from localspec.config import ContextFull, check_fits
+
+    with pytest.raises(ContextFull, match=r"has 32 tokens and the context holds 32, none left to generate; raise"):
+        check_fits(32, 32)
+    with pytest.raises(ContextFull, match=r"has 33 tokens but the context holds 32; raise"):
+        check_fits(33, 32)
+    check_fits(31, 32)

@@ -314,3 +314,12 @@ def test_catalog_may_grow_fields_but_not_dangling_names(tmp_path, monkeypatch):
     path.write_text("{not json")
     with pytest.raises(models.ModelError, match=r"Cannot read the model catalog .*catalog\.json .*git checkout"):
         models.load_catalog()
+
+
+def test_a_directory_given_as_a_model_is_named_as_one(tmp_path):
+    from localspec.llama import LlamaError, check_gguf_file
+
+    with pytest.raises(models.ModelError, match=r"is a directory, not a model file; give the path of a \.gguf file"):
+        models.resolve_model(str(tmp_path))
+    with pytest.raises(LlamaError, match=r"is a directory, not a model file"):
+        check_gguf_file(tmp_path)

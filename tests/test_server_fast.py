@@ -262,3 +262,11 @@ def test_the_speculative_object_says_whether_the_plan_started_warm(tmp_path):
         assert spec["draft_loaded"] is True and 0 <= spec["tree_steps"] <= spec["steps"]
         assert spec["time_s"]["decode"] > 0 and len(spec["alpha_per_position"]) <= 4
         assert not {"prompt_tokens", "generated_tokens", "reused_tokens", "finish_reason"} & set(spec)
+
+
+def test_a_host_that_is_no_address_of_this_machine_is_named_with_the_fix():
+    from localspec.server.app import bind
+
+    for host in ("999.1.1.1", "no-such-host.invalid"):
+        with pytest.raises(OSError, match=rf"cannot listen on {host}:\d+: .*; give --host an address of this machine"):
+            bind(host, 18732)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sys
@@ -70,7 +71,7 @@ def chat_loop(session, colour: bool, show_stats: bool, as_json: dict | None = No
             continue
         if line.startswith("/"):
             try:
-                if not chat_command(session, line):
+                if not chat_command(session, line, as_json):
                     return
             except USER_ERRORS as e:
                 click.echo(f"Error: {e}", err=True)
@@ -78,32 +79,37 @@ def chat_loop(session, colour: bool, show_stats: bool, as_json: dict | None = No
             chat_answer(session, line, colour, show_stats, as_json)
 
 
-def chat_command(session, line: str) -> bool:
-    """Run one /command; False means leave."""
+def chat_command(session, line: str, as_json: dict | None = None) -> bool:
+    """Run one /command; False means leave. as_json: /stats as one JSON line."""
     cmd, _, arg = line.partition(" ")
+    say = functools.partial(click.echo, err=as_json is not None)  # with --json, stdout holds JSON lines only
     if cmd in ("/exit", "/quit"):
         return False
     if cmd == "/stats":
-        click.echo(session.replies[-1].summary() if session.replies else "no answers yet")
         n_ctx = session.pair.target_ctx.n_ctx
         used = len(session.prompt()) if session.messages else 0  # some templates reject an empty chat
-        click.echo(f"conversation: {len(session.messages)} messages, {used} of {n_ctx} tokens")
+        if as_json is not None:  # stdout stays one JSON object a line
+            last = session.replies[-1].stats.to_dict() if session.replies else None
+            click.echo(json.dumps({"stats": last, "messages": len(session.messages), "tokens": used, "n_ctx": n_ctx}))
+            return True
+        say(session.replies[-1].summary() if session.replies else "no answers yet")
+        say(f"conversation: {len(session.messages)} messages, {used} of {n_ctx} tokens")
     elif cmd == "/reset":
         session.reset()
-        click.echo("conversation cleared")
+        say("conversation cleared")
     elif cmd == "/save" and arg.strip():
         try:
-            click.echo(f"saved {len(session.messages)} messages to {session.save(arg.strip())}")
+            say(f"saved {len(session.messages)} messages to {session.save(arg.strip())}")
         except OSError as e:
             click.echo(f"Error: could not save to {arg.strip()}: {e.strerror}", err=True)
     elif cmd == "/save":
-        click.echo("usage: /save FILE")
+        say("usage: /save FILE")
     elif cmd == "/load" and arg.strip():
-        click.echo(f"loaded {session.load(arg.strip())} messages from {arg.strip()}")
+        say(f"loaded {session.load(arg.strip())} messages from {arg.strip()}")
     elif cmd == "/load":
-        click.echo("usage: /load FILE (a conversation /save wrote)")
+        say("usage: /load FILE (a conversation /save wrote)")
     else:
-        click.echo(CHAT_HELP if cmd == "/help" else f"unknown command {cmd}; {CHAT_HELP}")
+        say(CHAT_HELP if cmd == "/help" else f"unknown command {cmd}; {CHAT_HELP}")
     return True
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -23,19 +24,17 @@ from .options import (GREEN, PLAIN, SHOW_DRAFTS, Escaped, JsonErrors, generation
 @SHOW_DRAFTS
 @click.option("--stats", "show_stats", is_flag=True, help="Print a summary of speculation and timing on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the text and the stats.")
+@click.option("-p", "--prompt", "prompt_flag", help="The prompt, as llama-cli's -p takes it (or give it as PROMPT).")
+@click.option("-f", "--file", "prompt_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Read the prompt from this file, as llama-cli's -f (taken as it is, no escapes).")
 @user_errors
-def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json, **options):
+def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json, prompt_flag, prompt_file, **options):
     r"""Generate a continuation of PROMPT (or of stdin) and stream it to stdout. In PROMPT, --system
     and --stop, \n, \t and \\ are a newline, a tab and a backslash (as in llama-cli).
 
     Example: localspec generate "def fib(n):" --raw --temperature 0 --stats
     """
-    if prompt is None or prompt == "-":
-        if sys.stdin.isatty():
-            click.echo("localspec: reading the prompt from stdin; end it with Ctrl-D", err=True)
-        prompt = sys.stdin.read()
-    else:
-        prompt = unescape(prompt)
+    prompt = read_prompt(prompt, prompt_flag, prompt_file)
     config = generation_config(options, gamma=0) if target_only else generation_config(options)
     pair = load_pair(options, with_draft=not target_only)
     try:
@@ -45,6 +44,35 @@ def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json
         report(pair, reply, settings(config, options["draft_reason"]) if as_json else None, show_stats)
     finally:
         pair.close()
+
+
+def read_prompt(argument: str | None, flag: str | None, file: Path | None) -> str:
+    """The prompt: PROMPT or -p (escapes understood), the file -f names, or stdin (PROMPT "-" or none
+    given); a one-line error where two are given, where it is empty, or where it is not UTF-8 text."""
+    given = [name for name, v in (("PROMPT", argument), ("-p", flag), ("-f", file)) if v is not None]
+    if len(given) > 1:
+        raise click.ClickException(f"give the prompt once: {' and '.join(given)} were both given")
+    text = argument if argument is not None else flag
+    if file is not None:
+        try:
+            prompt = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise click.ClickException(f"cannot read the prompt file {file}: {getattr(e, 'strerror', None) or e}; "
+                                       "give a UTF-8 text file") from None
+    elif text is None or text == "-":
+        if sys.stdin.isatty():
+            click.echo("localspec: reading the prompt from stdin; end it with Ctrl-D", err=True)
+        prompt = sys.stdin.read()
+    else:
+        prompt = unescape(text)
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:  # bytes the terminal or stdin could not decode (held as surrogates)
+        raise click.ClickException(f"the prompt is not UTF-8 text (an undecodable byte at character {e.start}); "
+                                   "give it as UTF-8") from None
+    if not prompt:
+        raise click.ClickException("the prompt is empty; give some text as PROMPT, with -p or -f, or on stdin")
+    return prompt
 
 
 def stream_reply(items, echo: bool, colour: bool = False) -> Reply:
@@ -68,5 +96,7 @@ def report(pair: Pair, reply: Reply, as_json: dict | None, show_stats: bool) -> 
         click.echo(json.dumps({"text": reply.text, **info, "settings": as_json,
                                 "stats": reply.stats.to_dict()}))
     if show_stats:
-        draft = pair.draft_path.name if pair.draft_path else "none"
-        click.echo(f"{reply.stats.summary()}\ndraft: {draft} ({pair.draft_reason})\n{where(pair)}", err=True)
+        reason = pair.draft_reason  # without a draft it may say "none (target only)" itself
+        draft = (f"{pair.draft_path.name} ({reason})" if pair.draft_path else
+                 reason if reason.startswith("none") else f"none ({reason})")
+        click.echo(f"{reply.stats.summary()}\ndraft: {draft}\n{where(pair)}", err=True)

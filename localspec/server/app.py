@@ -4,6 +4,7 @@ port (before the models load: see `bind`) and runs the app under uvicorn."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import re
 import socket
@@ -259,8 +260,13 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {e.strerror}; stop what uses the port or give another "
-                      "--port") from None
+        fix = ("stop what uses the port or give another --port" if e.errno in (errno.EADDRINUSE, errno.EACCES)
+               else "give --host an address of this machine, e.g. 127.0.0.1 or 0.0.0.0")
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror}; {fix}") from None
+    except (socket.gaierror, UnicodeError) as e:  # a host name that does not resolve
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e}; give --host an address of this machine, "
+                      "e.g. 127.0.0.1 or 0.0.0.0") from None
     sock.listen(2048)
     return sock
 
