@@ -112,3 +112,25 @@ def rows_on_backend(ctx, config: GenerationConfig | None = None, greedy: bool = 
     if forced in ("0", "1"):
         return forced == "1"
     return greedy and bool(getattr(ctx, "rows_offloaded", False))
+
+
+# The environment variables read deep in the code (the backend chain, warm start, the RPC watchdog):
+# each is checked once, where a command starts, so a typo is one line instead of being ignored.
+SWITCHES = {"LOCALSPEC_BACKEND_SAMPLING": "0 or 1 (unset: decided by where the rows are made)",
+            "LOCALSPEC_WARM_START": "0 or 1 (unset: 1)"}
+
+
+def check_environment(environ=os.environ) -> None:
+    """GenerationError naming the first of localspec's environment variables set to a value it cannot take."""
+    for name, takes in SWITCHES.items():
+        if environ.get(name, "") not in ("", "0", "1"):
+            raise GenerationError(f"{name}={environ[name]}: give {takes}")
+    timeout = environ.get("LOCALSPEC_RPC_TIMEOUT", "")
+    try:
+        ok = not timeout or float(timeout) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise GenerationError(f"LOCALSPEC_RPC_TIMEOUT={timeout}: give the seconds a stalled RPC call may take, "
+                              "a number > 0 (unset: 10)")
+

@@ -93,6 +93,35 @@ def test_an_empty_double_or_undecodable_prompt_is_one_line(args, how, stdin, fra
     assert_one_line_error(invoke("generate", *how, *chat, input=stdin), *fragments)
 
 
+@pytest.mark.parametrize("flags, fragment", [
+    (["--target-only", "--gamma", "4"], "--target-only decodes with the target alone; leave out --gamma"),
+    (["--target-only", "--drafter", "model"], "leave out --drafter"),
+    (["--system", "be brief"], "--system needs the chat template, which --raw turns off"),
+])
+def test_flags_that_exclude_each_other_are_one_line(args, flags, fragment):
+    # they ran, one of them silently dropped (gamma 0 and no drafter; the system prompt)
+    assert_one_line_error(invoke("generate", "hi", *args, *flags), fragment)
+
+
+@pytest.mark.parametrize("name, value, fragment", [
+    ("LOCALSPEC_WARM_START", "maybe", "LOCALSPEC_WARM_START=maybe: give 0 or 1"),
+    ("LOCALSPEC_BACKEND_SAMPLING", "2", "LOCALSPEC_BACKEND_SAMPLING=2: give 0 or 1"),
+    ("LOCALSPEC_RPC_TIMEOUT", "abc", "LOCALSPEC_RPC_TIMEOUT=abc: give the seconds"),
+    ("LOCALSPEC_RPC_TIMEOUT", "-5", "a number > 0"),
+])
+def test_an_environment_switch_set_to_what_it_cannot_take_is_one_line(args, name, value, fragment):
+    # read deep in the code as "not 0" or float(), a typo was silently taken as on, or a traceback later
+    assert_one_line_error(invoke("generate", "hi", *args, env={name: value}), fragment)
+    assert invoke("generate", "hi", *args, "-n", "2", env={name: "1"}).exit_code == 0
+
+
+def test_a_cors_origin_that_is_no_origin_is_one_line():
+    # a missing model: were the origin taken, the command ends there instead of serving
+    no_model = ("serve", "-m", "/no/such/model.gguf", "--draft", "none", "--cors-origin")
+    assert_one_line_error(invoke(*no_model, "not a url"), "'not a url' is not an origin")
+    assert_one_line_error(invoke(*no_model, "http://localhost:3000/app"), "no path")
+
+
 def test_chat_template_and_system_prompt(fake_cli):
     # The fake calls itself instruct and has a template: chat formatting is the default, --raw turns it off.
     common = ["Hi", "--target", str(fake_cli.target), "--draft", "none", "--temperature", "0", "-n", "4"]

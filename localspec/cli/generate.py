@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from ..session import Pair, Reply
 from . import cli
@@ -35,6 +36,7 @@ def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json
     Example: localspec generate "def fib(n):" --raw --temperature 0 --stats
     """
     prompt = read_prompt(prompt, prompt_flag, prompt_file)
+    check_conflicts(click.get_current_context(), target_only, chat, system)
     config = generation_config(options, gamma=0) if target_only else generation_config(options)
     pair = load_pair(options, with_draft=not target_only)
     try:
@@ -44,6 +46,19 @@ def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json
         report(pair, reply, settings(config, options["draft_reason"]) if as_json else None, show_stats)
     finally:
         pair.close()
+
+
+def check_conflicts(ctx: click.Context, target_only: bool, chat: bool | None, system: str | None) -> None:
+    """A one-line error where the command line asks for two things that exclude each other (a value
+    the config file or the environment sets is a default, which the other flag overrides)."""
+    given = lambda name: ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE  # noqa: E731
+    if target_only:
+        drafting = [f"--{n.replace('_', '-')}" for n in ("gamma", "drafter", "p_min") if given(n)]
+        if drafting:
+            raise click.ClickException(f"--target-only decodes with the target alone; leave out {' and '.join(drafting)}, "
+                                       "or --target-only")
+    if chat is False and system is not None and given("system"):
+        raise click.ClickException("--system needs the chat template, which --raw turns off; leave out one of them")
 
 
 def read_prompt(argument: str | None, flag: str | None, file: Path | None) -> str:

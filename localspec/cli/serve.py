@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
 from .. import devices
@@ -24,7 +26,7 @@ from .options import generation_config, load_pair, model_options, answer_options
               help="Requests that may wait while one generates; more are answered 503.")
 @click.option("--max-body", type=click.IntRange(1), default=4 << 20, show_default=True,
               help="Largest request body (bytes); larger ones are answered 413.")
-@click.option("--cors-origin", "cors_origins", multiple=True,
+@click.option("--cors-origin", "cors_origins", multiple=True, callback=lambda ctx, param, values: check_origins(values),
               help="Browser origin allowed to call the API (repeatable); '*': any. Default: this machine's pages.")
 @click.option("--stats", "show_stats", is_flag=True, help="Print each request's speculation stats on stderr.")
 @user_errors
@@ -60,3 +62,13 @@ def logging_replies(stream):
                 click.echo(item.summary(), err=True)
             yield item
     return logged
+
+
+def check_origins(origins: tuple[str, ...]) -> tuple[str, ...]:
+    """--cors-origin's values: '*' or an origin as browsers send it, scheme://host[:port] with no path."""
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://(\[[0-9A-Fa-f:.]+\]|[^/\s:\[\]]+)(:\d+)?", origin):
+            raise click.BadParameter(f"{origin!r} is not an origin; give one as a browser sends it, e.g. "
+                                     "http://localhost:3000 (scheme, host, port; no path), or '*'")
+    return origins
+
