@@ -323,3 +323,15 @@ def test_a_directory_given_as_a_model_is_named_as_one(tmp_path):
         models.resolve_model(str(tmp_path))
     with pytest.raises(LlamaError, match=r"is a directory, not a model file"):
         check_gguf_file(tmp_path)
+
+
+def test_models_check_of_a_catalog_model_not_installed_says_so_and_downloads_nothing(tmp_path, monkeypatch):
+    # `models check` pulled a missing catalog model (1.1 GB from its PyPI packs) before checking it
+    from clitools import invoke
+
+    write_catalog(tmp_path, monkeypatch)
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(tmp_path / "store"))
+    monkeypatch.setattr(models, "pull", lambda *a, **k: pytest.fail("models check pulled a model"))
+    result = invoke("models", "check", "fake")
+    assert result.exit_code == 1 and "fake is not installed; run `localspec models pull fake`" in result.output
+    assert not any((tmp_path / "store").glob("*.gguf"))

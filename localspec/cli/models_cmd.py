@@ -69,7 +69,7 @@ def models_check(target, draft):
     from ..compat import check_compatible
     from ..llama import Model
 
-    t = Model(models.resolve_model(target), vocab_only=True)
+    t = Model(models.resolve_model(target, pull_missing=False), vocab_only=True)  # a check changes no store
     if draft is None:
         from .. import pairing
 
@@ -81,7 +81,7 @@ def models_check(target, draft):
         choice = pairing.choose_draft(t.path)
         click.echo(f"default draft: {choice.path.name if choice.path else 'none'} ({choice.reason})")
         return
-    d = Model(models.resolve_model(draft), vocab_only=True)
+    d = Model(models.resolve_model(draft, pull_missing=False), vocab_only=True)
     check_compatible(t, d)
     click.echo(f"compatible: {d.path.name} can draft for {t.path.name} (vocabulary of {t.n_vocab} tokens)")
 
