@@ -270,3 +270,23 @@ def test_a_host_that_is_no_address_of_this_machine_is_named_with_the_fix():
     for host in ("999.1.1.1", "no-such-host.invalid"):
         with pytest.raises(OSError, match=rf"cannot listen on {host}:\d+: .*; give --host an address of this machine"):
             bind(host, 18732)
+
+
+def test_a_completion_prompt_of_token_ids_continues_as_its_text_does(tmp_path):
+    # OpenAI and llama-server take token ids as the prompt; this server answered "Input should be a valid string"
+    target, draft = model_files(tmp_path)
+    pair = fake_pair(n_ctx=1024, target_path=target, draft_path=draft)
+    ids = pair.prompt_tokens(COUNT, chat=False)
+    with TestClient(create_app(pair, DEFAULTS)) as http:
+        def complete(prompt):
+            return http.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 8,
+                                                      "temperature": 0})
+        by_text, by_ids, nested = complete(COUNT), complete(ids), complete([ids])
+        assert by_text.status_code == by_ids.status_code == nested.status_code == 200, by_ids.text
+        text = by_text.json()["choices"][0]["text"]
+        assert text and by_ids.json()["choices"][0]["text"] == nested.json()["choices"][0]["text"] == text
+        assert by_ids.json()["usage"]["prompt_tokens"] == len(ids)
+        for bad, fragment in (([5, 10**9], "token id 1000000000, outside the target's vocabulary"),
+                              ([[1, 2], [3]], "one list of token ids"), ([[]], "prompt is empty")):
+            r = complete(bad)
+            assert r.status_code == 400 and fragment in r.json()["error"]["message"], r.text

@@ -162,9 +162,16 @@ def add_routes(app: FastAPI, server: Server) -> None:
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
+        if req.prompt and all(isinstance(t, int) for t in req.prompt):  # one prompt of token ids
+            ids = prompt_ids(req.prompt, pair.target_model.n_vocab)
+            return await respond(server, req, request, lambda: ids, "prompt", False)
         texts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
         if len(texts) != 1:
-            raise ApiError(400, f"prompt must be one string (got a list of {len(texts)})", "prompt")
+            raise ApiError(400, f"prompt must be one string or one list of token ids (got a list of {len(texts)})",
+                           "prompt")
+        if isinstance(texts[0], list):  # [[ids]]
+            ids = prompt_ids(texts[0], pair.target_model.n_vocab)
+            return await respond(server, req, request, lambda: ids, "prompt", False)
         if not texts[0]:
             raise ApiError(400, "prompt is empty; give some text to continue", "prompt")
         check_text(texts[0], "prompt")
@@ -189,6 +196,18 @@ def add_routes(app: FastAPI, server: Server) -> None:
     @app.get("/metrics")
     async def metrics():
         return Response(server.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def prompt_ids(ids: list[int], n_vocab: int) -> list[int]:
+    """A prompt given as token ids, taken as they are (no BOS added); ApiError 400 for an empty one or
+    an id outside the target's vocabulary."""
+    if not ids:
+        raise ApiError(400, "prompt is empty; give some token ids to continue", "prompt")
+    bad = next((t for t in ids if not 0 <= t < n_vocab), None)
+    if bad is not None:
+        raise ApiError(400, f"prompt holds token id {bad}, outside the target's vocabulary of {n_vocab}; "
+                       "send ids from its tokenizer", "prompt", "invalid_value")
+    return list(ids)
 
 
 def client_param(loc) -> str | None:

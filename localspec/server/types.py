@@ -100,7 +100,7 @@ class ChatRequest(Options):
 
 
 class CompletionRequest(Options):
-    prompt: str | list[str]
+    prompt: str | list[str] | list[int] | list[list[int]]  # text, or token ids (OpenAI takes both)
     logprobs: int | None = None
 
     def n_logprobs(self) -> int | None:
