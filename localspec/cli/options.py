@@ -68,19 +68,11 @@ class OneLineUsage(click.Command):
             raise one_line(e, ctx) from None
 
 
-class OneLineGroup(click.Group):
+class OneLineGroup(OneLineUsage, click.Group):
     """A group whose usage mistakes are one line (one_line), as are its commands' and subgroups'."""
 
     command_class = OneLineUsage
     group_class = type  # its subgroups are OneLineGroups too
-
-    def parse_args(self, ctx, args):
-        try:
-            return super().parse_args(ctx, args)
-        except click.exceptions.NoArgsIsHelpError:
-            raise
-        except click.UsageError as e:
-            raise one_line(e, ctx) from None
 
     def resolve_command(self, ctx, args):
         try:
