@@ -35,8 +35,8 @@ def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json
 
     Example: localspec generate "def fib(n):" --raw --temperature 0 --stats
     """
+    check_conflicts(click.get_current_context(), target_only, chat, system)  # before waiting on stdin
     prompt = read_prompt(prompt, prompt_flag, prompt_file)
-    check_conflicts(click.get_current_context(), target_only, chat, system)
     config = generation_config(options, gamma=0) if target_only else generation_config(options)
     pair = load_pair(options, with_draft=not target_only)
     try:
