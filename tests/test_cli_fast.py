@@ -113,6 +113,8 @@ def test_an_environment_switch_set_to_what_it_cannot_take_is_one_line(args, name
     # read deep in the code as "not 0" or float(), a typo was silently taken as on, or a traceback later
     assert_one_line_error(invoke("generate", "hi", *args, env={name: value}), fragment)
     assert invoke("generate", "hi", *args, "-n", "2", env={name: "1"}).exit_code == 0
+    result = invoke("generate", "hi", *args, "--json", env={name: value})  # with --json, a JSON error
+    assert result.exit_code == 1 and fragment in json.loads(result.stdout)["error"]["message"]
 
 
 def test_a_cors_origin_that_is_no_origin_is_one_line():

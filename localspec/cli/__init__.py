@@ -9,7 +9,6 @@ import os
 
 import click
 
-from ..config import GenerationError, check_environment
 from ..session import Pair  # noqa: F401  (options.load_pair loads through this name)
 from .options import OneLineGroup
 
@@ -33,10 +32,6 @@ def cli(ctx, verbose):
     """
     if verbose:
         os.environ["LOCALSPEC_VERBOSE"] = "1"  # read by llama.py when it loads a model
-    try:
-        check_environment()
-    except GenerationError as e:
-        raise click.ClickException(str(e)) from None
     if ctx.invoked_subcommand in COMMANDS:
         ctx.default_map = default_map(cli, config_path())
 

@@ -15,7 +15,7 @@ import click
 from click.core import ParameterSource
 
 from .. import devices, models
-from ..config import DRAFTERS, GenerationConfig, GenerationError, seed_from
+from ..config import DRAFTERS, GenerationConfig, GenerationError, check_environment, seed_from
 from ..llama import LlamaError
 from ..placement import check_names, split_names
 from ..sampling import SamplingParams
@@ -57,7 +57,16 @@ def one_line(error: click.UsageError, ctx: click.Context) -> click.ClickExceptio
 
 
 class OneLineUsage(click.Command):
-    """A command whose usage mistakes are one line (one_line)."""
+    """A command whose usage mistakes are one line (one_line), and which checks localspec's
+    environment switches as it starts (config.check_environment: with --json, a JSON error)."""
+
+    def invoke(self, ctx):
+        if not isinstance(self, click.Group):  # the command run, not the groups on the way to it
+            try:
+                check_environment()
+            except GenerationError as e:
+                raise click.ClickException(str(e)) from None
+        return super().invoke(ctx)
 
     def parse_args(self, ctx, args):
         try:
