@@ -55,8 +55,8 @@ def check_conflicts(ctx: click.Context, target_only: bool, chat: bool | None, sy
     if target_only:
         drafting = [f"--{n.replace('_', '-')}" for n in ("gamma", "drafter", "p_min") if given(n)]
         if drafting:
-            raise click.ClickException(f"--target-only decodes with the target alone; leave out {' and '.join(drafting)}, "
-                                       "or --target-only")
+            raise click.ClickException(f"--target-only decodes with the target alone; leave out "
+                                       f"{' and '.join(drafting)}, or --target-only")
     if chat is False and system is not None and given("system"):
         raise click.ClickException("--system needs the chat template, which --raw turns off; leave out one of them")
 

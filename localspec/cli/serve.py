@@ -71,4 +71,3 @@ def check_origins(origins: tuple[str, ...]) -> tuple[str, ...]:
             raise click.BadParameter(f"{origin!r} is not an origin; give one as a browser sends it, e.g. "
                                      "http://localhost:3000 (scheme, host, port; no path), or '*'")
     return origins
-

@@ -107,7 +107,6 @@ def _as_flag(param: click.Parameter, value, where: str):
     return text(value)
 
 
-
 def _shown(value) -> str:
     """value much as it reads in the file (JSON writes TOML's strings, numbers, booleans and arrays alike)."""
     return json.dumps(value, ensure_ascii=False, default=str)

@@ -162,14 +162,12 @@ def add_routes(app: FastAPI, server: Server) -> None:
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
-        if req.prompt and all(isinstance(t, int) for t in req.prompt):  # one prompt of token ids
-            ids = prompt_ids(req.prompt, pair.target_model.n_vocab)
-            return await respond(server, req, request, lambda: ids, "prompt", False)
-        texts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+        one = isinstance(req.prompt, str) or (req.prompt and isinstance(req.prompt[0], int))  # text, or [ids]
+        texts = [req.prompt] if one else req.prompt
         if len(texts) != 1:
             raise ApiError(400, f"prompt must be one string or one list of token ids (got a list of {len(texts)})",
                            "prompt")
-        if isinstance(texts[0], list):  # [[ids]]
+        if isinstance(texts[0], list):  # token ids: [ids] or [[ids]]
             ids = prompt_ids(texts[0], pair.target_model.n_vocab)
             return await respond(server, req, request, lambda: ids, "prompt", False)
         if not texts[0]:
@@ -277,15 +275,12 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as e:
+    except (OSError, UnicodeError) as e:  # UnicodeError: a host name no resolver can encode
         sock.close()
-        fix = ("stop what uses the port or give another --port" if e.errno in (errno.EADDRINUSE, errno.EACCES)
+        in_use = getattr(e, "errno", None) in (errno.EADDRINUSE, errno.EACCES)
+        fix = ("stop what uses the port or give another --port" if in_use
                else "give --host an address of this machine, e.g. 127.0.0.1 or 0.0.0.0")
-        raise OSError(f"cannot listen on {host}:{port}: {e.strerror}; {fix}") from None
-    except (socket.gaierror, UnicodeError) as e:  # a host name that does not resolve
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {e}; give --host an address of this machine, "
-                      "e.g. 127.0.0.1 or 0.0.0.0") from None
+        raise OSError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}; {fix}") from None
     sock.listen(2048)
     return sock
 
