@@ -9,6 +9,11 @@ writes bench.md, bench.json and (with matplotlib) speedup.png and alpha.png.
     python scripts/bench.py --prompts my.jsonl       # any JSONL of {"prompt": ...}
     python scripts/bench.py --gpu                    # all layers on the GPU, ours and llama.cpp's
     python scripts/bench.py --quick                  # tiny SmolLM2 models: checks the report's shape
+    python scripts/bench.py --prompt-set copy --warm 4   # localspec planning from an earlier run's plans
+
+Each localspec scenario plans from measurements of its own, from nothing (as a first process does)
+or, with --warm N, from what it learnt answering N other prompts of the set first, untimed, saved
+and loaded as warm start does (as a user's next process does).
 
 Scenarios: plain (target-only); DRAFTER:GAMMA with DRAFTER model|ngram|hybrid|chain (model, token trees off) and GAMMA N or auto
 (auto:N: auto drafting at most N from the draft model, to compare caps side by side; the theory
@@ -60,6 +65,7 @@ from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 from localspec.config import GenerationConfig
 from localspec.stats import GenerationStats, pooled_verify
+from localspec.tracker import CostTracker
 
 import numpy as np  # noqa: E402  (after localspec: llama.cpp before numpy)
 
@@ -100,6 +106,11 @@ def parse_args(argv=None):
     ap.add_argument("--llamacpp-bin", type=Path, default=Path(os.environ.get("LOCALSPEC_LLAMACPP_BIN", LLAMACPP_BIN)),
                     help="folder of llama-speculative-simple (default: what scripts/build_llamacpp.sh builds)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the prompt set (this VM's timing noise is ~10%%)")
+    ap.add_argument("--warm", type=int, default=0, metavar="N",
+                    help="start each localspec scenario warm, as a process whose store holds an earlier run's "
+                         "plans: it first answers the N prompts of the set after the measured ones, untimed, "
+                         "and plans from what that taught it, saved and loaded as warm start does "
+                         "(default 0: every scenario starts cold, as a first process does)")
     ap.add_argument("--out", type=Path, default=Path("bench-out"))
     ap.add_argument("--quick", action="store_true", help="tiny SmolLM2 pair, 2 prompts, 16 tokens")
     return ap.parse_args(argv)
@@ -297,9 +308,11 @@ class Runs:
     trackers: dict[str, dict] = field(default_factory=dict)  # label -> the planner's measurements (run_localspec)
 
 
-def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path]) -> Runs:
+def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path],
+            learnt_on: list[str] | None = None) -> Runs:
     """Every prompt, every scenario in turn (alternating, in an order that changes: see
-    reply_order), after one untimed warm-up of each engine."""
+    reply_order), after one untimed warm-up of each engine, and, where learnt_on holds prompts
+    (--warm), after each localspec scenario learnt its plans on them (warm_plans)."""
     chat = args.chat or args.prompt_set in ("edit", "copy", "mixed")
     prompts = [pair.prompt_tokens(t, chat) for t in texts]
     runs = Runs({sc.label: [] for sc in scenarios}, prompt_tokens=[len(p) for p in prompts])
@@ -319,6 +332,7 @@ def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths
     with tempfile.TemporaryDirectory(prefix="localspec-bench-") as tmp:
         files = [write_prompt_file(Path(tmp), i, llamacpp_prompt_text(pair, t, chat)) for i, t in enumerate(texts)]
         warm_llamacpp(tool, scenarios, files[0], paths, args, runs)
+        warm_plans(pair, [pair.prompt_tokens(t, chat) for t in learnt_on or []], scenarios, args, runs)
         for n, (i, prompt) in enumerate([(i, p) for _ in range(args.rounds) for i, p in enumerate(prompts)]):
             print(f"prompt {i} ({len(prompt)} tokens)", file=sys.stderr)
             # a seed per reply: at T>0 each round samples new replies (one seed per prompt would
@@ -329,6 +343,24 @@ def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths
                 else:
                     run_llamacpp_scenario(tool, sc, files[i], paths, args, i, runs, args.seed + n)
     return runs
+
+
+def warm_plans(pair: Pair, prompts: list[list[int]], scenarios: list[Scenario], args, runs: Runs) -> None:
+    """Each localspec scenario answers prompts, untimed, then keeps what its planner learnt as the next
+    process would load it: through warm start's file form (CostTracker.to_dict, from_dict), whose
+    acceptance counts are capped. Its replies are dropped; the prompts are others than those measured."""
+    if not prompts:
+        return
+    for sc in scenarios:
+        if sc.engine != "localspec":
+            continue
+        results = runs.results[sc.label]
+        for n, prompt in enumerate(prompts):
+            run_localspec(pair, prompt, sc, args, args.seed + 1_000_000 + n, runs)  # seeds no measured reply has
+        del results[:]
+        runs.trackers[sc.label] = {key: CostTracker.from_dict(t.to_dict()) for key, t in runs.trackers[sc.label].items()}
+    runs.notes.append(f"localspec started warm (--warm {len(prompts)}): each scenario planned from what it learnt "
+                      f"answering {len(prompts)} other prompts of the set first, untimed, as warm start loads it")
 
 
 def reply_order(scenarios: list[Scenario], n: int) -> list[Scenario]:
@@ -922,6 +954,11 @@ def main(argv=None) -> int:
     if args.quick:
         args.n_prompts, args.max_tokens, args.rounds = 2, 16, 1
     scenarios = parse_scenarios(args.scenarios or (QUICK_SCENARIOS if args.quick else DEFAULT_SCENARIOS))
+    texts = load_prompts(args.prompts, args.n_prompts + args.warm, args.prompt_set)
+    if args.warm < 0 or len(texts) < args.n_prompts + args.warm:
+        sys.exit(f"bench.py: --warm {args.warm} needs {args.n_prompts + args.warm} prompts in the set "
+                 f"(--n-prompts {args.n_prompts} measured, then the ones learnt on); it has {len(texts)}")
+    texts, learnt_on = texts[: args.n_prompts], texts[args.n_prompts :]
     try:
         paths = resolve_paths(args)
         ngl = 999 if args.gpu else 0
@@ -931,10 +968,9 @@ def main(argv=None) -> int:
         pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_draft=ngl, **remote))
     except (models.ModelError, LlamaError, ValueError, OSError) as e:
         sys.exit(f"bench.py: {e}")
-    texts = load_prompts(args.prompts, args.n_prompts, args.prompt_set)
     t0 = time.time()
     try:
-        runs = run_all(pair, texts, scenarios, args, paths)
+        runs = run_all(pair, texts, scenarios, args, paths, learnt_on)
     finally:
         pair.close()
     costs = pooled_costs(scenarios, runs)

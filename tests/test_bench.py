@@ -480,3 +480,47 @@ def test_fresh_processes_of_another_checkout_run_beside_from_their_own_code_and_
                for _, env, cwd in calls if cwd is None)
     out = capsys.readouterr().out
     assert "| auto, warm, before | 400 | 12.0 | 1.20x |" in out and "| auto, warm | 400 | 11.0 | 1.10x |" in out
+
+
+class LearningPair(RecordingPair):
+    """A RecordingPair whose generations learn into real trackers, as a Pair's planner does."""
+
+    def prompt_tokens(self, text: str, chat: bool) -> list[int]:
+        return [ord(c) for c in text]
+
+    def stream(self, prompt, config):
+        from localspec.tracker import CostTracker
+        tracker = self.trackers.setdefault((config.drafter, True), CostTracker())
+        self.seen.append((tuple(prompt), tracker))
+        self.seeds.append(config.seed)
+        yield type("Reply", (), {"stats": GenerationStats()})()
+
+
+def test_warm_scenarios_plan_from_other_prompts_learnt_first_and_loaded_as_warm_start_loads(tmp_path):
+    # --warm measures what a user's second process sees: plans learnt on other prompts of the set, through
+    # warm start's file form. The learning replies are neither timed nor the measured prompts.
+    pair = LearningPair()
+    args = bench.parse_args(["--rounds", "2", "--warm", "2", "--llamacpp-bin", str(tmp_path)])
+    scenarios = bench.parse_scenarios("plain,ngram:auto")
+    runs = bench.run_all(pair, ["a", "b"], scenarios, args, (tmp_path / "t.gguf", tmp_path / "d.gguf"), ["c", "d"])
+    learnt = [seen for seen in pair.seen[1:] if seen[0] in ((99,), (100,))]
+    measured = [seen for seen in pair.seen[1:] if seen[0] in ((97,), (98,))]
+    assert len(learnt) == 4 and len(measured) == 8  # two scenarios: two learning replies each, then 2 x 2 timed
+    assert pair.seen.index(learnt[-1]) < pair.seen.index(measured[0])  # all learning first
+    assert all(len(replies) == 4 for replies in runs.results.values())  # learning replies dropped
+    for label in runs.results:
+        timed = {id(t) for prompt, t in measured if t in runs.trackers[label].values()}
+        assert len(timed) == 1  # one set of plans per scenario, loaded once ...
+        tracker = next(iter(runs.trackers[label].values()))
+        assert tracker.loaded and all(tracker is not t for _, t in learnt)  # ... from the saved form, not shared
+    assert not set(pair.seeds[1:5]) & set(pair.seeds[5:])
+    assert any("--warm 2" in note for note in runs.notes)
+
+
+def test_warm_needs_prompts_beyond_the_measured_ones(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--prompts", str(prompts), "--n-prompts", "2", "--warm", "1", "--target", "x.gguf",
+                    "--draft", "y.gguf", "--llamacpp-bin", str(tmp_path)])
+    assert "--warm 1 needs 3 prompts" in str(e.value)
