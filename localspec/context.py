@@ -16,7 +16,7 @@ import llama_cpp as lc  # before numpy: see localspec/__init__.py
 import numpy as np
 
 from .devices import watchdog
-from .llama import LlamaError, Model, common_prefix_len, threads_of
+from .llama import LlamaError, Model, common_prefix_len, held_interrupts, threads_of
 from .sampling import SamplingParams
 
 # The most output rows one decode may ask a backend sampler chain to judge (llama.cpp sizes the
@@ -56,7 +56,8 @@ class Context:
         params.n_seq_max = n_seq_max
         params.kv_unified = True
         params.n_outputs_max_per_seq = SAMPLED_ROWS_MAX
-        self.ptr = lc.llama_init_from_model(model.ptr, params)
+        with held_interrupts():  # llama.cpp logs through a Python callback while it allocates
+            self.ptr = lc.llama_init_from_model(model.ptr, params)
         if not self.ptr:
             raise LlamaError(f"llama.cpp could not create a context of {n_ctx} tokens; lower --ctx")
         # llama.cpp pads n_ctx up (to 256) but clamps n_batch to the n_ctx asked for: honour both.

@@ -9,8 +9,11 @@ logits, rollback, trees, backend sampling) are in context.py.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
 import os
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -41,6 +44,30 @@ def init_backend(verbose: bool = False) -> None:
         lc.llama_log_set(_SILENT_LOG, ctypes.c_void_p(0))
     lc.llama_backend_init()
     _backend_ready = True
+
+
+@contextlib.contextmanager
+def held_interrupts():
+    """Hold Ctrl-C (and SIGTERM) while llama.cpp works, then raise KeyboardInterrupt once it returns.
+
+    llama.cpp logs through a Python callback (_SILENT_LOG) all along a model's load or a quantize;
+    an interrupt raised inside a ctypes callback is printed and dropped, and the command went on to
+    the end. Yields the list a signal is noted in: a model load's progress callback reads it to stop
+    loading at once. Off the main thread (where signals are not delivered) it holds nothing, and a
+    signal the process ignores (nohup) stays ignored."""
+    noted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    previous = {sig: signal.signal(sig, lambda signum, frame: noted.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) != signal.SIG_IGN}
+    try:
+        yield noted
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if noted:
+        raise KeyboardInterrupt
 
 
 def amx_guard() -> bool:
@@ -88,7 +115,11 @@ class Model:
         elif devices is None and default_devices is not None:
             devices = default_devices()
         self._placement = place(params, devices, tensor_split)  # arrays llama.cpp reads while loading
-        self.ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
+        with held_interrupts() as noted:
+            # llama.cpp stops loading where its progress callback returns false: a held Ctrl-C
+            progress = lc.llama_progress_callback(lambda done, data: not noted)  # alive through the load
+            params.progress_callback = progress
+            self.ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.ptr:
             raise LlamaError(
                 f"llama.cpp could not load {self.path}: the file is truncated or corrupt, or its "
@@ -285,7 +316,8 @@ def quantize(src: Path, dst: Path, quant: str, threads: int | None = None) -> No
     params.ftype = ftype
     params.allow_requantize = True
     params.nthread = threads or default_threads()
-    rc = lc.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    with held_interrupts():
+        rc = lc.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
         raise LlamaError(f"llama.cpp refused to convert {src} to {quant} (code {rc}); try another type")
 

@@ -225,3 +225,60 @@ def test_a_context_too_small_for_its_sequences_or_too_many_threads_is_one_line(m
     with pytest.raises(LlamaError, match=r"--threads 100000 is more than llama.cpp's 512; give at most 512"):
         Context(model, n_ctx=64, n_threads=100000)
     assert Context(model, n_ctx=4, n_threads=1, n_seq_max=4).n_ctx == 4
+
+
+def test_an_interrupt_raised_inside_a_llama_callback_stops_the_command_once_the_call_returns():
+    # llama.cpp logs through a Python callback while it loads; a Ctrl-C raised inside a ctypes
+    # callback is printed and dropped, and generate, serve and convert ran on to the end (exit 0).
+    import ctypes
+    import os
+    import signal
+
+    from localspec.llama import held_interrupts
+
+    callback = ctypes.CFUNCTYPE(None)(lambda: os.kill(os.getpid(), signal.SIGINT))
+    went_on = []
+    with pytest.raises(KeyboardInterrupt):
+        with held_interrupts():
+            callback()
+            went_on.append(True)  # the call itself finishes ...
+    assert went_on  # ... and the interrupt comes after it
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_model_load_interrupted_is_told_to_stop_and_raises(smol_path, monkeypatch):
+    # The load's progress callback returns false once a Ctrl-C is held: llama.cpp stops loading.
+    import os
+    import signal
+
+    import localspec.llama as llama
+
+    answers = []
+
+    def load(path, params):
+        os.kill(os.getpid(), signal.SIGINT)
+        answers.append(params.progress_callback(0.5, None))
+        return None
+
+    monkeypatch.setattr(llama.lc, "llama_model_load_from_file", load)
+    with pytest.raises(KeyboardInterrupt):
+        Model(smol_path)
+    assert answers == [False]
+
+
+def test_sigterm_stops_a_command_as_ctrl_c_does(monkeypatch):
+    # timeout, kill and docker send SIGTERM: a conversion then left its partial file behind, since only
+    # KeyboardInterrupt ran its clean-up.
+    import signal
+
+    from localspec import cli
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr("sys.argv", ["localspec", "--version"])
+    try:
+        with pytest.raises(SystemExit):
+            cli.main()
+        with pytest.raises(KeyboardInterrupt):
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+    finally:
+        signal.signal(signal.SIGTERM, before)

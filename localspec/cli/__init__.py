@@ -6,6 +6,7 @@ The group is here; each command lives in its own module, the flags they share in
 from __future__ import annotations
 
 import os
+import signal
 
 import click
 
@@ -42,4 +43,11 @@ from .options import generation_config, load_options  # noqa: E402,F401
 
 
 def main():
+    # SIGTERM (timeout, kill, systemd, docker) as Ctrl-C: a command stops the same way and cleans up
+    # what it was writing (a conversion's partial file); serve and rpc-server install their own
+    signal.signal(signal.SIGTERM, terminate)
     cli(prog_name="localspec")
+
+
+def terminate(signum, frame):
+    raise KeyboardInterrupt
