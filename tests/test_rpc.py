@@ -89,6 +89,14 @@ def test_devices_lists_the_cpu_with_its_memory():
     assert "CPU" in invoke("devices").output
 
 
+@pytest.mark.parametrize("rpc", [",", " "])
+def test_an_rpc_list_naming_no_server_lists_the_local_devices(rpc):
+    # as generate --rpc "," runs locally; it was a TypeError traceback
+    result = invoke("devices", "--json", "--rpc", rpc)
+    assert result.exit_code == 0, result.output
+    assert any(d["type"] == "CPU" for d in json.loads(result.output)["devices"])
+
+
 def test_unknown_device_is_one_line_naming_the_choices(fake_cli):
     result = invoke("generate", "hi", "-m", fake_cli.target, "-d", "none", "--device-target", "CUDA7")
     assert_one_line_error(result, "unknown device 'CUDA7'", "available: CPU")

@@ -29,8 +29,9 @@ def devices_command(rpc, as_json):
 
     Give these names to --device-target / --device-draft. Example: localspec devices --rpc 10.0.0.2:50052
     """
-    if rpc:
-        dv.add_rpc_servers(split_names(rpc))
+    servers = split_names(rpc)  # "," names none, as for generate
+    if servers:
+        dv.add_rpc_servers(servers)
     found = dv.list_devices()
     if as_json:
         click.echo(json.dumps({"devices": [d.to_dict() for d in found], "rpc": dv.supports_rpc()}))

@@ -44,7 +44,8 @@ def serve(host, port, api_key, max_queue, max_body, cors_origins, show_stats, **
     sock, log = bind(host, port), lambda s: click.echo(s, err=True)  # a port in use: said before the models load
     defaults = generation_config(options)
     # a lost RPC server: 503s until it is back, then a reload (server/outage.py), not an exit
-    outage = Outage(list(split_names(options["rpc"])), log) if options.get("rpc") else None
+    servers = split_names(options.get("rpc"))  # "," names none, as for generate
+    outage = Outage(list(servers), log) if servers else None
     pair = load_pair(options, on_server_lost=outage.on_lost if outage else devices.exit_with_error)
     if show_stats:
         pair.stream = logging_replies(pair.stream)
