@@ -466,6 +466,8 @@ class CostTracker:
         # more than a further token costs (the safe side), and this run's own catch-ups soon replace it
         _load_ema(t.catchup_s, data.get("catchup_s", [None, 0]))
         t.idle_s = float(data.get("idle_s", 0.0))
+        if not (math.isfinite(t.idle_s) and t.idle_s >= 0.0):
+            raise ValueError("the draft's idle seconds must be finite and not negative")
         t.pricings = [float(s) for s in data.get("pricings", [])]  # older files: none
         if not all(math.isfinite(s) and s >= 0.0 for s in t.pricings):
             raise ValueError("a pricing's seconds must be finite and not negative")
@@ -473,6 +475,8 @@ class CostTracker:
         # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
         # Only the decision to load a draft at all reads it (saved_verify, may_pay).
         for k, e in data["verify"].items():
+            if int(k) < 1:
+                raise ValueError(f"a verify of {k} tokens")
             _load_ema(t.saved_verify.points.setdefault(int(k), Ema()), e)
             if int(k) != 1:
                 _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
@@ -516,13 +520,20 @@ def _overall(counts: PositionAcceptance, prior: float, weight: float) -> float:
 
 
 def _load_ema(ema: Ema, saved: Sequence) -> None:
-    """A saved average, weighing as one sample: this run's own measurements soon replace it."""
+    """A saved average, weighing as one sample: this run's own measurements soon replace it. Every
+    average saved is of seconds or tokens: one that is not finite or is negative (a file edited or
+    damaged) is refused (ValueError), and the whole file with it, as a file that does not parse."""
     value, n = saved
-    ema.load(None if value is None else float(value), int(n))
+    value = None if value is None else float(value)
+    if value is not None and not (math.isfinite(value) and value >= 0.0) or int(n) < 0:
+        raise ValueError(f"a saved average must be finite and not negative (got {saved!r})")
+    ema.load(value, int(n))
 
 
 def _scaled(rows: Sequence[Sequence[int]], max_count: int) -> list[list[int]]:
     """Count rows (the first the denominators) scaled down together so no denominator exceeds max_count."""
+    if any(int(n) < 0 for r in rows for n in r):
+        raise ValueError("a saved count must not be negative")
     top = max((max(r, default=0) for r in rows), default=0)
     f = min(1.0, max_count / top) if top else 1.0
     return [[round(int(n) * f) for n in r] for r in rows]

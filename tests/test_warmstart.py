@@ -92,6 +92,25 @@ def test_foreign_or_broken_plans_are_ignored(monkeypatch):
     assert not fresh_pair(threads=2).warm
 
 
+@pytest.mark.parametrize("field, value", [("draft_s", [float("nan"), 1]), ("draft_s", [float("inf"), 1]),
+                                          ("draft_s", [-1.0, 1]), ("overhead_s", [-0.5, 3]), ("idle_s", float("nan")),
+                                          ("positions", [[3, 3], [3, -2], [1, 1]]), ("verify", {"0": [0.1, 2]})])
+def test_a_plan_holding_values_no_measurement_can_have_is_ignored_and_replaced(field, value):
+    # A NaN draft cost kept the draft model out of every later process and was written back each time;
+    # negative costs were planned from.
+    reply(fresh_pair(threads=2))
+    path = warmstart.plan_path(fresh_pair(threads=2).plan_key)
+    data = json.loads(path.read_text())
+    for saved in data["trackers"].values():
+        saved[field] = value
+    path.write_text(json.dumps(data))
+    damaged = fresh_pair(threads=2)
+    assert not damaged.warm
+    reply(damaged)  # the next save replaces it
+    assert fresh_pair(threads=2).warm
+    assert "NaN" not in path.read_text() and "Infinity" not in path.read_text()
+
+
 def test_warm_start_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("LOCALSPEC_WARM_START", "0")
     pair = fresh_pair()
