@@ -7,6 +7,7 @@ Commands that load the target take the settings the user did not give from the e
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -123,14 +124,48 @@ def load_profile(target: Path, temperature: float) -> Choice | None:
 
 
 def _choice_of(entry: dict, path: Path) -> Choice:
-    """A mode's entry of the profile at path as a Choice (a relative draft lies beside the profile)."""
+    """A mode's entry of the profile at path as a Choice (a relative draft lies beside the profile).
+    Each value must be of the type and range tune writes (ValueError): an edited or damaged one
+    was a traceback later (a speed as a string) or read as something else (γ 3.7 as 3)."""
     draft = (path.parent / entry["draft"]) if entry["draft"] else None
-    gamma = None if entry["gamma"] is None else int(entry["gamma"])
-    p_min = entry.get("p_min")
-    return Choice(entry["drafter"], draft, gamma, int(entry.get("ngl_draft", 0)), float(entry["temperature"]),
-                  None if p_min is None else float(p_min), entry.get("tokens_per_s"),
-                  entry.get("target_only_tokens_per_s"), bool(entry.get("confirmed", True)),
-                  entry.get("tuned_at", ""), path)
+    p_min = _number(entry, "p_min", 0.0, 1.0, optional=True)
+    return Choice(entry["drafter"], draft, _count(entry, "gamma", optional=True), _count(entry, "ngl_draft", 0),
+                  _number(entry, "temperature", 0.0), p_min,
+                  _speed(entry, "tokens_per_s"), _speed(entry, "target_only_tokens_per_s"),
+                  _typed(entry, "confirmed", bool, True), _typed(entry, "tuned_at", str, ""), path)
+
+
+def _typed(entry: dict, key: str, kind: type, default):
+    value = entry.get(key, default)
+    if not isinstance(value, kind):
+        raise ValueError(f"{key} is {value!r}, not a {kind.__name__}")
+    return value
+
+
+def _count(entry: dict, key: str, default: int | None = None, optional: bool = False) -> int | None:
+    value = entry.get(key, default) if not optional else entry[key]
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} is {value!r}, not a whole number >= 0")
+    return value
+
+
+def _speed(entry: dict, key: str) -> float | None:
+    speed = _number(entry, key, 0.0, optional=True)
+    if speed == 0.0:
+        raise ValueError(f"{key} is 0")
+    return speed
+
+
+def _number(entry: dict, key: str, low: float, high: float = math.inf, optional: bool = False) -> float | None:
+    value = entry.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high \
+            or not math.isfinite(value):
+        raise ValueError(f"{key} is {value!r}, not a number from {low:g}" + (f" to {high:g}" if high < math.inf else ""))
+    return float(value)
 
 
 def merge_profile(choice: Choice, given: dict, explicit: set[str]) -> tuple[dict, str]:

@@ -293,6 +293,21 @@ def test_unusable_profiles_are_named(fake_pair, tmp_path):
         profile.load_profile(target, 0)
 
 
+@pytest.mark.parametrize("key, value", [("tokens_per_s", "fast"), ("target_only_tokens_per_s", 0),
+                                        ("target_only_tokens_per_s", -16.0), ("gamma", 3.7), ("gamma", True),
+                                        ("ngl_draft", -5), ("temperature", float("nan")), ("p_min", 2.0),
+                                        ("confirmed", "yes")])
+def test_a_profile_value_tune_never_writes_is_named(fake_pair, key, value):
+    # a speed as a string was a traceback in generate; gamma 3.7 was read as 3 and NaN as a temperature
+    target, draft = fake_pair
+    path = profile.save_profile(target, profile.Choice("model", draft, 3, tokens_per_s=40.0, target_only_tokens_per_s=20.0))
+    data = json.loads(path.read_text())
+    data["modes"]["greedy"][key] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(profile.ProfileError, match=rf"Cannot read the tune profile .*{key}"):
+        profile.load_profile(target, 0)
+
+
 def test_merge_profile_fills_only_what_the_user_left_out(fake_pair):
     target, draft = fake_pair
     choice = profile.Choice("model", draft, 3, ngl_draft=0, p_min=0.75)
@@ -327,6 +342,9 @@ def test_generate_applies_the_profile_unless_told_otherwise(store_pair):
     out, err = generate_json(target, "--stats")
     assert out["draft"] == str(draft) and out["stats"]["drafter"] == "model" and out["stats"]["gamma"] == 2
     assert "profile: drafter model, draft draft.gguf, gamma 2 (tuned at T=0: 9.0 tok/s, 1.50x target-only" in err
+    assert out["draft_reason"] == "chosen by the tune profile"  # was "given with --draft"
+    out, _ = generate_json(target, "--draft", draft)
+    assert out["draft_reason"] == "given with --draft"
     out, err = generate_json(target, "--gamma", 1, "--stats")  # an explicit flag wins, the rest still applies
     assert out["stats"]["gamma"] == 1 and out["stats"]["drafter"] == "model" and "your --gamma kept" in err
     out, _ = generate_json(target, "--drafter", "ngram")  # a different drafter: the profile stands aside
@@ -384,6 +402,22 @@ def test_tune_command_end_to_end(store_pair, tmp_path):
 def test_tune_bad_flags(store_pair, flags, fragments):
     target, _ = store_pair
     assert_one_line_error(invoke("tune", "--target", target, *flags), *fragments)
+
+
+@pytest.mark.parametrize("name, fragments", [("no-such-folder/t.png", ["Cannot write the plot", "no-such-folder"]),
+                                             ("t.txt", ["--plot", "cannot write .txt files", ".png"])])
+def test_a_plot_that_cannot_be_written_is_refused_before_the_run(store_pair, tmp_path, name, fragments):
+    # it was found after the whole run (up to --budget seconds): the profile saved, the table lost
+    target, _ = store_pair
+    result = invoke("tune", "--target", target, "--plot", tmp_path / name, "--quants", "none")
+    assert_one_line_error(result, *fragments)
+    assert not profile.profile_path(target).exists() and "candidates" not in result.output
+
+
+def test_tune_seed_help_does_not_offer_a_random_seed():
+    # -1 was advertised as random (the shared flag's help) and then refused
+    help_text = invoke("tune", "--help").output
+    assert "-1" not in help_text.split("--seed")[1].split("--")[0]
 
 
 def test_tune_bad_prompts_file(store_pair, tmp_path):

@@ -319,7 +319,8 @@ def load_pair(options: dict, with_draft: bool = True, on_server_lost=devices.exi
 
     if options.get("drafter") == "ngram" and options["draft"] is None:
         with_draft = False  # nothing would use a chosen draft model
-    target_path, draft_path, reason = draft_for(options["target"], options["draft"] if with_draft else "none")
+    target_path, draft_path, reason = draft_for(options["target"], options["draft"] if with_draft else "none",
+                                                options.pop("draft_from", "--draft"))
     if not with_draft:
         draft_path, reason = None, "none (target only)" if options.get("drafter") != "ngram" else \
             "none (the ngram drafter needs no draft model)"
@@ -354,12 +355,14 @@ def loading_line(target: Path, draft: Path | None, load: LoadOptions) -> str:
     return f"localspec: loading {one('target', target, load.ngl_target)}{draft_part}"
 
 
-def draft_for(target: str | None, draft: str | None) -> tuple[Path, Path | None, str]:
-    """The target file, the draft file (None: none) and why that draft."""
+def draft_for(target: str | None, draft: str | None, given_by: str = "--draft") -> tuple[Path, Path | None, str]:
+    """The target file, the draft file (None: none) and why that draft; given_by: what gave draft."""
     from .. import pairing
 
     if draft is not None:
         target_path, draft_path = models.pair_files(target, draft)
+        if given_by != "--draft":
+            return target_path, draft_path, f"{'none' if draft_path is None else 'chosen'} by {given_by}"
         return target_path, draft_path, "--draft none" if draft_path is None else "given with --draft"
     name, paired = models.pair_names(target)
     if paired is not None:  # a catalog pair by name: both pulled if missing, as `models pull` would
@@ -415,6 +418,7 @@ def apply_profile(ctx: click.Context, kwargs: dict) -> None:
         updates, note = profile.merge_profile(choice, kwargs, explicit)
         if "draft" in updates:  # a draft file as --draft gives it; no draft: --draft none
             updates["draft"] = "none" if updates["draft"] is None else str(updates["draft"])
+            updates["draft_from"] = "the tune profile"  # load_pair's reason for it
         kwargs.update(updates)
         if kwargs.get("show_stats"):
             click.echo(note, err=True)

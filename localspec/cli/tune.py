@@ -32,7 +32,8 @@ from .options import JsonErrors, shared, user_errors
 @click.option("--budget", type=float, default=600, show_default=True, help="Seconds the whole run may take.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG of speedup vs gamma per candidate.")
 @click.option("--chat/--raw", default=None, help="Calibrate through the chat template (default for instruct models).")
-@shared("ngl_target", "device_target", "device_draft", "rpc", "threads", "ctx", "seed", seed={"default": 1})
+@shared("ngl_target", "device_target", "device_draft", "rpc", "threads", "ctx", "seed",
+        seed={"default": 1, "help": "Seed of the calibration runs' sampling (>= 0: every candidate is judged on the same draws)."})
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @user_errors
 def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompts_file, n_prompts, max_tokens,
@@ -50,7 +51,7 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
     from .. import prompts as prompt_sets, tune as tuning
 
     if plot:
-        tuning.check_plot()
+        tuning.check_plot(plot)
     options = tuning.TuneOptions(
         sampling=SamplingParams(temperature, top_k, top_p, min_p).validate(), max_tokens=max_tokens,
         p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: what a fixed γ drafts with (p_min_of)

@@ -3,6 +3,8 @@ its pick, table, summary, plot, JSON and profile."""
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -229,9 +231,21 @@ def _pyplot():
     return plt
 
 
-def check_plot() -> None:
-    """Raise TuneError now, not after the whole tune, when --plot cannot work."""
-    _pyplot()
+def check_plot(path: Path) -> None:
+    """Raise TuneError now, not after the whole tune, when --plot cannot work: no matplotlib, a
+    format it cannot write (by the file's extension; none is PNG), or a folder that is not there or
+    not writable."""
+    plt = _pyplot()
+    kind = path.suffix[1:].lower()
+    formats = plt.figure().canvas.get_supported_filetypes()
+    plt.close("all")
+    if kind and kind not in formats:
+        raise TuneError(f"--plot {path}: matplotlib cannot write .{kind} files; "
+                        f"use one of {', '.join('.' + k for k in sorted(formats))} (e.g. .png)")
+    folder = path.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise TuneError(f"Cannot write the plot {path} (the folder {folder} is not there or not writable); "
+                        "choose a writable --plot path")
 
 
 def measured_alpha(runs: Sequence[GenerationStats]) -> float | None:
