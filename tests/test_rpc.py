@@ -163,6 +163,23 @@ def test_rpc_server_says_when_the_port_is_taken():
         assert_one_line_error(invoke("rpc-server", "--port", s.getsockname()[1]), "choose another --port")
 
 
+@pytest.mark.parametrize("flags, fragments", [
+    (["--host", "::1"], ["--host ::1 is not an IPv4 address", "127.0.0.1"]),
+    (["--host", "192.0.2.1", "--allow-remote"], ["cannot listen on 192.0.2.1", "an address of this machine as --host"]),
+    (["--cache", "/proc/no/such"], ["--cache /proc/no/such", "writable folder"]),
+    (["--device", "CPU,CPU"], ["--device CPU,CPU names a device twice"]),
+])
+def test_rpc_server_names_the_flag_at_fault(flags, fragments):
+    # a host problem was told to "choose another --port"; --cache's was a bare errno line
+    assert_one_line_error(invoke("rpc-server", "--port", free_port(), *flags), *fragments)
+
+
+def test_rpc_server_listens_on_a_names_address():
+    # ggml's server takes numbers only: --host localhost printed its banner, then failed
+    from localspec.cli.devices_cmd import numeric_host
+    assert numeric_host("localhost") == "127.0.0.1" and numeric_host("127.0.0.2") == "127.0.0.2"
+
+
 # --- slow: the tiny model over a loopback server --------------------------------------------------------
 @needs_rpc
 def test_greedy_over_rpc_is_token_identical_to_local(server, server2, smol_f16):

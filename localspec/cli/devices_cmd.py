@@ -3,6 +3,7 @@ another localspec over ggml's RPC protocol)."""
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import signal
@@ -61,26 +62,45 @@ def rpc_server(host, port, threads, cache_dir, device_names, allow_remote):
 
     if not dv.supports_rpc():
         raise dv.LlamaError(dv.RPC_BUILD_FIX)
-    check_host(host, allow_remote)
-    served = dv.server_devices(split_names(device_names))
+    host = numeric_host(host)  # ggml's server takes an IPv4 address, not a name
+    remote = check_host(host, allow_remote)
+    names = split_names(device_names)
+    if names and len(set(names)) < len(names):
+        raise click.ClickException(f"--device {device_names} names a device twice; name each once")
+    served = dv.server_devices(names)
     if cache_dir:
-        Path(cache_dir).mkdir(parents=True, exist_ok=True)  # ggml writes its files there, it makes no folder
+        try:
+            Path(cache_dir).mkdir(parents=True, exist_ok=True)  # ggml writes its files there, it makes no folder
+        except OSError as e:
+            raise click.ClickException(f"--cache {cache_dir}: cannot make that folder ({e.strerror or e}); "
+                                       "choose a writable folder") from None
     check_port_free(host, port)
+    if remote:
+        click.echo(f"WARNING: listening on {host}: {LOOPBACK_HINT}. Use it only on a trusted network.", err=True)
     serve_forever(host, port, threads_of(threads), cache_dir, served)
 
 
-def check_host(host: str, allow_remote: bool) -> None:
-    """A non-loopback address needs --allow-remote, and then a warning."""
+def numeric_host(host: str) -> str:
+    """host as the IPv4 address ggml's RPC server listens on ('localhost' -> '127.0.0.1')."""
+    try:
+        return socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise click.ClickException(f"--host {host} is not an IPv4 address or a name of one "
+                                   f"({getattr(e, 'strerror', None) or e}); give one such as 127.0.0.1") from None
+
+
+def check_host(host: str, allow_remote: bool) -> bool:
+    """Whether host is not loopback (it then needs --allow-remote, and a warning once it listens)."""
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
     if loopback:
-        return
+        return False
     if not allow_remote:
         raise click.ClickException(f"--host {host} is not loopback and {LOOPBACK_HINT}; add --allow-remote "
                                    "to listen there anyway (only on a trusted network)")
-    click.echo(f"WARNING: listening on {host}: {LOOPBACK_HINT}. Use it only on a trusted network.", err=True)
+    return True
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -90,7 +110,10 @@ def check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as e:
-            raise click.ClickException(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port")
+            fix = "choose another --port" if e.errno == errno.EADDRINUSE else \
+                "give an address of this machine as --host" if e.errno == errno.EADDRNOTAVAIL else \
+                "check --host and --port"
+            raise click.ClickException(f"cannot listen on {host}:{port} ({e.strerror or e}); {fix}") from None
 
 
 def serve_forever(host: str, port: int, threads: int, cache_dir: str | None, served: list) -> None:
