@@ -201,12 +201,14 @@ def _hf_cache_models(cache: Path) -> list[Found]:
 
 
 def _unique(found: Iterable[Found]) -> list[Found]:
-    """found without a file already listed (compared by real path), order kept."""
+    """found without a file already listed (compared by real path), order kept; but every Ollama
+    name of a file is kept: Ollama's tags of one model (llama3.2:latest, llama3.2:3b, a copy made
+    with `ollama cp`) share its blob, and each is a name `ollama list` shows and users give."""
     seen, out = set(), []
     for f in found:
-        real = os.path.realpath(f.path)
-        if real not in seen:
-            seen.add(real)
+        key = (os.path.realpath(f.path), f.name if f.source == "ollama" else None)
+        if key not in seen:
+            seen.add(key)
             out.append(f)
     return out
 
@@ -221,7 +223,7 @@ def lookup(name: str) -> Path | None:
     for scan in (store_models, other_models):
         found = scan()
         for forms in (_name_forms, _file_forms):
-            hits = _unique(f for f in found if name in forms(f))
+            hits = list({os.path.realpath(f.path): f for f in found if name in forms(f)}.values())  # files, not names
             if len(hits) > 1:
                 matches = ", ".join(f"{f.name} ({f.source})" for f in hits)
                 raise models.ModelError(f"Model name '{name}' is ambiguous: it matches {matches}; "

@@ -155,6 +155,19 @@ def test_ollama_store_by_name_and_tag(monkeypatch, tmp_path):
     assert models.resolve_model("hf.co/Qwen/qwen2.5-coder:0.5b") == other
 
 
+def test_ollama_tags_of_one_blob_are_each_listed_and_resolved():
+    # llama3.2:latest and llama3.2:3b (or a model copied with `ollama cp`) share one blob; only the
+    # first name was kept, and `ollama list`'s other names were "Unknown model"
+    root = Path(os.environ["HOME"]) / ".ollama" / "models"
+    blob = ollama_model(root, "smol", "latest", b"same")
+    assert ollama_model(root, "smol", "135m", b"same") == blob
+    assert ollama_model(root, "coder", "v1", b"same", namespace="someone") == blob
+    assert named(discovery.find_models(all_sources=True)) == [
+        ("smol:135m", "ollama"), ("smol:latest", "ollama"), ("someone/coder:v1", "ollama")]
+    for name in ("smol", "smol:latest", "smol:135m", "someone/coder:v1"):
+        assert models.resolve_model(name) == blob
+
+
 def test_hugging_face_hub_cache(monkeypatch, tmp_path):
     cache = tmp_path / "hf" / "hub"
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # read now, not when huggingface_hub was imported
