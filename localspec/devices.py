@@ -183,7 +183,10 @@ def probe_server(endpoint: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         raise LlamaError(f"RPC server {endpoint} is unreachable ({e.strerror or e}); start "
                          f"`localspec rpc-server --port {port}` there, or fix --rpc") from None
     major, minor = reply[8], reply[9]
-    if reply[:8] != struct.pack("<Q", 4 + CAPS_SIZE) or major != RPC_MAJOR:
+    if reply[:8] != struct.pack("<Q", 4 + CAPS_SIZE):  # not the size of a HELLO reply: another service
+        raise LlamaError(f"{endpoint} answered, but not as a ggml RPC server (another service listens "
+                         "there); give the HOST:PORT of `localspec rpc-server` as --rpc")
+    if major != RPC_MAJOR:
         raise LlamaError(f"RPC server {endpoint} speaks protocol {major}.{minor}, this build {RPC_MAJOR}.x; "
                          "install the same localspec/llama-cpp-python version on both machines")
 

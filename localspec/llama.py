@@ -123,7 +123,7 @@ class Model:
         if not self.ptr:
             raise LlamaError(
                 f"llama.cpp could not load {self.path}: the file is truncated or corrupt, or its "
-                "architecture is unsupported; download it again (`localspec models pull`)"
+                "architecture is unsupported; download it again (a catalog model: `localspec models pull NAME`)"
             )
         self.vocab = lc.llama_model_get_vocab(self.ptr)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
@@ -319,7 +319,9 @@ def quantize(src: Path, dst: Path, quant: str, threads: int | None = None) -> No
     with held_interrupts():
         rc = lc.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
-        raise LlamaError(f"llama.cpp refused to convert {src} to {quant} (code {rc}); try another type")
+        raise LlamaError(f"llama.cpp refused to convert {src} to {quant} (code {rc}): the file may be "
+                         "truncated or corrupt (`localspec models check` tells), or cannot be re-stored as "
+                         f"{quant}; try another type")
 
 
 def quant_name(file_type: str | None) -> str:

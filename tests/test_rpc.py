@@ -174,6 +174,24 @@ def test_rpc_server_names_the_flag_at_fault(flags, fragments):
     assert_one_line_error(invoke("rpc-server", "--port", free_port(), *flags), *fragments)
 
 
+def test_an_rpc_endpoint_where_another_service_answers_is_named_as_such():
+    # an HTTP server's reply was read as "speaks protocol 32.52": install the same version, it said
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def answer():
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" + bytes(64))
+
+        threading.Thread(target=answer, daemon=True).start()
+        with pytest.raises(LlamaError, match=f"127.0.0.1:{port} answered, but not as a ggml RPC server"):
+            devices.probe_server(f"127.0.0.1:{port}", timeout_s=5)
+
+
 def test_rpc_server_listens_on_a_names_address():
     # ggml's server takes numbers only: --host localhost printed its banner, then failed
     from localspec.cli.devices_cmd import numeric_host

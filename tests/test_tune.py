@@ -446,6 +446,15 @@ def test_default_prompts_ship_with_the_package():
 
 # --- convert ------------------------------------------------------------------------------------
 
+def test_converting_a_truncated_file_says_it_may_be_truncated(smol_path, tmp_path):
+    # "try another type" alone, for a source no type could be made from
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(smol_path.read_bytes()[:1_000_000])
+    result = invoke("models", "convert", cut, "--quant", "q8_0", "--out", tmp_path / "out.gguf")
+    assert_one_line_error(result, "truncated or corrupt", "localspec models check")
+    assert not (tmp_path / "out.gguf").exists()
+
+
 def test_convert_writes_a_model_that_loads_and_generates(smol_path, tmp_path):
     out = tmp_path / "new" / "smol-q8.gguf"  # the folder is made
     result = invoke("models", "convert", smol_path, "--quant", "q8_0", "--out", out)
