@@ -50,6 +50,12 @@ def test_every_drafter_keeps_the_target_only_text(args, drafter):
     assert all(v["drafted"] > 0 for v in by.values())
 
 
+def test_gamma_zero_loads_no_draft_model(args):
+    # it loaded the draft (and took in the prompt with it) to draft nothing
+    out = generate_json("def add(a, b):", *args, "--temperature", "0", "-n", "8", "--gamma", "0")
+    assert out["draft"] is None and out["stats"]["time_s"]["draft_prefill"] == 0 and out["stats"]["drafted"] == 0
+
+
 def test_ngram_drafter_without_a_draft_model(fake_cli):
     common = [REPEATS, "--target", str(fake_cli.target), "--draft", "none", "--raw",
               "--temperature", "0", "-n", "32"]

@@ -38,7 +38,7 @@ def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json
     check_conflicts(click.get_current_context(), target_only, chat, system)  # before waiting on stdin
     prompt = read_prompt(prompt, prompt_flag, prompt_file)
     config = generation_config(options, gamma=0) if target_only else generation_config(options)
-    pair = load_pair(options, with_draft=not target_only)
+    pair = load_pair(options, with_draft=not target_only and config.gamma != 0)  # --gamma 0 drafts nothing
     try:
         use_chat = pair.is_instruct() if chat is None else chat
         tokens = pair.prompt_tokens(prompt, use_chat, system)
