@@ -210,6 +210,10 @@ def add_rpc_servers(endpoints: Sequence[str]) -> list[Device]:
     add = _rpc_proc("ggml_backend_rpc_add_server", ADD_SERVER)
     for endpoint in endpoints:
         parse_endpoint(endpoint)
+    twice = sorted({e for e in endpoints if list(endpoints).count(e) > 1})
+    if twice:
+        raise LlamaError(f"--rpc names {', '.join(twice)} twice: one server's devices would hold the "
+                         "target's layers as if they were two; name each server once")
     found = []
     for endpoint in endpoints:
         if endpoint in _added:  # this process may hold its one client connection: HELLO would wait

@@ -174,6 +174,12 @@ def test_rpc_server_names_the_flag_at_fault(flags, fragments):
     assert_one_line_error(invoke("rpc-server", "--port", free_port(), *flags), *fragments)
 
 
+def test_an_rpc_server_named_twice_is_refused(fake_cli):
+    # it was accepted, and placed as RPC0[...],RPC0[...]
+    result = invoke("generate", "hi", "-m", fake_cli.target, "-d", "none", "--rpc", "127.0.0.1:50052,127.0.0.1:50052")
+    assert_one_line_error(result, "--rpc names 127.0.0.1:50052 twice", "name each server once")
+
+
 def test_an_rpc_endpoint_where_another_service_answers_is_named_as_such():
     # an HTTP server's reply was read as "speaks protocol 32.52": install the same version, it said
     with socket.socket() as listener:
