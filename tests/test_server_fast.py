@@ -155,6 +155,15 @@ def test_a_field_of_the_wrong_json_type_is_refused_as_openai_refuses_it(http, fi
     assert r.json()["error"]["param"] == field and r.json()["error"]["code"] == "invalid_value"
 
 
+@pytest.mark.parametrize("options", [{"include_usage": "yes"}, {"include_usage": 1}, "usage"])
+def test_stream_options_of_the_wrong_type_are_refused(http, options):
+    # "yes" was taken for true, though every other field is strict
+    r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": QUESTION, "stream": True,
+                                                "stream_options": options})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].startswith("stream_options")
+
+
 @pytest.mark.parametrize("body, param, fragment", [
     ({"model": MODEL, "messages": [{"role": "user", "content": None}]}, "messages[0].content", "is required"),
     ({"model": MODEL, "messages": [{"role": "user"}]}, "messages[0].content", "is required"),

@@ -84,9 +84,9 @@ class Server:
             raise ApiError(400, str(e), param, e.code) from None
         except (GenerationError, LlamaError) as e:
             raise ApiError(400, str(e), param) from None
-        stream_options = req.stream_options or {}
+        include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
         shape = Shape(chat, self.model_id, None if config.logprobs is None else Logprobs(self.pair.target_model, chat),
-                      bool(req.stream and stream_options.get("include_usage")),
+                      include_usage,
                       Live(drafter, "auto" if config.gamma is None else str(config.gamma)))
         return shape, self.worker.submit(lambda cancel: self.pair.stream(tokens, config, cancel), shape.id)
 

@@ -57,6 +57,13 @@ class ApiError(Exception):
 
 
 
+class StreamOptions(BaseModel):
+    """stream_options: include_usage (a boolean, as OpenAI's); other fields accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    include_usage: bool | None = None
+
+
 class Options(BaseModel):
     """Fields both endpoints accept; fields in UNSUPPORTED are refused when they ask for something,
     other OpenAI fields (user, store, metadata, ...) are accepted and ignored. Types are strict, as
@@ -74,7 +81,7 @@ class Options(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool | None = None
-    stream_options: dict | None = None
+    stream_options: StreamOptions | None = None
     n: int | None = None
     gamma: int | str | None = None    # localspec: draft length, or "auto"
     drafter: str | None = None        # localspec: auto | model | ngram | hybrid
