@@ -420,6 +420,27 @@ def test_tune_seed_help_does_not_offer_a_random_seed():
     assert "-1" not in help_text.split("--seed")[1].split("--")[0]
 
 
+def test_a_draft_named_with_d_that_is_no_gguf_is_refused(store_pair, tmp_path):
+    # it was left out with a note and tune ran on (exit 0); a missing one was already an error
+    target, _ = store_pair
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("not a model")
+    assert_one_line_error(invoke("tune", "--target", target, "-d", bad, "--quants", "none"), "Not a GGUF file", "notes.gguf")
+
+
+def test_a_pick_only_predicted_keeps_a_confirmed_profile(store_pair):
+    # a run cut short by --budget replaced a measured, confirmed pick with an unconfirmed prediction
+    target, _ = store_pair
+    profile.save_profile(target, profile.Choice("ngram", None, 5, temperature=0.0, tokens_per_s=30.0,
+                                             target_only_tokens_per_s=20.0, confirmed=True))
+    result = invoke("tune", "--target", target, "--temperature", 0, "-n", 8, "--quants", "none", "--budget", 0.001,
+                    "--threads", 2, "--ctx", 512, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["profile_kept"] is True and "kept the confirmed profile" in result.stderr
+    kept = profile.load_profile(target, 0)
+    assert (kept.drafter, kept.gamma, kept.confirmed) == ("ngram", 5, True)
+
+
 def test_tune_bad_prompts_file(store_pair, tmp_path):
     target, _ = store_pair
     bad = tmp_path / "bad.jsonl"

@@ -56,21 +56,33 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
         sampling=SamplingParams(temperature, top_k, top_p, min_p).validate(), max_tokens=max_tokens,
         p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: what a fixed γ drafts with (p_min_of)
         gamma_max=gamma_max, budget_s=budget, seed=seed, chat=chat, load=tune_load(ctx, threads, ngl_target, device_target, device_draft, rpc),
-        quants=tuning.parse_quants(quants), drafts=tuple(models.resolve_model(d) for d in drafts)).validate()
+        quants=tuning.parse_quants(quants), drafts=tuple(map(given_draft, drafts))).validate()
     prompts = prompt_sets.load_prompts(prompts_file, n_prompts)
     target_path, _ = models.pair_files(target, "none")
     result = tuning.run_tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)
-    saved = result.save()
+    saved, kept = result.save()
     if plot:
         result.plot(plot)
+    if kept:
+        click.echo(f"localspec tune: {kept}", err=True)
     if as_json:
-        click.echo(json.dumps(result.to_dict(saved), indent=2))
+        click.echo(json.dumps({**result.to_dict(saved), "profile_kept": bool(kept)}, indent=2))
         return
     for line in result.skipped:
         click.echo(f"left out: {line}", err=True)
     click.echo(result.table())
     click.echo(result.summary())
     click.echo(f"profile: {saved}" + (f"\nplot: {plot}" if plot else ""))
+
+
+def given_draft(name: str) -> Path:
+    """A draft named with -d: a GGUF file, or a one-line error (one found in the store that is not
+    GGUF is left out of the candidates with a note; one the user names is a mistake)."""
+    from ..llama import check_gguf_file
+
+    path = models.resolve_model(name)
+    check_gguf_file(path)
+    return path
 
 
 def tune_load(ctx, threads, ngl_target, device_target, device_draft, rpc) -> LoadOptions:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..costmodel import PositionAcceptance
-from ..profile import Choice, describe, save_profile
+from ..profile import Choice, ProfileError, describe, load_profile, save_profile
 from ..stats import GenerationStats, pooled_verify
 from .candidates import Candidate
 from .options import TuneError, TuneOptions
@@ -172,9 +172,20 @@ class TuneResult:
                 "ratio": ratio, "ratio_measured": real, "draft_s": r.draft_s,
                 "pick": r is self.pick}
 
-    def save(self) -> Path:
-        """Save the pick as the target's profile, with the table and the measured target costs."""
-        return save_profile(self.target, self.choice(), self.row_dicts(), self.baseline.costs.to_dict())
+    def save(self) -> tuple[Path, str]:
+        """Save the pick as the target's profile, with the table and the measured target costs; return
+        where, and a note where a profile was kept instead: a pick only predicted (the budget left no
+        time to confirm it) does not replace one a run confirmed, for the same decoding mode."""
+        choice = self.choice()
+        if not choice.confirmed:
+            try:
+                saved = load_profile(self.target, choice.temperature)
+            except ProfileError:
+                saved = None  # unusable: replaced
+            if saved is not None and saved.confirmed:
+                return saved.path, (f"kept the confirmed profile of {saved.tuned_at} ({describe(saved)}): "
+                                    "this pick is only predicted; give a larger --budget to replace it")
+        return save_profile(self.target, choice, self.row_dicts(), self.baseline.costs.to_dict()), ""
 
     def to_dict(self, profile: Path | None = None) -> dict:
         """The result as JSON-ready data (what `tune --json` prints); profile: where it was saved."""
