@@ -9,6 +9,7 @@ and evaluate only the rest, so a new turn costs its new tokens, not the conversa
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from .planner import CostTracker, source_names, worth_preparing
 from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
 from .treeplan import MAX_BRANCHES
+
+OLLAMA_BLOB = re.compile(r"sha256-[0-9a-f]{64}")  # how Ollama names a model's file in its store
 
 
 @dataclass(frozen=True)
@@ -175,10 +178,14 @@ class Pair:
         return config.drafter
 
     def is_instruct(self) -> bool:
-        """True when the target has a chat template and calls itself instruct/chat."""
+        """True when the target has a chat template and calls itself instruct/chat, or is an Ollama
+        model's blob: its file is named by its hash, so there is no name to judge by, and Ollama
+        applies the template of every model that ships one."""
         m = self.target_model
+        if m.chat_template() is None:
+            return False
         name = f"{m.meta('general.name') or ''} {m.path.name}".lower()
-        return m.chat_template() is not None and ("instruct" in name or "chat" in name)
+        return "instruct" in name or "chat" in name or OLLAMA_BLOB.fullmatch(m.path.name) is not None
 
     def prompt_tokens(self, text: str, chat: bool, system: str | None = None) -> list[int]:
         """The prompt as target tokens, through the chat template when chat is set."""

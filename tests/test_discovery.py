@@ -288,3 +288,20 @@ def test_a_smaller_model_with_the_same_vocabulary_is_the_draft(smol_path, smol_q
     choice = pairing.choose_draft(smol_q4_0)
     assert choice.path is None and choice.reason.startswith(
         "no draft model: no installed model smaller than smol-q4_0.gguf shares its vocabulary")
+
+
+def test_an_ollama_blob_with_a_chat_template_is_chatted_with(smol_path, tmp_path):
+    # Ollama names a model's file by its hash, so "instruct" in the name cannot say it is one: it ran raw
+    # (an SmolLM2-Instruct answered "-look-at-the-world" to "hi"); Ollama applies any template it ships
+    from localspec.session import LoadOptions, Pair
+
+    blob = tmp_path / ("sha256-" + "ab" * 32)
+    renamed = tmp_path / "tiny.gguf"  # general.name says "Smollm2 135M ...": no name to go by
+    for link in (blob, renamed):
+        link.symlink_to(smol_path)
+    kinds = {}
+    for path in (blob, renamed):
+        pair = Pair(path, None, LoadOptions(n_ctx=128, threads=1))
+        kinds[path.name] = pair.is_instruct()
+        pair.close()
+    assert kinds == {blob.name: True, "tiny.gguf": False}
