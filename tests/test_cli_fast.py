@@ -50,6 +50,20 @@ def test_every_drafter_keeps_the_target_only_text(args, drafter):
     assert all(v["drafted"] > 0 for v in by.values())
 
 
+@pytest.mark.parametrize("flags, fragment", [(["--threads", "-2"], "-2 is not in the range x>=-1"),
+                                             (["-ngl", "-5"], "-5 layers: give 0 or more, or -1"),
+                                             (["-ngld", "x"], "'x' is not a whole number")])
+def test_negative_threads_and_layers_are_refused(args, flags, fragment):
+    # they were accepted silently; -1 keeps llama.cpp's meaning (the default threads, every layer)
+    assert_one_line_error(invoke("generate", "hi", *args, "-n", "2", *flags), fragment)
+
+
+def test_llama_cpps_minus_one_for_threads_and_layers(args, fake_cli):
+    generate_json("hi", *args, "-n", "2", "-t", "-1", "-ngld", "-1")
+    options = fake_cli.loaded[0].options
+    assert options.threads == -1 and options.ngl_draft == 999  # threads_of reads -1 as the default
+
+
 def test_gamma_zero_loads_no_draft_model(args):
     # it loaded the draft (and took in the prompt with it) to draft nothing
     out = generate_json("def add(a, b):", *args, "--temperature", "0", "-n", "8", "--gamma", "0")

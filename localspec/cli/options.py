@@ -17,7 +17,7 @@ from click.core import ParameterSource
 from .. import devices, models
 from ..config import DRAFTERS, GenerationConfig, GenerationError, check_environment, seed_from
 from ..llama import LlamaError
-from ..placement import check_names, split_names
+from ..placement import ALL_LAYERS, check_names, split_names
 from ..sampling import SamplingParams
 from ..session import LoadOptions, Pair
 
@@ -167,6 +167,20 @@ class OneLine(click.ParamType):
         return self.inner.get_metavar(param, *args, **kwargs)
 
 
+class GpuLayers(click.ParamType):
+    """Layers on the GPU: N >= 0, or -1 for every layer (llama.cpp's -ngl -1), read as ALL_LAYERS."""
+    name = "N"
+
+    def convert(self, value, param, ctx):
+        try:
+            layers = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+        if layers < -1:
+            self.fail(f"{value} layers: give 0 or more, or -1 (or {ALL_LAYERS}) for every layer", param, ctx)
+        return ALL_LAYERS if layers == -1 else layers
+
+
 class TensorSplit(click.ParamType):
     """'3,1' -> (3.0, 1.0): non-negative shares, not all zero."""
     name = "shares"
@@ -219,10 +233,10 @@ FLAGS = {
                    help="Target: a model name (`models list --all`) or .gguf path (default: the default pair's)."),
     "draft": flag("-d", "--draft", "-md", "--model-draft", envvar="LOCALSPEC_DRAFT",
                   help="Draft: a model name, .gguf path, or 'none' (default: chosen for the target, named on stderr)."),
-    "ngl_target": flag("-ngl", "--ngl-target", "--n-gpu-layers", type=click.IntRange(0), default=LOAD["ngl_target"],
-                       help="Target layers on the GPU (999: all)."),
-    "ngl_draft": flag("-ngld", "--ngl-draft", "--n-gpu-layers-draft", type=click.IntRange(0), default=LOAD["ngl_draft"],
-                      help="Draft layers on the GPU (999: all)."),
+    "ngl_target": flag("-ngl", "--ngl-target", "--n-gpu-layers", type=GpuLayers(), default=LOAD["ngl_target"],
+                       help="Target layers on the GPU (-1 or 999: all)."),
+    "ngl_draft": flag("-ngld", "--ngl-draft", "--n-gpu-layers-draft", type=GpuLayers(), default=LOAD["ngl_draft"],
+                      help="Draft layers on the GPU (-1 or 999: all)."),
     "device_target": flag("-dev", "--device-target", "--device", envvar="LOCALSPEC_DEVICE_TARGET",
                           help="Devices for the target's layers, comma-separated (`localspec devices`; CPU: none)."),
     "device_draft": flag("-devd", "--device-draft", envvar="LOCALSPEC_DEVICE_DRAFT",
@@ -232,8 +246,8 @@ FLAGS = {
     "tensor_split": flag("-ts", "--tensor-split", type=TensorSplit(),
                          help="The target's share of layers per device, in --device-target order, e.g. 3,1 "
                          "(default: by free memory)."),
-    "threads": flag("-t", "--threads", type=click.IntRange(0), default=LOAD["threads"],
-                    help="CPU threads (default, or 0: all cores, at most 8)."),
+    "threads": flag("-t", "--threads", type=click.IntRange(-1), default=LOAD["threads"],
+                    help="CPU threads (default, or -1 or 0: all cores, at most 8)."),
     "ctx": flag("-c", "--ctx", "--ctx-size", type=int, default=LOAD["n_ctx"],
                 help="Context size in tokens (0: the length the model was trained for, as llama.cpp takes it)."),
     "gamma": flag("-g", "--gamma", "--draft-max", type=AutoOr(int, "auto|N", "a whole number"), default="auto",
