@@ -238,12 +238,16 @@ def test_an_interrupt_raised_inside_a_llama_callback_stops_the_command_once_the_
 
     callback = ctypes.CFUNCTYPE(None)(lambda: os.kill(os.getpid(), signal.SIGINT))
     went_on = []
-    with pytest.raises(KeyboardInterrupt):
-        with held_interrupts():
-            callback()
-            went_on.append(True)  # the call itself finishes ...
-    assert went_on  # ... and the interrupt comes after it
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as an interactive process has it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with held_interrupts():
+                callback()
+                went_on.append(True)  # the call itself finishes ...
+        assert went_on  # ... and the interrupt comes after it
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)  # a background run (CI's, nohup) ignores Ctrl-C
 
 
 def test_a_model_load_interrupted_is_told_to_stop_and_raises(smol_path, monkeypatch):
@@ -261,8 +265,12 @@ def test_a_model_load_interrupted_is_told_to_stop_and_raises(smol_path, monkeypa
         return None
 
     monkeypatch.setattr(llama.lc, "llama_model_load_from_file", load)
-    with pytest.raises(KeyboardInterrupt):
-        Model(smol_path)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as an interactive process has it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Model(smol_path)
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert answers == [False]
 
 
@@ -282,3 +290,19 @@ def test_sigterm_stops_a_command_as_ctrl_c_does(monkeypatch):
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_an_ignored_interrupt_stays_ignored_through_a_llama_call():
+    # nohup and background jobs ignore Ctrl-C; holding it would turn it on for the call
+    import os
+    import signal
+
+    from localspec.llama import held_interrupts
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with held_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

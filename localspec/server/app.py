@@ -7,7 +7,9 @@ import asyncio
 import errno
 import logging
 import re
+import signal
 import socket
+import threading
 from contextlib import asynccontextmanager
 from typing import Callable
 
@@ -304,6 +306,10 @@ def serve(pair: Pair, defaults: GenerationConfig, host: str = "127.0.0.1", port:
     sock = sock or bind(host, port)
     if outage is not None:
         outage.sock = sock  # handed to the re-executed serve
+    # uvicorn captures Ctrl-C and SIGTERM while it serves, then raises them again to the handlers it
+    # found: SIGTERM's default ends the process as a terminated one, not the CLI's KeyboardInterrupt
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     Uvicorn(config, app.state.server.worker).run(sockets=[sock])
 
 
