@@ -465,12 +465,8 @@ class CostTracker:
         # files from before catch-ups were priced as batches hold a mean per token, first token included:
         # more than a further token costs (the safe side), and this run's own catch-ups soon replace it
         _load_ema(t.catchup_s, data.get("catchup_s", [None, 0]))
-        t.idle_s = float(data.get("idle_s", 0.0))
-        if not (math.isfinite(t.idle_s) and t.idle_s >= 0.0):
-            raise ValueError("the draft's idle seconds must be finite and not negative")
-        t.pricings = [float(s) for s in data.get("pricings", [])]  # older files: none
-        if not all(math.isfinite(s) and s >= 0.0 for s in t.pricings):
-            raise ValueError("a pricing's seconds must be finite and not negative")
+        t.idle_s = _measured(data.get("idle_s", 0.0))
+        t.pricings = [_measured(s) for s in data.get("pricings", [])]  # older files: none
         # The plain step is measured afresh by the first steps of each process: while drafting pays,
         # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
         # Only the decision to load a draft at all reads it (saved_verify, may_pay).
@@ -520,14 +516,21 @@ def _overall(counts: PositionAcceptance, prior: float, weight: float) -> float:
 
 
 def _load_ema(ema: Ema, saved: Sequence) -> None:
-    """A saved average, weighing as one sample: this run's own measurements soon replace it. Every
-    average saved is of seconds or tokens: one that is not finite or is negative (a file edited or
-    damaged) is refused (ValueError), and the whole file with it, as a file that does not parse."""
+    """A saved average, weighing as one sample: this run's own measurements soon replace it."""
     value, n = saved
-    value = None if value is None else float(value)
-    if value is not None and not (math.isfinite(value) and value >= 0.0) or int(n) < 0:
-        raise ValueError(f"a saved average must be finite and not negative (got {saved!r})")
-    ema.load(value, int(n))
+    if int(n) < 0:
+        raise ValueError(f"a saved average over {n} samples")
+    ema.load(None if value is None else _measured(value), int(n))
+
+
+def _measured(value) -> float:
+    """A saved measurement as a float. Every one is of seconds or tokens: one that is not finite or
+    is negative (a file edited or damaged) is refused (ValueError), and the whole file with it, as a
+    file that does not parse."""
+    value = float(value)
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ValueError(f"a saved measurement must be finite and not negative (got {value})")
+    return value
 
 
 def _scaled(rows: Sequence[Sequence[int]], max_count: int) -> list[list[int]]:
