@@ -128,40 +128,40 @@ def _choice_of(entry: dict, path: Path) -> Choice:
     Each value must be of the type and range tune writes (ValueError): an edited or damaged one
     was a traceback later (a speed as a string) or read as something else (γ 3.7 as 3)."""
     draft = (path.parent / entry["draft"]) if entry["draft"] else None
-    p_min = _number(entry, "p_min", 0.0, 1.0, optional=True)
-    return Choice(entry["drafter"], draft, _count(entry, "gamma", optional=True), _count(entry, "ngl_draft", 0),
-                  _number(entry, "temperature", 0.0), p_min,
-                  _speed(entry, "tokens_per_s"), _speed(entry, "target_only_tokens_per_s"),
-                  _typed(entry, "confirmed", bool, True), _typed(entry, "tuned_at", str, ""), path)
+    return Choice(entry["drafter"], draft, _optional(_whole, "gamma", entry["gamma"]),
+                  _whole("ngl_draft", entry.get("ngl_draft", 0)), _number("temperature", entry["temperature"], 0.0),
+                  _optional(_number, "p_min", entry.get("p_min"), 0.0, 1.0),
+                  _optional(_speed, "tokens_per_s", entry.get("tokens_per_s")),
+                  _optional(_speed, "target_only_tokens_per_s", entry.get("target_only_tokens_per_s")),
+                  _typed("confirmed", entry.get("confirmed", True), bool),
+                  _typed("tuned_at", entry.get("tuned_at", ""), str), path)
 
 
-def _typed(entry: dict, key: str, kind: type, default):
-    value = entry.get(key, default)
+def _optional(check, key: str, value, *bounds):
+    """None, or value as check(key, value, *bounds) takes it."""
+    return None if value is None else check(key, value, *bounds)
+
+
+def _typed(key: str, value, kind: type):
     if not isinstance(value, kind):
         raise ValueError(f"{key} is {value!r}, not a {kind.__name__}")
     return value
 
 
-def _count(entry: dict, key: str, default: int | None = None, optional: bool = False) -> int | None:
-    value = entry.get(key, default) if not optional else entry[key]
-    if value is None and optional:
-        return None
+def _whole(key: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{key} is {value!r}, not a whole number >= 0")
     return value
 
 
-def _speed(entry: dict, key: str) -> float | None:
-    speed = _number(entry, key, 0.0, optional=True)
+def _speed(key: str, value) -> float:
+    speed = _number(key, value, 0.0)
     if speed == 0.0:
         raise ValueError(f"{key} is 0")
     return speed
 
 
-def _number(entry: dict, key: str, low: float, high: float = math.inf, optional: bool = False) -> float | None:
-    value = entry.get(key)
-    if value is None and optional:
-        return None
+def _number(key: str, value, low: float, high: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high \
             or not math.isfinite(value):
         raise ValueError(f"{key} is {value!r}, not a number from {low:g}" + (f" to {high:g}" if high < math.inf else ""))
