@@ -92,7 +92,7 @@ def numeric_host(host: str) -> str:
 def check_host(host: str, allow_remote: bool) -> bool:
     """Whether host is not loopback (it then needs --allow-remote, and a warning once it listens)."""
     try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        loopback = ipaddress.ip_address(host).is_loopback  # numeric: resolved by numeric_host
     except ValueError:
         loopback = False
     if loopback:

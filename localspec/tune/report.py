@@ -246,10 +246,10 @@ def check_plot(path: Path) -> None:
     """Raise TuneError now, not after the whole tune, when --plot cannot work: no matplotlib, a
     format it cannot write (by the file's extension; none is PNG), or a folder that is not there or
     not writable."""
-    plt = _pyplot()
-    kind = path.suffix[1:].lower()
-    formats = plt.figure().canvas.get_supported_filetypes()
-    plt.close("all")
+    _pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kind, formats = path.suffix[1:].lower(), FigureCanvasBase.get_supported_filetypes()  # what savefig writes
     if kind and kind not in formats:
         raise TuneError(f"--plot {path}: matplotlib cannot write .{kind} files; "
                         f"use one of {', '.join('.' + k for k in sorted(formats))} (e.g. .png)")
