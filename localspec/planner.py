@@ -764,7 +764,8 @@ class Planner:
         rule drafts (CostTracker.draft_stop): along the measured slope, where two rows cost two plain
         steps, no probe past one token would ever fit the budget's grace; and wider ones no cheaper
         a row than the widest measured (VerifyCurve.next_width), so that the loss the budget admits
-        bounds what the probe may lose. It is priced only for the γ that could be taken: a drafter
+        bounds what the probe may lose; where none that could win fits and the step would be plain,
+        the first size past the widest measured is probed alone (_stepping_stone). It is priced only for the γ that could be taken: a drafter
         that cannot beat the known choice even optimistically, as on text it does not draft well,
         costs the step one estimate, not three. A draft cost that rests
         on too few steps to be trusted (CostTracker.optimistic_draft_s) is measured again by a
@@ -805,11 +806,32 @@ class Planner:
         for gamma in range(1, offer.gamma + 1):
             if rates[gamma] > max(best.rate, floor) and self._affords(offer.source, loss(gamma), plain_s):
                 best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
+        step = self._stepping_stone(tracker, offer, rates, floor) if followed else 0
+        if not best.gamma and step and self._affords(offer.source, loss(step), plain_s):
+            return best._replace(gamma=step, rate=hope_best)
         if not best.gamma and not tracker.cost_trusted() and self._affords(offer.source, loss(1), plain_s):
             return best._replace(gamma=1, rate=hope_best)  # measures the draft's cost again (below)
         if not best.gamma and self._first_look(offer):
             return best._replace(gamma=1, rate=hope_best)
         return best
+
+    @staticmethod
+    def _stepping_stone(tracker: CostTracker, offer: Choice, rates: Sequence[float], floor: float) -> int:
+        """The γ whose verify is the first size past the widest measured, where a wider γ of the
+        offer hopes to beat floor and this one does not, in a bucket already judged; 0 where there is
+        none (a bucket never judged has its first look, _first_look). A probe that only measures the
+        next size, taken where the step would otherwise be plain (a drafting step measures its own).
+        Beyond the widest measured size a probe's loss is priced no cheaper a row than that size
+        (VerifyCurve.next_width), so where that size came out slow (a stall), every wider γ that
+        could win was priced out of the budget, and the first size past it, cheap to try, was never
+        tried because on its own it could not win: at the H200's costs (a 2-row verify 2.8 plain
+        steps, a row beyond little), one slow 3-row sample held a hybrid at plain decoding for every
+        reply of a simulated copy set (tests/plannersim.py). Measured, the next size prices the
+        wider ones by its own cost a row."""
+        gamma = max(tracker.verify.points, default=0)
+        if not 0 < gamma < offer.gamma or rates[gamma] > floor or not tracker.judged(offer.bucket):
+            return 0
+        return gamma if max(rates[gamma + 1 : offer.gamma + 1], default=0.0) > floor else 0
 
     def _widest(self, offer: Choice) -> int:
         """The widest offer the n-gram lookup may make in offer's bucket for the rest of the generation

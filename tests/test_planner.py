@@ -474,6 +474,30 @@ def test_one_slow_sample_at_the_widest_verify_does_not_price_wider_copies_out():
     assert tracker.verify_seconds(40) == pytest.approx(0.755)  # a known choice still reads the sample
 
 
+def test_one_slow_sample_just_past_the_trusted_sizes_does_not_keep_a_gpu_copy_plain():
+    # At the H200's costs (a plain step 1.81 ms, 2 rows 5.0: the first row past one takes another
+    # kernel, and a row beyond costs little), a copy's one 3-row verify came 56% slow (8.19 ms). A
+    # probe wider than that size is priced no cheaper a row than it (2.7 ms, more than a plain step:
+    # every width that could win lost more than the budget), and the 4-row probe, within it, could
+    # not win on its own: the lookup stayed plain for every reply of a copy set. The probe that only
+    # measures the next size is taken; measured at its real 5.5 ms, the wide copies pay.
+    ngram, tracker = Named("ngram"), CostTracker()
+    measure_plain(tracker, 0.00181)
+    bucket = match_bucket(64)
+    for _ in range(3):
+        tracker.record(1, 1, 0.0, 0.0050, 0.0, bucket=bucket)
+    tracker.record(2, 2, 0.0, 0.00819, 0.0, bucket=bucket)
+    for _ in range(100):  # what plain steps taught of the copy's guesses (Planner._shadow_step)
+        tracker.record_acceptance(8, 8, bucket)
+    planner = Planner([(ngram, tracker)], GenerationConfig(gamma=None, sampling=GREEDY))
+    ngram.last_match = 64
+    plan = planner.plan([1] * 300, 127)
+    assert planner.explored == 1 and plan.gamma == 3  # verified in 4 rows: the first size not measured
+    planner.record(plan, Proposal([0] * 3, []), 3, 0.0, 0.0055, 0.0)
+    plan = planner.plan([1] * 304, 123)
+    assert plan.gamma >= 8
+
+
 def test_the_verify_of_any_width_teaches_every_source():
     ngram, model = CostTracker(), CostTracker()
     planner = Planner([(NGramDrafter(), ngram), (NGramDrafter(), model)], GenerationConfig())
@@ -1565,6 +1589,26 @@ def test_one_stalled_first_wide_verify_does_not_hold_copies_short_for_good():
     runs = [run_set(COPY, ["ngram"], stalled(curve(H200_LIGHT)), 0.0, seed=s) for s in SEEDS]
     assert mean_ratio(runs) >= 2.4
     assert np.median([max(run[-1].gammas) for run in runs]) >= 30
+
+
+def test_one_slow_3_row_verify_does_not_keep_a_hybrid_plain_on_gpu_copies():
+    # At the H200's costs, the hybrid's first 3-row verify (a 2-token probe) stalled to 1.56 times
+    # its cost. Every wider lookup probe was then priced no cheaper a row than it, dearer than plain
+    # decoding, and the hybrid stayed plain for 4 of these 6 copy sets (0.99x, where the lookup
+    # alone ran 2.0-3.0x). A probe that only measures the next size frees it (_stepping_stone).
+    def stalled(verify):
+        stalls = []
+
+        def seconds(k: int) -> float:
+            if k == 3 and not stalls:
+                stalls.append(k)
+                return verify(k) * 1.56
+            return verify(k)
+        return seconds
+
+    runs = [run_set(COPY, ["ngram", "model"], stalled(curve(H200_LIGHT)), 0.5, seed=s) for s in SEEDS]
+    assert min(set_ratio(r) for r in runs) >= 1.8
+    assert mean_ratio(runs) >= 2.2
 
 
 def test_a_choice_that_keeps_losing_rests_twice_as_long_each_time_until_a_step_drafts():
