@@ -578,7 +578,7 @@ class Planner:
         probes = []
         for c in live:
             t0 = self.clock()
-            probes.append(self._probe(c, best.rate, plain_s, followed=best.source is None))
+            probes.append(self._probe(c, best.rate, plain_s, followed=best.source is None, known=best.gamma))
             priced[c.source] += self.clock() - t0
         probe = max(probes, key=lambda c: c.rate, default=None)
         # the probe beat the known choice by min_gain (_probe)
@@ -755,7 +755,8 @@ class Planner:
         a hybrid no more than the gap expected before the lookup's next run (LookupRuns)."""
         return min(self._room + 1 if left is None else left, GRACE_STEPS, self._runs.gap())
 
-    def _probe(self, offer: Choice, r_best: float, plain_s: float, followed: bool = False) -> Choice:
+    def _probe(self, offer: Choice, r_best: float, plain_s: float, followed: bool = False,
+               known: int = 0) -> Choice:
         """The γ ≤ offer's limit with the most optimistic tokens/s, if that beats r_best by the
         tracker's min_gain and its predicted loss fits the budget (rate 0 where none does); one token
         while the drafter's cost is unmeasured, so that a draft dearer than predicted can cost at most
@@ -764,8 +765,9 @@ class Planner:
         rule drafts (CostTracker.draft_stop): along the measured slope, where two rows cost two plain
         steps, no probe past one token would ever fit the budget's grace; and wider ones no cheaper
         a row than the widest measured (VerifyCurve.next_width), so that the loss the budget admits
-        bounds what the probe may lose; where none that could win fits and the step would be plain,
-        the first size past the widest measured is probed alone (_stepping_stone). It is priced only for the γ that could be taken: a drafter
+        bounds what the probe may lose; where none that could win fits, the first size past the
+        widest measured is probed alone (_stepping_stone) unless the known choice (known: its γ)
+        already drafts as wide. It is priced only for the γ that could be taken: a drafter
         that cannot beat the known choice even optimistically, as on text it does not draft well,
         costs the step one estimate, not three. A draft cost that rests
         on too few steps to be trusted (CostTracker.optimistic_draft_s) is measured again by a
@@ -806,8 +808,8 @@ class Planner:
         for gamma in range(1, offer.gamma + 1):
             if rates[gamma] > max(best.rate, floor) and self._affords(offer.source, loss(gamma), plain_s):
                 best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
-        step = self._stepping_stone(tracker, offer, rates, floor) if followed else 0
-        if not best.gamma and step and self._affords(offer.source, loss(step), plain_s):
+        step = self._stepping_stone(tracker, offer, rates, floor)
+        if not best.gamma and step > known and self._affords(offer.source, loss(step), plain_s):
             return best._replace(gamma=step, rate=hope_best)
         if not best.gamma and not tracker.cost_trusted() and self._affords(offer.source, loss(1), plain_s):
             return best._replace(gamma=1, rate=hope_best)  # measures the draft's cost again (below)
@@ -820,7 +822,7 @@ class Planner:
         """The γ whose verify is the first size past the widest measured, where a wider γ of the
         offer hopes to beat floor and this one does not, in a bucket already judged; 0 where there is
         none (a bucket never judged has its first look, _first_look). A probe that only measures the
-        next size, taken where the step would otherwise be plain (a drafting step measures its own).
+        next size.
         Beyond the widest measured size a probe's loss is priced no cheaper a row than that size
         (VerifyCurve.next_width), so where that size came out slow (a stall), every wider γ that
         could win was priced out of the budget, and the first size past it, cheap to try, was never
