@@ -82,6 +82,16 @@ def hf_cache_dir() -> Path:
     return Path(os.path.expandvars(home)).expanduser() / "hub"
 
 
+def kept_by_app(path: Path) -> bool:
+    """Whether path (as given or with its links followed) lies in a folder another app manages:
+    Ollama's store, the Hugging Face cache or LM Studio's models. localspec reads those apps' files
+    and writes none of its own among them (profile.profile_path)."""
+    roots = [r.absolute() for r in (*ollama_dirs(), hf_cache_dir(), *lmstudio_dirs())]
+    roots += [r.resolve() for r in roots]
+    given = Path(path).absolute()
+    return any(p.is_relative_to(r) for p in (given, given.resolve()) for r in roots)
+
+
 def extra_dirs() -> list[Path]:
     """The folders in $LOCALSPEC_MODEL_DIRS (separated by os.pathsep)."""
     return [Path(p).expanduser() for p in os.environ.get("LOCALSPEC_MODEL_DIRS", "").split(os.pathsep) if p.strip()]

@@ -1,4 +1,5 @@
-"""Tune profiles: what `localspec tune` chose for a target, saved beside it as '<file>.tune.json'.
+"""Tune profiles: what `localspec tune` chose for a target, saved beside it as '<file>.tune.json'
+(a model another app keeps: in the store, profile_path).
 
 A profile keeps one entry per decoding mode (greedy, sampled): acceptance differs between them.
 Commands that load the target take the settings the user did not give from the entry of their mode.
@@ -6,6 +7,7 @@ Commands that load the target take the settings the user did not give from the e
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -14,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from . import models
+from . import discovery, models
 
 PROFILE_SUFFIX = ".tune.json"
 PROFILE_VERSION = 1
@@ -61,8 +63,15 @@ def describe(choice: Choice) -> str:
 
 
 def profile_path(target: Path) -> Path:
-    """A target's profile: beside it, '<target file name>.tune.json'."""
-    return Path(target).with_name(Path(target).name + PROFILE_SUFFIX)
+    """A target's profile: beside it, '<target file name>.tune.json'; for a file another app keeps
+    (discovery.kept_by_app: Ollama, the Hugging Face cache, LM Studio), in the store's .profiles
+    folder, its name led by a digest of the file's real path. Beside a model of Ollama's, a profile
+    lay among its blobs, which Ollama empties of every file not named as a blob when it starts."""
+    target = Path(target)
+    if discovery.kept_by_app(target):
+        digest = hashlib.sha256(str(target.resolve()).encode()).hexdigest()[:16]
+        return models.store_dir() / ".profiles" / f"{digest}-{target.name}{PROFILE_SUFFIX}"
+    return target.with_name(target.name + PROFILE_SUFFIX)
 
 
 def mode_of(temperature: float) -> str:

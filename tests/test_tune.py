@@ -22,6 +22,7 @@ from localspec.tune import candidates, measure, report, run_tune, tuner
 from localspec.tune.options import TuneError, TuneOptions, parse_quants
 from localspec.tune.replay import Costs, Run, model_guess, ngram_guess, overlap, replay
 from clitools import assert_one_line_error, invoke
+from test_discovery import hf_cached, ollama_model
 
 SMALL = dict(max_tokens=16, gamma_max=3, confirm=3, budget_s=None, load=LoadOptions(n_ctx=512, threads=2))
 PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n", "The capital of France is"]
@@ -272,6 +273,27 @@ def test_profile_round_trip(fake_pair):
     profile.save_profile(target, profile.Choice("ngram", None, 5, temperature=0.7))
     assert profile.load_profile(target, 0.7).drafter == "ngram" and profile.load_profile(target, 0).drafter == "model"
     assert json.loads(path.read_text())["modes"]["greedy"]["draft"] == "draft.gguf"  # relative: the store may move
+
+
+def test_a_profile_for_another_apps_model_is_kept_in_the_store(isolated_store, monkeypatch, tmp_path):
+    # Beside an Ollama model the profile lay among Ollama's blobs, which Ollama empties of every file
+    # not named as a blob when it starts (and the service's folder is not the user's to write).
+    ollama, hf = tmp_path / "ollama", tmp_path / "hf"
+    monkeypatch.setenv("OLLAMA_MODELS", str(ollama))
+    monkeypatch.setenv("HF_HUB_CACHE", str(hf))
+    blob = ollama_model(ollama, "smol", "latest", b" target" * 8)
+    snapshot = hf_cached(hf, "org/smol-GGUF", "smol.gguf", b" other" * 8)
+    before = {p: sorted(p.rglob("*")) for p in (ollama, hf)}
+    for target, drafter in ((blob, "ngram"), (snapshot, "none")):
+        path = profile.save_profile(target, profile.Choice(drafter, None, 4 if drafter == "ngram" else None))
+        assert path.parent == isolated_store / ".profiles" and path == profile.profile_path(target)
+        assert profile.load_profile(target, 0).drafter == drafter
+    assert profile.profile_path(blob) != profile.profile_path(snapshot)
+    assert {p: sorted(p.rglob("*")) for p in (ollama, hf)} == before  # nothing written among their files
+    mine = tmp_path / "mine" / "smol.gguf"  # a folder of the user's own: beside the file, as before
+    mine.parent.mkdir()
+    mine.write_bytes(b"GGUF mine")
+    assert profile.save_profile(mine, profile.Choice("ngram", None, 4)) == mine.parent / "smol.gguf.tune.json"
 
 
 def test_unusable_profiles_are_named(fake_pair, tmp_path):
