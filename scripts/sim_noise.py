@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The real Planner in the decode-loop simulator (tests/plannersim.py) with noisy verify costs, and how
+far apart two runs of ONE planner land when only that noise differs.
+
+Each verify takes its curve's seconds times a lognormal factor (--sd, 8% by default, as one verify
+varies on a quiet 2-core CPU) and, with probability --stall-p, a further --stall-f (a stall). Each
+seed is a set of --replies replies with trackers kept across them (a process answering a prompt set).
+For every seed the lookup runs twice, each with its own noise stream (A and B), and the hybrid once
+with a third: hybrid / A shows what the hybrid's choices cost, A / B what the noise alone moves a
+planner's result by. Ratios are plain decoding's seconds (the curve's one-row cost a token, times the
+noise's mean factor, as plain steps under the same noise take on average) over the simulated seconds.
+
+    python scripts/sim_noise.py --curve h200 --set copy --seeds 40
+    python scripts/sim_noise.py --curve epyc --set prose --sd 0 --stall-p 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from plannersim import COPY, EPYC_TILED, H200_LIGHT, PROSE, curve, generate  # noqa: E402
+
+CURVES = {"epyc": EPYC_TILED, "h200": H200_LIGHT}
+SETS = {"copy": COPY, "prose": PROSE}
+
+
+def noisy(verify, rng: np.random.Generator, sd: float, stall_p: float, stall_f: float):
+    """verify's seconds times a lognormal factor, and stall_f more with probability stall_p."""
+    def seconds(k: int) -> float:
+        t = verify(k) * float(np.exp(rng.normal(0.0, sd)))
+        return t * stall_f if rng.random() < stall_p else t
+    return seconds
+
+
+def run_set(regions, kinds, verify, args, seed: int, noise_seed: int) -> float:
+    """One process's replies: plain seconds over simulated seconds, over the set."""
+    timed = noisy(verify, np.random.default_rng(noise_seed), args.sd, args.stall_p, args.stall_f)
+    trackers: dict = {}
+    plain = spent = 0.0
+    mean_factor = np.exp(args.sd ** 2 / 2) * (1 + args.stall_p * (args.stall_f - 1))
+    for i in range(args.replies):
+        r = generate(regions, kinds, trackers, timed, args.draft_ratio, 1000 * seed + i)
+        plain += r.tokens * verify(1) * mean_factor
+        spent += r.seconds
+    return plain / spent
+
+
+def summary(name: str, values) -> str:
+    x = np.asarray(values)
+    return (f"| {name} | {x.mean():.3f} | {np.percentile(x, 10):.3f} | {x.min():.3f} | "
+            f"{(x < 0.99).mean():.0%} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--curve", choices=sorted(CURVES), default="epyc")
+    parser.add_argument("--set", choices=sorted(SETS), default="copy")
+    parser.add_argument("--seeds", type=int, default=40)
+    parser.add_argument("--replies", type=int, default=12, help="replies a set (default 12: 4 prompts x 3 rounds)")
+    parser.add_argument("--sd", type=float, default=0.08, help="a verify's lognormal noise (default 0.08)")
+    parser.add_argument("--stall-p", type=float, default=0.05, help="chance of a stall a verify (default 0.05)")
+    parser.add_argument("--stall-f", type=float, default=1.35, help="a stall's factor (default 1.35)")
+    parser.add_argument("--draft-ratio", type=float, default=0.5, help="a draft token / a plain step (default 0.5)")
+    args = parser.parse_args()
+    verify, regions = curve(CURVES[args.curve]), SETS[args.set]
+    a, b, h = [], [], []
+    for s in range(args.seeds):
+        a.append(run_set(regions, ["ngram"], verify, args, s, 1 + s))
+        b.append(run_set(regions, ["ngram"], verify, args, s, 5000 + s))
+        h.append(run_set(regions, ["ngram", "model"], verify, args, s, 9000 + s))
+    a, b, h = map(np.asarray, (a, b, h))
+    print(f"{args.curve} curve, {args.set} set, {args.seeds} seeds x {args.replies} replies, noise sd {args.sd}, "
+          f"stalls {args.stall_p:.0%} x {args.stall_f}")
+    print("| per seed | mean | 10th percentile | least | below 0.99 |")
+    print("|---|---|---|---|---|")
+    for name, values in (("lookup A vs plain", a), ("hybrid vs plain", h), ("hybrid / lookup A", h / a),
+                         ("lookup A / lookup B (noise alone)", a / b)):
+        print(summary(name, values))
+
+
+if __name__ == "__main__":
+    main()
