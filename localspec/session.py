@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from . import warmstart
+from . import models, warmstart
 from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import Drafter, ModelDrafter, NGramDrafter
@@ -366,17 +366,20 @@ class Chat:
         if not isinstance(raw, list):
             raise GenerationError(f"{path} is not a conversation that /save wrote (no 'messages' list)")
         messages = check_messages(raw)
+        self.system = None  # the saved conversation's own system prompt, or none: it is resumed as saved
         if messages and messages[0]["role"] == "system":
             self.system, messages = messages[0]["content"], messages[1:]
         self.messages, self.replies = messages, []
         return len(messages)
 
     def save(self, path: str | Path) -> Path:
-        """Write the conversation and per-turn stats to a JSON file; return its path."""
+        """Write the conversation and per-turn stats to a JSON file, atomically (a write that fails
+        leaves the file as it was); return its path."""
         path = Path(path).expanduser()
         system = [{"role": "system", "content": self.system}] if self.system else []
         data = {"target": str(self.pair.target_model.path),
                 "draft": str(self.pair.draft_path) if self.pair.draft_path else None,
                 "messages": system + self.messages, "turns": [r.to_dict() for r in self.replies]}
-        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        models.atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                            fix="give /save a file in a folder you can write")
         return path

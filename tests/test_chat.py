@@ -8,9 +8,11 @@ there (see the README), so an answer computed over a reused cache equals one com
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -279,3 +281,34 @@ def test_chat_without_a_template_is_a_one_line_error(fake_cli, monkeypatch):
     monkeypatch.setattr("localspec.cli.Pair", without_template)
     code, out, err = chat_in_process(fake_cli, "Hi\n")
     assert code == 1 and "no chat template" in err and "Traceback" not in err
+
+
+def test_a_save_that_fails_midway_leaves_the_saved_file_as_it_was(pair, tmp_path, monkeypatch):
+    # Written in place, a full disk left the earlier conversation as 4 KiB of cut-off JSON.
+    chat = Chat(pair, GREEDY)
+    path = tmp_path / "saved" / "talk.json"
+    path.parent.mkdir()
+    path.write_text('{"messages": []}\n')
+
+    def half_then_full(self, data, *args, **kwargs):
+        with open(self, "wb") as f:
+            f.write((data.encode() if isinstance(data, str) else data)[:5])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half_then_full)
+    monkeypatch.setattr(Path, "write_bytes", half_then_full)
+    run(chat.send([{"role": "user", "content": "Name a colour."}]))
+    with pytest.raises(OSError, match="No space"):
+        chat.save(path)
+    assert path.read_text() == '{"messages": []}\n' and [p.name for p in path.parent.iterdir()] == ["talk.json"]
+
+
+def test_load_resumes_the_saved_conversation_without_the_current_system_prompt(pair, tmp_path):
+    saved = Chat(pair, GREEDY)
+    run(saved.send([{"role": "user", "content": "Name a colour."}]))
+    path = saved.save(tmp_path / "plain.json")
+    chat = Chat(pair, GREEDY, system="Answer in French.")
+    chat.load(path)
+    assert chat.system is None
+    assert [m["role"] for m in json.loads(chat.save(tmp_path / "again.json").read_text())["messages"]] == [
+        "user", "assistant"]

@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from ..models import ModelError
 from ..session import Chat
 from ..speculative import Piece
 from . import cli
@@ -102,6 +103,8 @@ def chat_command(session, line: str, as_json: dict | None = None) -> bool:
             say(f"saved {len(session.messages)} messages to {session.save(arg.strip())}")
         except OSError as e:
             click.echo(f"Error: could not save to {arg.strip()}: {e.strerror}", err=True)
+        except ModelError as e:  # the folder cannot be written (models.staging)
+            click.echo(f"Error: {e}", err=True)
     elif cmd == "/save":
         say("usage: /save FILE")
     elif cmd == "/load" and arg.strip():
