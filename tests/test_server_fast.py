@@ -4,6 +4,8 @@ runs `localspec serve` once as a real process on SmolLM2 (concurrency, a dropped
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 
 import pytest
@@ -186,6 +188,19 @@ def test_nulls_openai_accepts_mean_the_default(http):
     r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": [
         {"role": "assistant", "content": None}, *QUESTION], "max_tokens": 2})  # an assistant's may be null
     assert r.status_code == 200, r.text
+
+
+def test_the_servers_own_default_temperature_is_not_held_to_a_requests_range(tmp_path):
+    # `serve --temp 3` started, and every request that left temperature out was refused with a 400
+    # blaming its (absent) temperature: OpenAI's 0-2 bounds what a request asks, not the server's default.
+    target, draft = model_files(tmp_path)
+    hot = dataclasses.replace(DEFAULTS, sampling=SamplingParams(temperature=3.0))
+    with TestClient(create_app(fake_pair(n_ctx=1024, target_path=target, draft_path=draft), hot)) as http:
+        for temperature in ({}, {"temperature": None}):
+            r = http.post("/v1/chat/completions", json={"messages": QUESTION, "max_tokens": 2, **temperature})
+            assert r.status_code == 200, r.text
+        r = http.post("/v1/chat/completions", json={"messages": QUESTION, "max_tokens": 2, "temperature": 2.5})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "temperature"
 
 
 def test_a_body_not_sent_as_json_or_not_utf8_says_how_to_send_it(http):

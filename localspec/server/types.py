@@ -129,7 +129,7 @@ def request_config(req: Options, defaults: GenerationConfig) -> GenerationConfig
         raise ApiError(400, f"max_tokens must be >= 1 (got {max_tokens})", "max_tokens")
     s = defaults.sampling
     temperature = s.temperature if req.temperature is None else req.temperature
-    if not 0 <= temperature <= 2:
+    if req.temperature is not None and not 0 <= temperature <= 2:  # OpenAI's range: the server's own default
         raise ApiError(400, f"temperature must be between 0 and 2 (got {temperature}); 0 is greedy", "temperature")
     if req.n not in (None, 1):
         raise ApiError(400, f"n must be 1 (got {req.n}); ask again for another choice", "n")
