@@ -224,8 +224,10 @@ class Model:
         except Exception as e:  # jinja2 errors, or the template's own raise_exception()
             raise LlamaError(f"the chat template of {self.path.name} failed ({e}); use --raw") from None
 
-    def tokenize_chat(self, prompt: str) -> list[int]:
-        """Tokenize a templated prompt: special tokens parsed, BOS added only if the template lacks it."""
+    def tokenize_prompt(self, prompt: str) -> list[int]:
+        """Tokenize a prompt as llama.cpp's llama-cli and llama-server do: special tokens written in it
+        (a chat template's markers, or a raw prompt's hand-written ones) parsed, BOS added only where
+        the text does not begin with it."""
         bos = self.token_text(self.bos()).decode("utf-8", "replace")
         add_bos = self.adds_bos() and not (bos and prompt.startswith(bos))
         return self.tokenize(prompt, add_special=add_bos, parse_special=True)

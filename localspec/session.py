@@ -188,16 +188,17 @@ class Pair:
         return "instruct" in name or "chat" in name or OLLAMA_BLOB.fullmatch(m.path.name) is not None
 
     def prompt_tokens(self, text: str, chat: bool, system: str | None = None) -> list[int]:
-        """The prompt as target tokens, through the chat template when chat is set."""
+        """The prompt as target tokens, through the chat template when chat is set; a raw prompt's
+        special tokens (<|im_start|> written out) are parsed, as llama.cpp parses them."""
         if not chat:
-            return self.target_model.tokenize(text, add_special=True, parse_special=False)
+            return self.target_model.tokenize_prompt(text)
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
         return self.chat_tokens(messages)
 
     def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
         """A conversation as target tokens, formatted by the GGUF's chat template, ready for the reply."""
         m = self.target_model
-        return m.tokenize_chat(m.apply_chat_template(messages))
+        return m.tokenize_prompt(m.apply_chat_template(messages))
 
     def check_prompt(self, prompt: Sequence[int]) -> None:
         """Raise ContextFull, naming the limit, unless the prompt leaves room to generate."""

@@ -137,7 +137,7 @@ class FakeModel:
             raise LlamaError(f"{self.path.name} has no chat template; use --raw to send the prompt as is")
         return Template(self.template).render(messages=list(messages), add_generation_prompt=add_assistant)
 
-    def tokenize_chat(self, prompt: str) -> list[int]:
+    def tokenize_prompt(self, prompt: str) -> list[int]:
         return self.tokenize(prompt, add_special=not prompt.startswith(CONTROL[BOS]), parse_special=True)
 
 

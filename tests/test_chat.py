@@ -312,3 +312,13 @@ def test_load_resumes_the_saved_conversation_without_the_current_system_prompt(p
     assert chat.system is None
     assert [m["role"] for m in json.loads(chat.save(tmp_path / "again.json").read_text())["messages"]] == [
         "user", "assistant"]
+
+
+def test_a_raw_prompts_special_tokens_are_parsed_and_bos_is_added_once(pair):
+    # `generate --raw` and /v1/completions split '<|im_start|>' written in a prompt into plain text,
+    # where llama-cli and llama-server parse it as the marker.
+    from fakes import BOS, IM_START
+
+    tokens = pair.prompt_tokens("<|im_start|>user\nHi", chat=False)
+    assert tokens[:2] == [BOS, IM_START] and tokens.count(IM_START) == 1
+    assert pair.prompt_tokens("<s><|im_start|>Hi", chat=False).count(BOS) == 1

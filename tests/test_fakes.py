@@ -96,12 +96,12 @@ def test_pieces_round_trip_and_control_tokens_print_nothing(model):
         model.tokenize("café")
 
 
-def test_chat_template_and_tokenize_chat(model):
+def test_chat_template_and_tokenize_prompt(model):
     prompt = model.apply_chat_template([{"role": "user", "content": "Hi"}])
     assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-    tokens = model.tokenize_chat(prompt)
+    tokens = model.tokenize_prompt(prompt)
     assert tokens[:2] == [BOS, IM_START] and tokens.count(EOS) == 1 and tokens.count(BOS) == 1
-    assert model.tokenize_chat("<s>" + prompt).count(BOS) == 1  # BOS only once
+    assert model.tokenize_prompt("<s>" + prompt).count(BOS) == 1  # BOS only once
     with pytest.raises(LlamaError, match="no chat template"):
         FakeModel(template=None).apply_chat_template([{"role": "user", "content": "Hi"}])
 

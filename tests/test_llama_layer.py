@@ -45,6 +45,16 @@ def test_tokenize_follows_the_models_bos_rule(model):
 
 
 @pytest.mark.slow
+def test_a_raw_prompts_special_tokens_are_parsed_as_llama_cpp_parses_them(model):
+    # Split as plain text, a raw prompt written in the model's chat markers answered '#1 #2'.
+    start = model.tokenize("<|im_start|>", add_special=False, parse_special=True)
+    assert len(start) == 1
+    raw = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    tokens = model.tokenize_prompt(raw)
+    assert tokens.count(start[0]) == 2 and len(tokens) < 12
+
+
+@pytest.mark.slow
 def test_multibyte_text_split_across_tokens_prints_once_complete(model):
     text = "naïve café — 日本語 🙂🚀 done"
     tokens = model.tokenize(text, add_special=False)
