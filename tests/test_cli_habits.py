@@ -336,6 +336,19 @@ def test_chat_json_prints_one_object_per_answer(fake_cli):
     assert answers[0]["settings"]["drafter"] == "auto" and answers[0]["stats"]["drafter"] == "hybrid"
 
 
+def test_chat_json_gives_a_refused_message_its_error_line_on_stdout(fake_cli):
+    # A message too long for the context was said on stderr only: a script reading one JSON line a
+    # message fell out of step with the answers.
+    fake_cli.reply_len = 3
+    long = "word " * 400
+    result = invoke("chat", "--target", str(fake_cli.target), "--draft", str(fake_cli.draft), "-n", "6", "--json",
+                    "-c", "128", input=f"hello\n{long}\nagain\n")
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert [sorted(x)[0] for x in lines] == ["finish_reason", "error", "finish_reason"]
+    assert "tokens" in lines[1]["error"]["message"] and lines[1]["error"]["type"]
+
+
 def test_chat_json_keeps_stdout_json_lines_through_commands(fake_cli, tmp_path):
     # /stats printed its summary lines on stdout between the answers' JSON lines
     fake_cli.reply_len = 3

@@ -116,9 +116,18 @@ def chat_command(session, line: str, as_json: dict | None = None) -> bool:
     return True
 
 
+def refused(error: Exception, as_json: dict | None) -> None:
+    """A message the chat could not answer: one line on stderr, or with --json one JSON line on stdout
+    as generate --json prints an error, so that every message sent has its line there."""
+    if as_json is None:
+        click.echo(f"Error: {error}", err=True)
+    else:
+        click.echo(json.dumps({"error": {"message": str(error), "type": type(error).__name__}}))
+
+
 def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: dict | None = None) -> None:
     """Stream the answer to one message (with as_json, the settings to echo: one JSON line once it is
-    done). Ctrl-C stops it; an error is one line and the chat goes on."""
+    done). Ctrl-C stops it; an error is one line (refused) and the chat goes on."""
     stopped = []  # Ctrl-C pressed: print nothing more of this answer
 
     def on_interrupt(*_):
@@ -137,7 +146,7 @@ def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: dic
             else:
                 reply = item
     except USER_ERRORS as e:
-        click.echo(f"Error: {e}", err=True)
+        refused(e, as_json)
         return
     finally:
         signal.signal(signal.SIGINT, previous)
