@@ -32,9 +32,11 @@ class SamplingParams:
     """How logits become a distribution; the meanings and defaults are llama.cpp's."""
 
     temperature: float = 0.8  # 0 means greedy (argmax); the filters are then ignored
-    top_k: int = 40  # 0 disables
-    top_p: float = 0.95  # 1.0 disables; must be in (0, 1]
-    min_p: float = 0.05  # 0.0 disables; must be in [0, 1)
+    # As llama.cpp reads them (and OpenAI's top_p): top_k ≤ 0 disables it; top_p 0 and min_p 1 keep
+    # the most likely token alone (top_p keeps at least one; min_p's floor is then the max)
+    top_k: int = 40  # 0 (or less) disables
+    top_p: float = 0.95  # 1.0 disables; must be in [0, 1]
+    min_p: float = 0.05  # 0.0 disables; must be in [0, 1]
 
     def validate(self) -> SamplingParams:
         """Return self, or raise ValueError naming the bad value and the fix."""
@@ -43,12 +45,12 @@ class SamplingParams:
             raise ValueError(f"temperature must be a finite number (got {t}); use 0 for greedy decoding")
         if t < 0:
             raise ValueError(f"temperature must be >= 0 (got {t}); use 0 for greedy decoding")
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (got {k!r}); use 0 to disable top-k")
-        if not 0 < top_p <= 1:  # also false for NaN
-            raise ValueError(f"top_p must be in (0, 1] (got {top_p}); use 1.0 to disable top-p")
-        if not 0 <= min_p < 1:
-            raise ValueError(f"min_p must be in [0, 1) (got {min_p}); use 0.0 to disable min-p")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+            raise ValueError(f"top_k must be an integer (got {k!r}); use 0 to disable top-k")
+        if not 0 <= top_p <= 1:  # also false for NaN
+            raise ValueError(f"top_p must be in [0, 1] (got {top_p}); use 1.0 to disable top-p")
+        if not 0 <= min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1] (got {min_p}); use 0.0 to disable min-p")
         return self
 
     @property

@@ -157,7 +157,7 @@ def test_chat_template_and_system_prompt(fake_cli):
 @pytest.mark.parametrize("flags, fragments", [
     (["--temperature", "-1"], ["temperature", "-1"]),
     (["--top-p", "1.5"], ["top_p", "1.5"]),
-    (["--top-p", "0"], ["top_p", "0"]),
+    (["--top-p", "-0.5"], ["top_p", "-0.5"]),
     (["--gamma", "-2"], ["gamma", "-2"]),
     (["--p-min", "1.5"], ["p_min", "1.5"]),
     (["-n", "0"], ["max_tokens", "0"]),

@@ -595,12 +595,11 @@ def test_greedy_token_rejects_invalid_logits(kind):
     ({"temperature": -0.5}, ["temperature must be >= 0", "-0.5", "use 0 for greedy"]),
     ({"temperature": float("nan")}, ["temperature", "nan"]),
     ({"temperature": float("inf")}, ["temperature", "inf"]),
-    ({"top_k": -1}, ["top_k", "-1", "use 0 to disable"]),
-    ({"top_k": 2.5}, ["top_k", "2.5"]),
-    ({"top_p": 0.0}, ["top_p must be in (0, 1]", "0.0", "1.0 to disable"]),
+    ({"top_k": 2.5}, ["top_k", "2.5", "use 0 to disable"]),
+    ({"top_p": -0.1}, ["top_p must be in [0, 1]", "-0.1", "1.0 to disable"]),
     ({"top_p": 1.5}, ["top_p", "1.5"]),
     ({"top_p": float("nan")}, ["top_p", "nan"]),
-    ({"min_p": 1.0}, ["min_p must be in [0, 1)", "1.0", "0.0 to disable"]),
+    ({"min_p": 1.5}, ["min_p must be in [0, 1]", "1.5", "0.0 to disable"]),
     ({"min_p": -0.1}, ["min_p", "-0.1"]),
 ])
 def test_validate_names_the_bad_value_and_the_fix(kwargs, fragments):
@@ -608,6 +607,21 @@ def test_validate_names_the_bad_value_and_the_fix(kwargs, fragments):
     with pytest.raises(ValueError) as err:
         SamplingParams(**kwargs).validate()
     assert all(f in str(err.value) for f in fragments), str(err.value)
+
+
+def test_the_edges_llama_cpp_and_openai_accept_mean_what_they_mean_there():
+    # top_p 0 (OpenAI clients send it for near-determinism) and min_p 1 keep the most likely token
+    # alone; top_k below 0 disables top-k, as 0 does: llama.cpp reads them so, and they were refused.
+    rng = np.random.default_rng(3)
+    for size in (64, 151_936):  # a short row's path and a full row's
+        logits = rng.normal(0.0, 3.0, size).astype(np.float32)
+        top = int(np.argmax(logits))
+        for params in (SamplingParams(0.8, 40, 0.0, 0.05), SamplingParams(0.8, 0, 0.95, 1.0)):
+            d = distribution(logits, params.validate())
+            assert d.ids.tolist() == [top] and d.probs.tolist() == [1.0]
+        off, negative = SamplingParams(0.8, 0, 1.0, 0.0), SamplingParams(0.8, -1, 1.0, 0.0).validate()
+        a, b = distribution(logits, off), distribution(logits, negative)
+        assert sorted(a.ids.tolist()) == sorted(b.ids.tolist()) and len(a.ids) > 40
 
 
 def test_validate_accepts_good_values():

@@ -126,7 +126,7 @@ def test_seed_reproducibility(client):
     ({"model": MODEL, "messages": []}, 400, "messages", "at least one message"),
     ({"model": MODEL, "messages": QUESTION, "max_tokens": -5}, 400, "max_tokens", "got -5"),
     ({"model": MODEL, "messages": QUESTION, "temperature": 3.5}, 400, "temperature", "between 0 and 2"),
-    ({"model": MODEL, "messages": QUESTION, "top_p": 1.5}, 400, "top_p", "(0, 1]"),
+    ({"model": MODEL, "messages": QUESTION, "top_p": 1.5}, 400, "top_p", "[0, 1]"),
     ({"model": MODEL, "messages": QUESTION, "gamma": -1}, 400, "gamma", "gamma"),
     ({"model": MODEL, "messages": QUESTION, "gamma": "lots"}, 400, "gamma", "'lots'"),
     ({"model": MODEL, "messages": QUESTION, "drafter": "oracle"}, 400, "drafter", "oracle"),
