@@ -397,6 +397,68 @@ def test_logprobs_are_the_raw_log_softmax_whatever_the_sampling(client, http):
     assert tokens == lp.tokens
 
 
+def completion_logprobs(http, stop: str, stream: bool = False) -> tuple[str, list[str], list[int]]:
+    """(text, tokens, text_offset) of a greedy completion of COUNT with logprobs; a stream's joined."""
+    body = {"prompt": COUNT, "max_tokens": 24, "temperature": 0, "logprobs": 1, "stop": stop, "stream": stream}
+    r = http.post("/v1/completions", json=body)
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")] if stream \
+        else [r.json()]
+    choices = [c["choices"][0] for c in chunks]
+    assert all(c["text"] or c["logprobs"] or c["finish_reason"] for c in choices)  # no chunk says nothing
+    lps = [c["logprobs"] for c in choices if c["logprobs"]]
+    return ("".join(c["text"] for c in choices), [t for lp in lps for t in lp["tokens"]],
+            [o for lp in lps for o in lp["text_offset"]])
+
+
+def test_logprobs_cover_the_text_a_stop_string_leaves(http):
+    """Tokens whose text a stop string removed are not reported; a token it cuts is, at its offset."""
+    full, tokens, offsets = completion_logprobs(http, stop="zz")
+    assert "".join(tokens) == full and offsets == [full.index(t, o) for t, o in zip(tokens, offsets)]
+    long = next(i for i, t in enumerate(tokens) if len(t) > 2 and i > 0)  # the fake's "assistant"
+    whole = tokens[long + 1] + tokens[long + 2]  # stops at a token's start: the two are held back, then removed
+    cut = full[offsets[long] + 1: offsets[long + 2]]  # stops inside the long token
+    assert full.index(whole) == offsets[long + 1] and full.index(cut) == offsets[long] + 1
+    for stream in (False, True):
+        assert completion_logprobs(http, whole, stream) == (full[:offsets[long + 1]], tokens[:long + 1],
+                                                            offsets[:long + 1])
+        assert completion_logprobs(http, cut, stream) == (full[:offsets[long] + 1], tokens[:long + 1],
+                                                          offsets[:long + 1])
+
+
+def test_a_token_holding_part_of_a_character_is_reported_with_that_character():
+    from localspec.server.logprobs import Logprobs
+    from localspec.speculative import Piece
+
+    class Bytes:  # tokens 1 and 2 split "é" (c3 a9) between them
+        def piece(self, token):
+            return [b"a", b"\xc3", b"\xa9", b"!"][token]
+
+    def offsets(texts):  # the text_offset of each streamed chunk (None: the chunk reports no token)
+        lp = Logprobs(Bytes(), chat=False)
+        chunks = [lp.of([Piece(text, token, False, -0.5, ())], stream=True) for token, text in enumerate(texts)]
+        return [c and c["text_offset"] for c in chunks]
+
+    # no stop string: "é" is returned with token 2, and token 1 with it, at the same offset
+    assert offsets(["a", "", "é", "!"]) == [[0], None, [1, 1], [2]]
+    # stop "é!": the character is removed, and with it both of its tokens (token 1 prints nothing alone)
+    assert offsets(["a", "", "", ""]) == [[0], None, None, None]
+
+
+def test_chat_logprobs_leave_out_a_stop_strings_tokens(client):
+    full, tokens = chat_logprobs(client)
+    stop = tokens[3][0] + tokens[4][0]  # held back as a stop string's start, then removed with it
+    before = "".join(t for t, _, _ in tokens[:3])
+    assert full.choices[0].message.content.index(stop) == len(before)
+    resp, kept = chat_logprobs(client, stop=[stop])
+    assert resp.choices[0].message.content == before and kept == tokens[:3]
+    streamed = list(client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=24, temperature=0,
+                                                   logprobs=True, top_logprobs=3, stop=[stop], stream=True))
+    entries = [e.token for c in streamed if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert entries == [t for t, _, _ in kept]
+    assert all(c.choices[0].delta.content or c.choices[0].delta.role or c.choices[0].finish_reason
+               for c in streamed if c.choices)  # no empty chunk for the held-back tokens
+
+
 # --- 6. observability --------------------------------------------------------------------------------------
 
 def test_metrics_and_one_log_line_per_request(http, client, caplog):

@@ -62,7 +62,7 @@ class Shape:
 
     def choice(self, text: str | None, finish: str | None, stream: bool, role: bool = False,
                pieces: list[Piece] = ()) -> dict:
-        logprobs = self.logprobs.of(pieces) if self.logprobs and (pieces or not stream) else None
+        logprobs = self.logprobs.of(pieces, stream) if self.logprobs else None
         ends = {"finish_reason": OPENAI_FINISH.get(finish, finish)}
         if finish:
             ends["localspec_finish_reason"] = finish
@@ -91,8 +91,9 @@ class Shape:
         try:
             async for item in job.items(request):
                 if isinstance(item, Piece):
-                    chunk = self.envelope(self.choice(item.text, None, True, pieces=[item]), True)
-                    yield sse(chunk | {"localspec": self.live.field(item)})
+                    choice, live = self.choice(item.text, None, True, pieces=[item]), self.live.field(item)
+                    if item.text or choice["logprobs"]:  # not a token whose text is held back for a stop string
+                        yield sse(self.envelope(choice, True) | {"localspec": live})
                     continue
                 finish = self.choice(None if self.chat else "", item.finish_reason, True)
                 if self.include_usage:  # the finish, then usage and stats in a chunk of their own
