@@ -5,7 +5,7 @@ runs `localspec serve` once as a real process on SmolLM2 (concurrency, a dropped
 from __future__ import annotations
 
 import dataclasses
-
+import json
 import time
 
 import pytest
@@ -211,6 +211,15 @@ def test_a_body_not_sent_as_json_or_not_utf8_says_how_to_send_it(http):
                   headers={"Content-Type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "invalid_body" and "UTF-8" in r.json()["error"]["message"]
+
+
+def test_a_body_nested_too_deeply_is_told_so_not_called_bad_utf8(http):
+    deep = "[" * 50_000 + "]" * 50_000  # valid UTF-8 and valid JSON, deeper than Python's parser recurses
+    r = http.post("/v1/chat/completions", content=f'{{"messages": {json.dumps(QUESTION)}, "x": {deep}}}'.encode(),
+                  headers={"Content-Type": "application/json"})
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["code"] == "invalid_body" and error["param"] is None, r.text
+    assert "nested too deeply" in error["message"] and "UTF-8" not in error["message"]
 
 
 def test_unknown_routes_and_methods_get_openai_style_errors(http):

@@ -244,6 +244,17 @@ def validation_error(err: dict) -> ApiError:
     return ApiError(400, f"{param}: {err.get('msg')} (got {str(err.get('input'))[:60]!r})", param, "invalid_value")
 
 
+def unreadable_body(cause: BaseException | None) -> ApiError:
+    """The 400 for a JSON body FastAPI could not parse, from what its parser raised (the error's cause)."""
+    if isinstance(cause, UnicodeDecodeError):
+        why, fix = "it is not valid UTF-8 text", "send a JSON object encoded as UTF-8"
+    elif isinstance(cause, RecursionError):
+        why, fix = "it is nested too deeply for the parser", "send a JSON object nested a few hundred levels at most"
+    else:
+        why, fix = f"{type(cause).__name__}: {cause}" if cause else "no reason given", "send a JSON object"
+    return ApiError(400, f"the request body could not be parsed as JSON ({why}); {fix}", None, "invalid_body")
+
+
 def add_error_handlers(app: FastAPI) -> None:
     """Every error in OpenAI's shape: ours, request validation (400) and routing (404, 405, 413)."""
 
@@ -260,8 +271,7 @@ def add_error_handlers(app: FastAPI) -> None:
         if e.status_code == 413:  # raised by Guard's body limit
             return ApiError(413, e.detail, None, "request_too_large").response()
         if e.status_code == 400 and str(e.detail).startswith("There was an error parsing the body"):
-            return ApiError(400, "the request body could not be read as JSON (it is not valid UTF-8 text); "
-                            "send a JSON object encoded as UTF-8", None, "invalid_body").response()
+            return unreadable_body(e.__cause__).response()
         return ApiError(e.status_code, f"{e.detail}: {request.method} {request.url.path}").response()
 
 
