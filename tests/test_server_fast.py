@@ -131,9 +131,9 @@ def test_seed_reproducibility(client):
     ({"model": MODEL, "messages": QUESTION, "gamma": "lots"}, 400, "gamma", "'lots'"),
     ({"model": MODEL, "messages": QUESTION, "drafter": "oracle"}, 400, "drafter", "oracle"),
     ({"model": MODEL, "messages": QUESTION, "n": 2}, 400, "n", "n must be 1"),
-    ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages", "wizard"),
-    ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages",
-     "non-text"),
+    ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages[0].role", '(got "wizard")'),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
+     "messages[0].content", "non-text"),
     ({"model": "gpt-4o", "messages": QUESTION}, 404, "model", "gpt-4o"),
 ])
 def test_bad_requests_get_openai_style_errors(http, body, status, param, fragment):

@@ -234,7 +234,14 @@ def test_seed_minus_one_is_random_and_an_empty_prompt_is_400(http, stream):
     ({"best_of": 3}, "best_of", "must be 1"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "between 0 and 20"),
     ({"top_logprobs": 2}, "top_logprobs", "logprobs: true"),
-    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "got '5'"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "(got 5)"),  # as JSON: not '5'
+    ({"messages": [*QUESTION, {"role": "function", "name": "f", "content": "4"}]}, "messages[1].role",
+     'tool or developer (got "function")'),
+    ({"max_completion_tokens": 0, "max_tokens": 5}, "max_completion_tokens", "max_completion_tokens must be >= 1"),
+    ({"logprobs": 3}, "logprobs", "valid boolean (got 3)"),
+    ({"logprobs": True, "top_logprobs": True}, "top_logprobs", "valid integer (got true)"),
+    ({"frequency_penalty": "0"}, "frequency_penalty", 'valid number (got "0")'),  # a type error, not "unsupported"
+    ({"best_of": "1"}, "best_of", 'valid integer (got "1")'),
     ({"messages": None}, "messages", "messages"),
     ({"messages": [{"content": "hi"}]}, "messages[0].role", "is required"),
 ])

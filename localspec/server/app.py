@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import re
 import signal
@@ -236,12 +237,18 @@ def validation_error(err: dict) -> ApiError:
                         "Content-Type: application/json (curl: -H 'Content-Type: application/json')",
                         None, "invalid_body")
     if param is None:
-        got = "nothing" if err.get("type") == "missing" else repr(err.get("input"))[:60]
+        got = "nothing" if err.get("type") == "missing" else as_json(err.get("input"))
         return ApiError(400, "the request body must be a JSON object with the request's fields (messages for "
                         f"chat, prompt for completions); got {got}", None, "invalid_body")
     if err.get("type") == "missing":
         return ApiError(400, f"{param} is required", param, "missing")
-    return ApiError(400, f"{param}: {err.get('msg')} (got {str(err.get('input'))[:60]!r})", param, "invalid_value")
+    return ApiError(400, f"{param}: {err.get('msg')} (got {as_json(err.get('input'))})", param, "invalid_value")
+
+
+def as_json(value, limit: int = 60) -> str:
+    """A value of the request as the client wrote it (true, 3, "0"), cut to limit characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def unreadable_body(cause: BaseException | None) -> ApiError:

@@ -4,12 +4,14 @@ GenerationConfig a request asks for over the server's defaults."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from ..sampling import SamplingParams
 from ..config import GenerationConfig, GenerationError, seed_from
+from ..session import ROLES
 
 FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "p_min", "gamma", "drafter", "seed", "stop",
           "logprobs")
@@ -86,6 +88,11 @@ class Options(BaseModel):
     gamma: int | str | None = None    # localspec: draft length, or "auto"
     drafter: str | None = None        # localspec: auto | model | ngram | hybrid
     p_min: float | None = None        # localspec: the draft model stops below this confidence
+    # in UNSUPPORTED, and typed: a value of the wrong type ("0") is told so, not that it asks for too much
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    best_of: int | None = None
+    echo: bool | None = None
 
 
 class Message(BaseModel):
@@ -116,17 +123,18 @@ class CompletionRequest(Options):
 
 def check_supported(req: Options) -> None:
     """ApiError 400 naming the first field that asks for what this server does not do."""
-    extra = req.model_extra or {}
     for name, (asks, why) in UNSUPPORTED.items():
-        if asks(extra.get(name)):
+        if asks(getattr(req, name, None)):  # a declared field, or one of the extras pydantic keeps
             raise ApiError(400, why, name, "unsupported_parameter")
 
 
 def request_config(req: Options, defaults: GenerationConfig) -> GenerationConfig:
     """The request's fields over the server's defaults; ApiError 400 naming any bad value."""
-    max_tokens = next((v for v in (req.max_completion_tokens, req.max_tokens) if v is not None), defaults.max_tokens)
+    field, max_tokens = next(((f, v) for f, v in (("max_completion_tokens", req.max_completion_tokens),
+                                                  ("max_tokens", req.max_tokens)) if v is not None),
+                             ("max_tokens", defaults.max_tokens))  # the newer name first, as OpenAI reads them
     if max_tokens < 1:
-        raise ApiError(400, f"max_tokens must be >= 1 (got {max_tokens})", "max_tokens")
+        raise ApiError(400, f"{field} must be >= 1 (got {max_tokens})", field)
     s = defaults.sampling
     temperature = s.temperature if req.temperature is None else req.temperature
     if req.temperature is not None and not 0 <= temperature <= 2:  # OpenAI's range: the server's own default
@@ -171,6 +179,9 @@ def message_dicts(messages: list[Message]) -> list[dict]:
         raise ApiError(400, "messages must hold at least one message", "messages")
     out = []
     for i, m in enumerate(messages):
+        if m.role not in ROLES + ("developer",):
+            raise ApiError(400, f"messages[{i}].role must be one of {', '.join(ROLES)} or developer (got "
+                           f"{json.dumps(m.role)})", f"messages[{i}].role", "invalid_value")
         if m.content is None and m.role != "assistant":  # an assistant's may be null (OpenAI: beside tool calls)
             raise ApiError(400, f"messages[{i}].content is required for role {m.role!r}: give its text",
                            f"messages[{i}].content", "missing")
@@ -178,7 +189,7 @@ def message_dicts(messages: list[Message]) -> list[dict]:
         if isinstance(content, list):
             if any(part.get("type") != "text" for part in content):
                 raise ApiError(400, f"messages[{i}] has a non-text content part; this server takes text only",
-                               "messages")
+                               f"messages[{i}].content")
             if not all(isinstance(part.get("text"), str) for part in content):
                 raise ApiError(400, f"messages[{i}] has a text part without a string \"text\"; give each part "
                                "as {\"type\": \"text\", \"text\": ...}", f"messages[{i}].content", "invalid_value")
