@@ -229,6 +229,13 @@ def test_seed_minus_one_is_random_and_an_empty_prompt_is_400(http, stream):
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools", "tool calling"),
     ({"tool_choice": "required"}, "tool_choice", "tool calling"),
     ({"logit_bias": {"5": 10}}, "logit_bias", "not supported"),
+    ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}}, "modalities", "audio"),
+    ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "not supported"),
+    ({"messages": [*QUESTION, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, *QUESTION]},
+     "messages[1].tool_calls", "not supported"),
+    ({"messages": [*QUESTION, {"role": "assistant", "content": "", "function_call": {"name": "f", "arguments": "{}"}},
+                   *QUESTION]}, "messages[1].function_call", "not supported"),
     ({"frequency_penalty": 0.5}, "frequency_penalty", "not supported"),
     ({"echo": True}, "echo", "not supported"),
     ({"best_of": 3}, "best_of", "must be 1"),
@@ -258,8 +265,10 @@ def test_a_body_that_is_not_an_object_names_the_fix(http):
 
 
 def test_harmless_fields_are_accepted(client):
-    resp = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4, response_format={"type": "text"},
-                                          tool_choice="none", frequency_penalty=0, user="u1",
+    no_calls = {"role": "assistant", "content": "Paris.", "tool_calls": []}  # as some clients send every reply
+    resp = client.chat.completions.create(model=MODEL, messages=[*QUESTION, no_calls, *QUESTION], max_tokens=4,
+                                          response_format={"type": "text"},
+                                          tool_choice="none", frequency_penalty=0, user="u1", modalities=["text"],
                                           stop=["a1", "b2", "c3", "d4"])
     assert resp.choices[0].finish_reason in ("stop", "length")
 

@@ -32,6 +32,9 @@ UNSUPPORTED = {
     "tool_choice": (lambda v: v not in (None, "none"), "tool calling is not supported; leave tool_choice out"),
     "functions": (bool, "function calling is not supported; leave functions out"),
     "function_call": (lambda v: v not in (None, "none"), "function calling is not supported; leave function_call out"),
+    "modalities": (lambda v: v is not None and (not isinstance(v, list) or any(m != "text" for m in v)),
+                   "output other than text (audio) is not supported; leave modalities out or send [\"text\"]"),
+    "audio": (bool, "audio output is not supported; leave audio out"),
     "logit_bias": (bool, "logit_bias is not supported; leave it out"),
     "echo": (bool, "echo is not supported; prepend the prompt yourself"),
     "suffix": (bool, "suffix (fill-in-the-middle) is not supported; leave it out"),
@@ -41,6 +44,10 @@ UNSUPPORTED = {
     "presence_penalty": (bool, "presence_penalty is not supported (it would change the target's "
                          "distribution); leave it out or send 0"),
 }
+
+
+# An assistant message's calls: refused as tools and functions are (the chat template would drop them)
+MESSAGE_CALLS = ("tool_calls", "function_call")
 
 
 class ApiError(Exception):
@@ -173,8 +180,9 @@ def pick(value, default):
 
 
 def message_dicts(messages: list[Message]) -> list[dict]:
-    """OpenAI messages -> {role, content} with text content; content parts other than text are refused,
-    and the `developer` role (OpenAI's newer name for system) becomes system."""
+    """OpenAI messages -> {role, content} with text content; an unknown role, content parts other than
+    text and an assistant's tool or function calls are refused, and the `developer` role (OpenAI's newer
+    name for system) becomes system."""
     if not messages:
         raise ApiError(400, "messages must hold at least one message", "messages")
     out = []
@@ -182,6 +190,11 @@ def message_dicts(messages: list[Message]) -> list[dict]:
         if m.role not in ROLES + ("developer",):
             raise ApiError(400, f"messages[{i}].role must be one of {', '.join(ROLES)} or developer (got "
                            f"{json.dumps(m.role)})", f"messages[{i}].role", "invalid_value")
+        for name in MESSAGE_CALLS:
+            if (m.model_extra or {}).get(name):
+                raise ApiError(400, f"messages[{i}].{name}: tool and function calling are not supported, and the "
+                               "prompt would leave the calls out; send the conversation without them",
+                               f"messages[{i}].{name}", "unsupported_parameter")
         if m.content is None and m.role != "assistant":  # an assistant's may be null (OpenAI: beside tool calls)
             raise ApiError(400, f"messages[{i}].content is required for role {m.role!r}: give its text",
                            f"messages[{i}].content", "missing")
