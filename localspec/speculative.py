@@ -10,6 +10,7 @@ every benchmark compares against.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from typing import Callable, Iterator, NamedTuple, Sequence
@@ -133,7 +134,10 @@ class _Run:
     def __init__(self, target: Context, planner: Planner, config: GenerationConfig, stats: GenerationStats,
                  cancel: threading.Event | None):
         self.target, self.planner, self.config, self.stats, self.cancel = target, planner, config, stats, cancel
-        self.rng = np.random.default_rng(config.seed)
+        # no seed asked for: one drawn and reported (stats.seed), so that a sample can be repeated with
+        # --seed, as llama.cpp prints the seed it drew
+        stats.seed = config.seed if config.seed is not None else secrets.randbits(32)
+        self.rng = np.random.default_rng(stats.seed)
         self.text, self.stops = TextStream(target.model), StopStrings(config.stop)
         self.backend = rows_on_backend(target, config)
         # the most tokens a step may draft: its verify (the pending token, the draft and a tree's

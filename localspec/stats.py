@@ -39,6 +39,7 @@ class GenerationStats:
     exploration_s: dict[str, float] = field(default_factory=dict)
     gamma_mode: str = ""   # "auto" or the fixed draft length
     warm_start: bool = False  # the planner started from measurements saved by an earlier process
+    seed: int | None = None  # the sampling seed used: the one asked for, or the one drawn (speculative._Run)
     # whether the draft model was loaded by the generation's end (None: no draft model); a warm start
     # whose saved measurements say the draft does not pay leaves it unloaded (session.Pair)
     draft_loaded: bool | None = None
@@ -147,7 +148,7 @@ class GenerationStats:
             "reused_tokens": self.reused_tokens, "finish_reason": self.finish_reason,
             "drafter": self.drafter_flag, "sources": [n for n in self.drafter.split("+") if n != "none"],
             "gamma": self.gamma_value, "warm_start": self.warm_start,
-            "draft_loaded": self.draft_loaded,
+            "draft_loaded": self.draft_loaded, "seed": self.seed,
             "by_drafter": self.drafter_counts(), "probe_steps": dict(self.probes),
             "exploration_s": dict(self.exploration_s),
             "steps": self.steps, "tree_steps": self.tree_steps, "copy_branches": self.copy_branches, "handoffs": self.handoffs, "drafted": self.drafted, "accepted": self.accepted,

@@ -50,6 +50,18 @@ def test_seed_minus_one_is_a_random_seed_as_in_llama_cpp(fake_cli):
     assert run_json(*common, "--seed", "7")["settings"]["seed"] == 7
 
 
+def test_a_random_seed_is_reported_and_repeats_its_sample(fake_cli):
+    # `"seed": null` left a good sample impossible to repeat; llama.cpp prints the seed it drew.
+    common = ["--target", str(fake_cli.target), "--draft", "none", "--temperature", "1.5", "-n", "12"]
+    drawn = [run_json(*common) for _ in range(3)]
+    seeds = [d["stats"]["seed"] for d in drawn]
+    assert all(isinstance(s, int) and s >= 0 for s in seeds) and len(set(seeds)) == 3
+    for d in drawn:
+        again = run_json(*common, "--seed", str(d["stats"]["seed"]))
+        assert again["text"] == d["text"] and again["stats"]["seed"] == d["stats"]["seed"]
+    assert len({d["text"] for d in drawn}) > 1  # the seeds drawn do differ in what they sample
+
+
 def test_minus_one_tokens_run_until_the_answer_ends_as_in_llama_cpp(fake_cli):
     common = ["--target", str(fake_cli.target), "--draft", "none", "--temperature", "0", "--ctx", "48"]
     out = run_json(*common, "-n", "-1")
