@@ -102,6 +102,12 @@ def test_bad_values_are_one_line_and_exit_1(fake_cli, flag, value, fragment):
     assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error:") and fragment in lines[0]
 
 
+def test_a_bad_value_reads_as_one_sentence(fake_cli):
+    # was: "'abc' is not a valid float.; see --help"
+    result = invoke("generate", "hi", "--target", str(fake_cli.target), "--temp", "abc")
+    assert_one_line_error(result, "'abc' is not a valid float; see --help")
+
+
 def test_json_errors_are_json(fake_cli):
     result = invoke("generate", "hi", "--target", str(fake_cli.target), "--gamma", "abc", "--json")
     assert result.exit_code == 1 and "abc" in json.loads(result.stdout)["error"]["message"]

@@ -148,7 +148,7 @@ class AutoOr(click.ParamType):
 
 class OneLine(click.ParamType):
     """Wraps a flag's type so a bad value is one 'Error:' line and exit code 1 (click's own is three
-    lines of usage and exit code 2)."""
+    lines of usage and exit code 2); click's closing full stop gives way to the '; see --help'."""
 
     def __init__(self, inner):
         self.inner = click.types.convert_type(inner)
@@ -158,7 +158,7 @@ class OneLine(click.ParamType):
         try:
             return self.inner.convert(value, param, ctx)
         except click.BadParameter as e:
-            raise click.ClickException(f"{e.format_message()}; see --help") from None
+            raise click.ClickException(f"{e.format_message().rstrip('.')}; see --help") from None
 
     def shell_complete(self, ctx, param, incomplete):
         return self.inner.shell_complete(ctx, param, incomplete)
