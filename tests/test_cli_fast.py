@@ -3,7 +3,11 @@ as users see them, in milliseconds. tests/test_cli.py runs it once as a real pro
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import sys
 
 import pytest
 
@@ -89,6 +93,22 @@ def test_generate_reads_stdin_and_prints_stats(args):
     result = invoke("generate", *args, "--temperature", "0", "-n", "8", "--stats", input="Once upon a time")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() and "alpha" in result.stderr and "tok/s" in result.stderr
+
+
+def test_a_reader_that_stops_early_ends_it_quietly(args, monkeypatch):
+    # `localspec generate ... | head -c 3` said "Error: [Errno 32] Broken pipe"
+    from localspec.cli import cli
+
+    read, write = os.pipe()
+    os.close(read)  # head has read its 3 bytes and gone
+    stdout, stderr = open(write, "w"), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["generate", "hi", *args, "-n", "8"], prog_name="localspec")
+    with contextlib.suppress(BrokenPipeError):
+        stdout.close()
+    assert exit.value.code == 1 and stderr.getvalue() == ""
 
 
 def test_the_prompt_from_dash_p_or_a_file_as_llama_cli_takes_it(args, tmp_path):

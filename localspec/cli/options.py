@@ -25,11 +25,14 @@ USER_ERRORS = (models.ModelError, LlamaError, GenerationError, ValueError, OSErr
 
 
 def user_errors(fn):
-    """Turn localspec's one-line errors into click errors: a message and exit code 1, no traceback."""
+    """Turn localspec's one-line errors into click errors: a message and exit code 1, no traceback.
+    A closed stdout (`| head`) is no mistake: click ends it with exit code 1 and nothing printed."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:
+            raise
         except USER_ERRORS as e:
             error = click.ClickException(str(e))
             error.kind = type(e).__name__
