@@ -119,6 +119,25 @@ def test_the_prompt_from_dash_p_or_a_file_as_llama_cli_takes_it(args, tmp_path):
     assert len(texts) == 1 and texts != {""}
 
 
+@pytest.mark.parametrize("line", ['prompt = "hello"', 'f = "/no/such/prompt.txt"'])
+def test_the_prompt_typed_wins_over_a_config_files(args, tmp_path, monkeypatch, line):
+    # was: "give the prompt once: PROMPT and -p (or -f) were both given"
+    common = [*args, "--temperature", "0", "-n", "8"]
+    typed = generate_json("Once upon a time", *common)["text"]
+    (tmp_path / "p.txt").write_text("Once upon a time", encoding="utf-8")
+    (tmp_path / "config.toml").write_text(f"[generate]\n{line}\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config.toml"))
+    assert generate_json("Once upon a time", *common)["text"] == typed
+    assert generate_json("-f", tmp_path / "p.txt", *common)["text"] == typed
+    assert generate_json("-p", "Once upon a time", *common)["text"] == typed
+
+
+def test_a_config_file_that_gives_two_prompts_is_one_line(args, tmp_path, monkeypatch):
+    (tmp_path / "config.toml").write_text('[generate]\nprompt = "hello"\nf = "p.txt"\n')
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config.toml"))
+    assert_one_line_error(invoke("generate", *args), "give the prompt once: -p and -f were both given")
+
+
 @pytest.mark.parametrize("how, stdin, fragments", [
     (("",), None, ["the prompt is empty"]),
     ((), "", ["the prompt is empty", "on stdin"]),

@@ -35,8 +35,9 @@ def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json
 
     Example: localspec generate "def fib(n):" --raw --temperature 0 --stats
     """
-    check_conflicts(click.get_current_context(), target_only, chat, system)  # before waiting on stdin
-    prompt = read_prompt(prompt, prompt_flag, prompt_file)
+    ctx = click.get_current_context()
+    check_conflicts(ctx, target_only, chat, system)  # before waiting on stdin
+    prompt = read_prompt(*command_line_prompt(ctx, prompt, prompt_flag, prompt_file))
     config = generation_config(options, gamma=0) if target_only else generation_config(options)
     pair = load_pair(options, with_draft=not target_only and config.gamma != 0)  # --gamma 0 drafts nothing
     try:
@@ -59,6 +60,17 @@ def check_conflicts(ctx: click.Context, target_only: bool, chat: bool | None, sy
                                        f"{' and '.join(drafting)}, or --target-only")
     if chat is False and system is not None and given("system"):
         raise click.ClickException("--system needs the chat template, which --raw turns off; leave out one of them")
+
+
+def command_line_prompt(ctx: click.Context, argument: str | None, flag: str | None,
+                        file: Path | None) -> tuple[str | None, str | None, Path | None]:
+    """PROMPT, -p and -f as read_prompt takes them: where the command line gives one, a prompt or file
+    the config file sets is a default it replaces (flag > config file), not a second prompt."""
+    values = {"prompt": argument, "prompt_flag": flag, "prompt_file": file}
+    from_config = {name for name in values if ctx.get_parameter_source(name) == ParameterSource.DEFAULT_MAP}
+    if any(values[name] is not None for name in values.keys() - from_config):
+        values.update(dict.fromkeys(from_config))
+    return tuple(values.values())
 
 
 def read_prompt(argument: str | None, flag: str | None, file: Path | None) -> str:
