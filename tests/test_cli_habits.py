@@ -274,6 +274,19 @@ def test_a_config_value_of_the_right_kind_reads_as_its_flag(tmp_path, monkeypatc
     assert s["target_only"] == ("True", "config") and s["stop"] == ("('a', 'b')", "config")
 
 
+def test_an_on_off_flags_off_name_is_a_config_key(tmp_path, monkeypatch):
+    # was: "[generate] has no setting 'raw'", though --help lists --raw
+    config = tmp_path / "config.toml"
+    config.write_text('[generate]\nraw = true\nno-show-drafts = true\n')
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    s = show("generate", "--no-profile")
+    assert s["chat"] == ("False", "config") and s["show_drafts"] == ("False", "config")
+    assert show("generate", "--no-profile", "--chat")["chat"] == ("True", "flag")
+    config.write_text('[generate]\nraw = false\n')  # not a guess between --chat and auto
+    assert_one_line_error(invoke("generate", "hi"), f"{config}: [generate] raw = false: raw only turns chat off, "
+                          "so give true; to turn it on, give chat = true")
+
+
 def test_a_config_file_named_but_missing_or_a_directory_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "nope.toml"))
     assert_one_line_error(invoke("generate", "hi"), "LOCALSPEC_CONFIG names", "nope.toml", "does not exist")

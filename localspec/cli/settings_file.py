@@ -5,6 +5,7 @@
     ctx-size = 8192     # a flag's long name (any of them) or its parameter name
     [generate]          # one command: generate, chat, serve, tune
     stop = ["\\n\\n"]
+    raw = true          # an on/off flag's off name takes true only: --raw (chat = false alike)
 
 click reads these as each command's default_map, so a flag or an environment variable wins over the
 file, and the file wins over a tune profile (apply_profile counts DEFAULT_MAP as given) and the
@@ -61,14 +62,13 @@ def default_map(group: click.Group, path: Path) -> dict:
     data = read_config(path)
     out, used = {}, set()
     for name in COMMANDS:
-        command = group.commands[name]
-        params = {opt.lstrip("-").replace("-", "_"): p for p in command.params for opt in (*p.opts, p.name)}
+        params = _settings(group.commands[name])
         values = {}
         for table in ("defaults", name):
             for key, value in data.get(table, {}).items():
-                param = params.get(key.lstrip("-").replace("-", "_"))
+                param, off = params.get(_as_key(key), (None, False))
                 if param is not None:
-                    values[param.name] = _as_flag(param, value, f"{path}: [{table}] {key}")
+                    values[param.name] = _as_flag(param, value, f"{path}: [{table}] {key}", key if off else None)
                     used.add((table, key))
                 elif table == name:
                     raise click.ClickException(f"{path}: [{name}] has no setting {key!r}; "
@@ -81,11 +81,26 @@ def default_map(group: click.Group, path: Path) -> dict:
     return out
 
 
-def _as_flag(param: click.Parameter, value, where: str):
+def _settings(command: click.Command) -> dict[str, tuple[click.Parameter, bool]]:
+    """{key: (parameter, off)} for each key the file may set of command's: every name of each flag
+    and its parameter name, and an on/off flag's off names (--raw, --no-profile: off True)."""
+    names = {}
+    for param in command.params:
+        names.update({_as_key(name): (param, False) for name in (*param.opts, param.name)})
+        names.update({_as_key(name): (param, True) for name in param.secondary_opts})
+    return names
+
+
+def _as_key(name: str) -> str:
+    """A flag's name or a key in the file as one spelling: '--ctx-size', 'ctx-size' -> 'ctx_size'."""
+    return name.lstrip("-").replace("-", "_")
+
+
+def _as_flag(param: click.Parameter, value, where: str, off: str | None = None):
     """value as the command line would give it: a string for each value (so that click converts it as
     it converts a flag's, `gamma = 1.5` refused as `--gamma 1.5` is, not cut to 1), a list of them
-    for a flag given several times, true or false for an on/off flag; else a one-line error naming
-    where it came from."""
+    for a flag given several times, true or false for an on/off flag; an off name (`off`, e.g. raw)
+    only true, the flag's false; else a one-line error naming where it came from."""
     def text(v) -> str:
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise click.ClickException(f"{where} = {_shown(value)}: give {param.type.name} as after its flag, "
@@ -99,6 +114,12 @@ def _as_flag(param: click.Parameter, value, where: str):
     if getattr(param, "is_bool_flag", False):
         if not isinstance(value, bool):
             raise click.ClickException(f"{where} = {_shown(value)}: give true or false")
+        if off is not None:
+            on = max(param.opts, key=len).lstrip("-")
+            if not value:  # not a guess between the flag's on and its default (--chat/--raw: None, auto)
+                raise click.ClickException(f"{where} = false: {off} only turns {on} off, so give true; "
+                                           f"to turn it on, give {on} = true")
+            return False
         return value
     if param.multiple:
         if not isinstance(value, list):
