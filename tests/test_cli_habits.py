@@ -233,6 +233,13 @@ def test_config_beats_the_profile(tmp_path, monkeypatch, fake_cli):
     s = show("generate")
     assert s["gamma"] == ("5", "config") and s["drafter"] == ("'model'", "profile")
     assert show("generate", "--gamma", "3")["gamma"] == ("3", "flag")
+    # as generate takes them: --target-only and profile = false leave the profile out, and say so
+    assert show("generate", "--target-only")["drafter"] == ("'auto'", "default")
+    config.write_text('[generate]\nprofile = false\n')
+    s = show("generate")
+    assert s["use_profile"] == ("False", "config") and s["drafter"] == ("'auto'", "default")
+    config.write_text('[generate]\nno-profile = true\n')
+    assert show("generate")["use_profile"] == ("False", "config")
 
 
 def test_config_file_errors_are_one_line(tmp_path, monkeypatch):
@@ -300,6 +307,28 @@ def test_config_show_refuses_what_the_command_would_refuse(tmp_path, monkeypatch
     (tmp_path / "config.toml").write_text("")
     assert_one_line_error(invoke("config", "show", "generate", "--temp", "abc"), "'abc' is not a valid float")
     assert_one_line_error(invoke("config", "show", "generate", "--bogus"), "No such option '--bogus'")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--temp", "-1"), "temperature must be >= 0 (got -1.0)"),
+    (("-n", "0"), "max_tokens (-n) must be >= 1"),
+    (("--seed", "-5"), "seed must be >= 0, or -1 for a random seed (got -5)"),
+    (("-c", "-3"), "-3 is not in the range x>=0"),
+])
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_config_show_refuses_the_values_the_command_refuses(tmp_path, monkeypatch, fake_cli, command, args, fragment):
+    # config show printed each of them and exit code 0
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config.toml"))
+    (tmp_path / "config.toml").write_text("")
+    assert_one_line_error(invoke(command, "--target", fake_cli.target, *args, input="hi"), fragment)
+    assert_one_line_error(invoke("config", "show", command, *args), fragment)
+
+
+def test_config_show_refuses_a_config_value_the_command_refuses(tmp_path, monkeypatch):
+    # it was shown as "temperature = nan  (profile)": nan != nan read as a value the profile changed
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config.toml"))
+    (tmp_path / "config.toml").write_text("[defaults]\ntemperature = nan\n")
+    assert_one_line_error(invoke("config", "show", "generate"), "temperature must be a finite number (got nan)")
 
 
 @pytest.mark.parametrize("args, fragment", [

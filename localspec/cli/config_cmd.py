@@ -6,7 +6,7 @@ import click
 from click.core import ParameterSource
 
 from . import cli
-from .options import user_errors
+from .options import GENERATION_FLAGS, apply_profile, generation_config, user_errors, uses_profile
 from .settings_file import COMMANDS, config_path, default_map
 
 SOURCES = {ParameterSource.COMMANDLINE: "flag", ParameterSource.ENVIRONMENT: "env",
@@ -28,20 +28,18 @@ def config_show(command, args):
 
     Example: localspec config show chat --temp 0.3
     """
-    from .options import apply_profile
-
     path = config_path()
     cmd = cli.commands[command]
     parent = click.get_current_context().find_root()
     parent.default_map = default_map(cli, path)
     ctx = cmd.make_context(command, list(args), parent=parent)  # a value the command would refuse: an error
-    click.echo(f"config file: {path}" + ("" if path.is_file() else " (none)"))
     values = dict(ctx.params)
     sources = {name: SOURCES.get(ctx.get_parameter_source(name), "default") for name in values}
-    if "use_profile" in values and values.pop("use_profile"):
-        before = dict(values)
+    if uses_profile(values):
         with ctx:
-            apply_profile(ctx, values)
-        sources.update({n: "profile" for n in values if values[n] != before.get(n)})
-    for name, value in values.items():
-        click.echo(f"{name} = {value!r}  ({sources[name]})")
+            sources.update({name: "profile" for name in apply_profile(ctx, values) if name in sources})
+    if set(GENERATION_FLAGS) <= values.keys():  # generate, chat, serve: what they refuse before loading
+        generation_config(values)
+    click.echo(f"config file: {path}" + ("" if path.is_file() else " (none)"))
+    for name, source in sources.items():
+        click.echo(f"{name} = {values[name]!r}  ({source})")

@@ -251,7 +251,7 @@ FLAGS = {
                          "(default: by free memory)."),
     "threads": flag("-t", "--threads", type=click.IntRange(-1), default=LOAD["threads"],
                     help="CPU threads (default, or -1 or 0: all cores, at most 8)."),
-    "ctx": flag("-c", "--ctx", "--ctx-size", type=int, default=LOAD["n_ctx"],
+    "ctx": flag("-c", "--ctx", "--ctx-size", type=click.IntRange(0), default=LOAD["n_ctx"],
                 help="Context size in tokens (0: the length the model was trained for, as llama.cpp takes it)."),
     "gamma": flag("-g", "--gamma", "--draft-max", type=AutoOr(int, "auto|N", "a whole number"), default="auto",
                   help="Draft tokens per step: auto (cost model), or N (0: no speculation)."),
@@ -412,15 +412,21 @@ def tuned_defaults(fn):
     """Wrap a command so the chosen target's tune profile fills the speculation flags the user left out."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if kwargs.pop("use_profile", True) and not kwargs.get("target_only"):
+        if uses_profile(kwargs):
             apply_profile(click.get_current_context(), kwargs)
+        kwargs.pop("use_profile", None)
         return fn(*args, **kwargs)
     return wrapper
 
 
-def apply_profile(ctx: click.Context, kwargs: dict) -> None:
+def uses_profile(kwargs: dict) -> bool:
+    """Whether the tune profile fills what kwargs leave out: not with --no-profile or --target-only."""
+    return kwargs.get("use_profile", False) and not kwargs.get("target_only")
+
+
+def apply_profile(ctx: click.Context, kwargs: dict) -> set[str]:
     """Update kwargs from the profile beside the target (flags given on the command line or in the
-    environment win); with --stats, say on stderr what was applied."""
+    environment win); with --stats, say on stderr what was applied. The names it set."""
     from .. import profile
 
     # a flag, an environment variable or the config file (DEFAULT_MAP) wins over the profile
@@ -430,12 +436,14 @@ def apply_profile(ctx: click.Context, kwargs: dict) -> None:
         choice = target and profile.load_profile(target, kwargs.get("temperature", SAMPLING["temperature"]))
     except USER_ERRORS as e:
         click.echo(f"warning: {e}", err=True)
-        return
-    if choice:
-        updates, note = profile.merge_profile(choice, kwargs, explicit)
-        if "draft" in updates:  # a draft file as --draft gives it; no draft: --draft none
-            updates["draft"] = "none" if updates["draft"] is None else str(updates["draft"])
-            updates["draft_from"] = "the tune profile"  # load_pair's reason for it
-        kwargs.update(updates)
-        if kwargs.get("show_stats"):
-            click.echo(note, err=True)
+        return set()
+    if not choice:
+        return set()
+    updates, note = profile.merge_profile(choice, kwargs, explicit)
+    if "draft" in updates:  # a draft file as --draft gives it; no draft: --draft none
+        updates["draft"] = "none" if updates["draft"] is None else str(updates["draft"])
+        updates["draft_from"] = "the tune profile"  # load_pair's reason for it
+    kwargs.update(updates)
+    if kwargs.get("show_stats"):
+        click.echo(note, err=True)
+    return set(updates)
