@@ -272,6 +272,26 @@ def test_a_config_value_of_the_wrong_kind_is_one_line_naming_file_table_and_key(
     assert result.exit_code == 1
 
 
+@pytest.mark.parametrize("line, fragment", [
+    ("[defaults]\ntemperature = -1", "[defaults] temperature = -1: temperature must be >= 0 (got -1.0)"),
+    ("[defaults]\ntemperature = nan", "[defaults] temperature = NaN: temperature must be a finite number"),
+    ("[generate]\nmax-tokens = 0", "[generate] max-tokens = 0: max_tokens (-n) must be >= 1"),
+    ("[chat]\nseed = -5", "[chat] seed = -5: seed must be >= 0, or -1 for a random seed"),
+    ("[tune]\nctx-size = -3", "[tune] ctx-size = -3: Invalid value for '-c'"),
+    ('[serve]\ncors-origin = ["localhost:3000"]',
+     "[serve] cors-origin = [\"localhost:3000\"]: Invalid value for '--cors-origin': 'localhost:3000' is not an origin"),
+])
+def test_a_config_value_the_command_refuses_is_one_line_naming_file_table_and_key(tmp_path, monkeypatch, fake_cli,
+                                                                                  line, fragment):
+    # the range checks came later, with no word of the file ("temperature must be >= 0 (got -1.0)"), a bad
+    # --cors-origin named `localspec serve --help`, and -c -3 was found only when llama.cpp was reached
+    config = tmp_path / "config.toml"
+    config.write_text(line + "\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    for args in (("generate", "hi", "--target", fake_cli.target), ("config", "show", "generate")):
+        assert_one_line_error(invoke(*args), f"{config}: {fragment}")
+
+
 def test_a_config_value_of_the_right_kind_reads_as_its_flag(tmp_path, monkeypatch):
     config = tmp_path / "config.toml"
     config.write_text('[generate]\ngamma = 2\ntemperature = 0.5\ntop-k = 7\ntarget-only = true\nstop = ["a", "b"]\n')

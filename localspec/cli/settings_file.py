@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import augment_usage_errors
+
+from ..config import GenerationError
+from .options import GENERATION_FLAGS, generation_config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -58,17 +62,21 @@ def read_config(path: Path) -> dict:
 
 def default_map(group: click.Group, path: Path) -> dict:
     """{command: {parameter name: value}} for click, from [defaults] and each command's own table;
-    each value checked as its flag would be (_as_flag), a key that no command takes an error."""
+    each value given as its flag's (_as_flag) and checked as the command would check it (_check), a
+    key that no command takes an error."""
     data = read_config(path)
     out, used = {}, set()
     for name in COMMANDS:
-        params = _settings(group.commands[name])
+        command = group.commands[name]
+        params = _settings(command)
         values = {}
         for table in ("defaults", name):
             for key, value in data.get(table, {}).items():
                 param, off = params.get(_as_key(key), (None, False))
                 if param is not None:
-                    values[param.name] = _as_flag(param, value, f"{path}: [{table}] {key}", key if off else None)
+                    where = f"{path}: [{table}] {key}"
+                    values[param.name] = _as_flag(param, value, where, key if off else None)
+                    _check(command, param, values[param.name], f"{where} = {_shown(value)}")
                     used.add((table, key))
                 elif table == name:
                     raise click.ClickException(f"{path}: [{name}] has no setting {key!r}; "
@@ -105,10 +113,6 @@ def _as_flag(param: click.Parameter, value, where: str, off: str | None = None):
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise click.ClickException(f"{where} = {_shown(value)}: give {param.type.name} as after its flag, "
                                        f"a quoted string or a number")
-        try:
-            param.type.convert(str(v), param, None)
-        except click.ClickException as e:  # click's BadParameter, or a OneLine flag's error
-            raise click.ClickException(f"{where} = {_shown(value)}: {e.format_message()}") from None
         return str(v)
 
     if getattr(param, "is_bool_flag", False):
@@ -126,6 +130,25 @@ def _as_flag(param: click.Parameter, value, where: str, off: str | None = None):
             raise click.ClickException(f"{where} = {_shown(value)}: give a list, e.g. [\"a\", \"b\"]")
         return [text(v) for v in value]
     return text(value)
+
+
+def _check(command: click.Command, param: click.Parameter, value, where: str) -> None:
+    """A one-line error naming where, if command would refuse value (as _as_flag gives it) for param:
+    by its flag's type and callback (--cors-origin's), and, for a flag generation_config reads, by its
+    checks (temperature -1, -n 0) with the command's other flags at their built-in defaults."""
+    ctx = click.Context(command)
+    try:
+        with augment_usage_errors(ctx, param=param):  # a callback's error names its flag, as when parsing
+            given = param.process_value(ctx, value)
+        names = {p.name for p in command.params}
+        if param.name in GENERATION_FLAGS and names.issuperset(GENERATION_FLAGS):  # generate, chat, serve
+            defaults = {p.name: p.process_value(ctx, p.get_default(ctx)) for p in command.params
+                        if p.name in GENERATION_FLAGS}
+            generation_config({**defaults, param.name: given})
+    except click.ClickException as e:  # click's BadParameter, or a OneLine flag's error
+        raise click.ClickException(f"{where}: {e.format_message()}") from None
+    except GenerationError as e:
+        raise click.ClickException(f"{where}: {e}") from None
 
 
 def _shown(value) -> str:
