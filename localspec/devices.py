@@ -127,14 +127,30 @@ def list_devices() -> list[Device]:
     return [_device(dev_get(i)) for i in range(dev_count())]
 
 
+def repeated(names: Sequence[str], key: Callable[[str], str] = str) -> list[str]:
+    """The names given more than once (compared by key), sorted: a device or server named twice
+    would hold layers as if it were two."""
+    keys = [key(n) for n in names]
+    return sorted({n for n, k in zip(names, keys) if keys.count(k) > 1})
+
+
+def device_key(name: str) -> str:
+    """How device names compare: case-insensitive, as find_devices looks them up."""
+    return name.strip().lower()
+
+
 def find_devices(names: Sequence[str]) -> list[Device]:
     """Devices by name (case-insensitive); 'CPU' or 'none' alone: no offload device (an empty list)."""
     if [n.lower() for n in names] in (["cpu"], ["none"]):
         return []
+    twice = repeated(names, device_key)
+    if twice:
+        raise LlamaError(f"device {', '.join(twice)} is named twice: it would hold layers as if it were two; "
+                         "name each device once")
     known = {d.name.lower(): d for d in list_devices()}
     found = []
     for name in names:
-        dev = known.get(name.strip().lower())
+        dev = known.get(device_key(name))
         if dev is None or dev.type == "CPU":
             raise LlamaError(f"unknown device {name!r}; available: {', '.join(d.name for d in known.values())}"
                              " (CPU alone means no offload; see `localspec devices`)")
@@ -210,7 +226,7 @@ def add_rpc_servers(endpoints: Sequence[str]) -> list[Device]:
     add = _rpc_proc("ggml_backend_rpc_add_server", ADD_SERVER)
     for endpoint in endpoints:
         parse_endpoint(endpoint)
-    twice = sorted({e for e in endpoints if list(endpoints).count(e) > 1})
+    twice = repeated(endpoints)
     if twice:
         raise LlamaError(f"--rpc names {', '.join(twice)} twice: one server's devices would hold the "
                          "target's layers as if they were two; name each server once")

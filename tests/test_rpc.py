@@ -102,6 +102,15 @@ def test_unknown_device_is_one_line_naming_the_choices(fake_cli):
     assert_one_line_error(result, "unknown device 'CUDA7'", "available: CPU")
 
 
+def test_a_device_named_twice_is_one_line_before_any_load(monkeypatch):
+    # --device-target GPU0,gpu0 gave llama.cpp the device twice, to hold layers as if it were two.
+    gpu = devices.Device(1, "GPU0", "GPU", "a test device", 8 << 30, 8 << 30)
+    monkeypatch.setattr(devices, "list_devices", lambda: [gpu])
+    assert devices.find_devices(["GPU0"]) == [gpu]
+    with pytest.raises(LlamaError, match="device GPU0, gpu0 is named twice.*name each device once"):
+        devices.find_devices(["GPU0", "gpu0"])
+
+
 def test_placement_flags_reach_the_load_options(fake_cli):
     result = invoke("generate", "hi", "-m", fake_cli.target, "-d", fake_cli.draft, "-dev", "CPU",
                     "-devd", "none", "-n", "3")
