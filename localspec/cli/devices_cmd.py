@@ -65,7 +65,7 @@ def rpc_server(host, port, threads, cache_dir, device_names, allow_remote):
     host = numeric_host(host)  # ggml's server takes an IPv4 address, not a name
     remote = check_host(host, allow_remote)
     names = split_names(device_names)
-    if dv.repeated(names, dv.device_key):
+    if names and dv.repeated(names, dv.device_key):
         raise click.ClickException(f"--device {device_names} names a device twice; name each once")
     served = dv.server_devices(names)
     if cache_dir:
