@@ -22,6 +22,7 @@ What ggml-rpc does when a server goes away (vendored ggml 0.25.3, ggml/src/ggml-
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import socket
 import struct
@@ -125,6 +126,16 @@ def list_devices() -> list[Device]:
     """Every device llama.cpp can place layers on, the CPU included, RPC servers once added."""
     init_backend()
     return [_device(dev_get(i)) for i in range(dev_count())]
+
+
+def cannot_listen(host: str, port: int, error: Exception) -> str:
+    """One line for a listening socket that could not be bound, and its fix (serve, rpc-server)."""
+    code = getattr(error, "errno", None)
+    fix = ("stop what uses the port or choose another --port" if code in (errno.EADDRINUSE, errno.EACCES)
+           else "give an address of this machine as --host, e.g. 127.0.0.1 or 0.0.0.0"
+           if code == errno.EADDRNOTAVAIL or isinstance(error, (socket.gaierror, UnicodeError))
+           else "check --host and --port")
+    return f"cannot listen on {host}:{port}: {getattr(error, 'strerror', None) or error}; {fix}"
 
 
 def repeated(names: Sequence[str], key: Callable[[str], str] = str) -> list[str]:

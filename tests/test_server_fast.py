@@ -301,7 +301,7 @@ def test_a_host_that_is_no_address_of_this_machine_is_named_with_the_fix():
     from localspec.server.app import bind
 
     for host in ("999.1.1.1", "no-such-host.invalid"):
-        with pytest.raises(OSError, match=rf"cannot listen on {host}:\d+: .*; give --host an address of this machine"):
+        with pytest.raises(OSError, match=rf"cannot listen on {host}:\d+: .*; give an address of this machine as --host"):
             bind(host, 18732)
 
 

@@ -3,7 +3,6 @@ another localspec over ggml's RPC protocol)."""
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import json
 import signal
@@ -110,10 +109,7 @@ def check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as e:
-            fix = "choose another --port" if e.errno == errno.EADDRINUSE else \
-                "give an address of this machine as --host" if e.errno == errno.EADDRNOTAVAIL else \
-                "check --host and --port"
-            raise click.ClickException(f"cannot listen on {host}:{port} ({e.strerror or e}); {fix}") from None
+            raise click.ClickException(dv.cannot_listen(host, port, e)) from None
 
 
 def serve_forever(host: str, port: int, threads: int, cache_dir: str | None, served: list) -> None:

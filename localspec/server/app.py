@@ -4,7 +4,6 @@ port (before the models load: see `bind`) and runs the app under uvicorn."""
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
 import re
@@ -24,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..config import ContextFull, GenerationConfig, GenerationError, check_fits
+from ..devices import cannot_listen
 from ..llama import LlamaError
 from ..session import Pair, check_messages
 from .logprobs import Logprobs
@@ -296,10 +296,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except (OSError, UnicodeError) as e:  # UnicodeError: a host name no resolver can encode
         sock.close()
-        in_use = getattr(e, "errno", None) in (errno.EADDRINUSE, errno.EACCES)
-        fix = ("stop what uses the port or give another --port" if in_use
-               else "give --host an address of this machine, e.g. 127.0.0.1 or 0.0.0.0")
-        raise OSError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}; {fix}") from None
+        raise OSError(cannot_listen(host, port, e)) from None
     sock.listen(2048)
     return sock
 
