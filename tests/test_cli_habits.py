@@ -278,6 +278,8 @@ def test_a_config_value_of_the_wrong_kind_is_one_line_naming_file_table_and_key(
     ("[generate]\nmax-tokens = 0", "[generate] max-tokens = 0: max_tokens (-n) must be >= 1"),
     ("[chat]\nseed = -5", "[chat] seed = -5: seed must be >= 0, or -1 for a random seed"),
     ("[tune]\nctx-size = -3", "[tune] ctx-size = -3: Invalid value for '-c'"),
+    ("[tune]\nbudget = 0", "[tune] budget = 0: --budget must be > 0 seconds (got 0.0)"),
+    ("[tune]\ngamma-max = 99", "[tune] gamma-max = 99: --gamma-max must be in 1..64 (got 99)"),
     ('[serve]\ncors-origin = ["localhost:3000"]',
      "[serve] cors-origin = [\"localhost:3000\"]: Invalid value for '--cors-origin': 'localhost:3000' is not an origin"),
 ])
@@ -342,6 +344,19 @@ def test_config_show_refuses_the_values_the_command_refuses(tmp_path, monkeypatc
     (tmp_path / "config.toml").write_text("")
     assert_one_line_error(invoke(command, "--target", fake_cli.target, *args, input="hi"), fragment)
     assert_one_line_error(invoke("config", "show", command, *args), fragment)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--temp", "-1"), "temperature must be >= 0 (got -1.0)"),
+    (("--budget", "0"), "--budget must be > 0 seconds (got 0.0)"),
+    (("--quants", "Q9_Z"), "Unknown quantization type 'Q9_Z' in --quants"),
+])
+def test_config_show_refuses_what_tune_refuses(tmp_path, monkeypatch, fake_cli, args, fragment):
+    # tune's checks were written inside the command: config show printed them with exit code 0
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config.toml"))
+    (tmp_path / "config.toml").write_text("")
+    assert_one_line_error(invoke("tune", "--target", fake_cli.target, *args), fragment)
+    assert_one_line_error(invoke("config", "show", "tune", *args), fragment)
 
 
 def test_config_show_refuses_a_config_value_the_command_refuses(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import click
 from click.core import ParameterSource
 
 from . import cli
-from .options import GENERATION_FLAGS, apply_profile, generation_config, user_errors, uses_profile
+from .options import apply_profile, check_before_load, user_errors, uses_profile
 from .settings_file import COMMANDS, config_path, default_map
 
 SOURCES = {ParameterSource.COMMANDLINE: "flag", ParameterSource.ENVIRONMENT: "env",
@@ -38,8 +38,7 @@ def config_show(command, args):
     if uses_profile(values):
         with ctx:
             sources.update({name: "profile" for name in apply_profile(ctx, values) if name in sources})
-    if set(GENERATION_FLAGS) <= values.keys():  # generate, chat, serve: what they refuse before loading
-        generation_config(values)
+    check_before_load(values)
     click.echo(f"config file: {path}" + ("" if path.is_file() else " (none)"))
     for name, source in sources.items():
         click.echo(f"{name} = {values[name]!r}  ({source})")

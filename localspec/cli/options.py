@@ -317,6 +317,34 @@ def generation_config(options: dict, **fields) -> GenerationConfig:
     return GenerationConfig(**{**given, "sampling": sampling, "stop": tuple(options["stop"]), **fields}).validate()
 
 
+TUNE_FLAGS = ("temperature", "top_k", "top_p", "min_p", "p_min", "max_tokens", "gamma_max", "budget", "seed",
+              "chat", "quants")
+
+
+def tune_options(options: dict):
+    """The TuneOptions tune's flags in `options` describe, checked (TuneError naming a bad value):
+    no draft resolved and no device or server reached (tune adds those)."""
+    from ..costmodel import FALLBACK_P_MIN
+    from ..tune import TuneOptions, parse_quants
+
+    p_min = options["p_min"]
+    return TuneOptions(
+        sampling=SamplingParams(*(options[name] for name in ("temperature", "top_k", "top_p", "min_p"))),
+        max_tokens=options["max_tokens"], p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: a fixed γ's
+        gamma_max=options["gamma_max"], budget_s=options["budget"], seed=options["seed"], chat=options["chat"],
+        quants=parse_quants(options["quants"])).validate()
+
+
+def check_before_load(options: dict) -> None:
+    """Raise what a command whose flags are `options` refuses before it loads anything: generate,
+    chat and serve their generation settings (generation_config), tune its options (tune_options).
+    The one place config show and the config file's values (settings_file) are checked."""
+    if set(GENERATION_FLAGS) <= options.keys():
+        generation_config(options)
+    elif set(TUNE_FLAGS) <= options.keys():
+        tune_options(options)
+
+
 def load_options(options: dict, **fields) -> LoadOptions:
     """The LoadOptions the shared model flags in `options` describe (those a command has)."""
     given = {name: options[name] for name in ("threads", "ngl_target", "ngl_draft") if name in options}

@@ -21,8 +21,7 @@ from pathlib import Path
 import click
 from click.core import augment_usage_errors
 
-from ..config import GenerationError
-from .options import GENERATION_FLAGS, generation_config
+from .options import GENERATION_FLAGS, TUNE_FLAGS, check_before_load
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -134,20 +133,19 @@ def _as_flag(param: click.Parameter, value, where: str, off: str | None = None):
 
 def _check(command: click.Command, param: click.Parameter, value, where: str) -> None:
     """A one-line error naming where, if command would refuse value (as _as_flag gives it) for param:
-    by its flag's type and callback (--cors-origin's), and, for a flag generation_config reads, by its
-    checks (temperature -1, -n 0) with the command's other flags at their built-in defaults."""
+    by its flag's type and callback (--cors-origin's), and by what the command refuses before loading
+    (check_before_load: temperature -1, -n 0, tune's --budget 0) with its other flags at their
+    built-in defaults."""
     ctx = click.Context(command)
     try:
         with augment_usage_errors(ctx, param=param):  # a callback's error names its flag, as when parsing
             given = param.process_value(ctx, value)
-        names = {p.name for p in command.params}
-        if param.name in GENERATION_FLAGS and names.issuperset(GENERATION_FLAGS):  # generate, chat, serve
-            defaults = {p.name: p.process_value(ctx, p.get_default(ctx)) for p in command.params
-                        if p.name in GENERATION_FLAGS}
-            generation_config({**defaults, param.name: given})
+        defaults = {p.name: p.process_value(ctx, p.get_default(ctx)) for p in command.params
+                    if p.name in GENERATION_FLAGS or p.name in TUNE_FLAGS}
+        check_before_load({**defaults, param.name: given})
     except click.ClickException as e:  # click's BadParameter, or a OneLine flag's error
         raise click.ClickException(f"{where}: {e.format_message()}") from None
-    except GenerationError as e:
+    except ValueError as e:  # generation_config's GenerationError, tune_options' TuneError
         raise click.ClickException(f"{where}: {e}") from None
 
 

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import click
 
 from .. import devices, models
-from ..costmodel import FALLBACK_P_MIN
 from ..placement import check_names, split_names
-from ..sampling import SamplingParams
 from ..session import LoadOptions
 from . import cli
-from .options import JsonErrors, shared, user_errors
+from .options import JsonErrors, shared, tune_options, user_errors
 
 
 @cli.command(cls=JsonErrors)
@@ -52,11 +51,9 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
 
     if plot:
         tuning.check_plot(plot)
-    options = tuning.TuneOptions(
-        sampling=SamplingParams(temperature, top_k, top_p, min_p).validate(), max_tokens=max_tokens,
-        p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: what a fixed γ drafts with (p_min_of)
-        gamma_max=gamma_max, budget_s=budget, seed=seed, chat=chat, load=tune_load(ctx, threads, ngl_target, device_target, device_draft, rpc),
-        quants=tuning.parse_quants(quants), drafts=tuple(map(given_draft, drafts))).validate()
+    options = dataclasses.replace(  # the flags by name: tune_options reads its own
+        tune_options(locals()), load=tune_load(ctx, threads, ngl_target, device_target, device_draft, rpc),
+        drafts=tuple(map(given_draft, drafts)))
     prompts = prompt_sets.load_prompts(prompts_file, n_prompts)
     target_path, _ = models.pair_files(target, "none")
     result = tuning.run_tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)
