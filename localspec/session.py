@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import numpy as np
+
 from . import models, warmstart
 from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits
@@ -137,6 +139,10 @@ class Pair:
         self.placement = {role: getattr(m, "where", "CPU") for role, m in
                           (("target", self.target_model), ("draft", draft)) if m is not None}
         self.ngram = NGramDrafter(ends=self.target_model.is_eog)  # a copy ends where generation would
+        # One generation at a time owns the caches (_steps): a later one supersedes it, and each step
+        # runs under the lock, so a stream resumed after another generation, or one in another
+        # thread, raises instead of decoding over the other's cache.
+        self._lock, self._generation, self._closed = threading.Lock(), 0, False
         self.plan_key = self._plan_key() if options.warm_start and warmstart.enabled() else None
         # measured costs and acceptance, kept across generations (and processes, with a plan key)
         self.trackers: dict[tuple, CostTracker] = warmstart.load(self.plan_key) if self.plan_key else {}
@@ -187,9 +193,26 @@ class Pair:
         name = f"{m.meta('general.name') or ''} {m.path.name}".lower()
         return "instruct" in name or "chat" in name or OLLAMA_BLOB.fullmatch(m.path.name) is not None
 
+    def __enter__(self) -> Pair:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        draft = self.draft_path.name if self.draft_path else None
+        state = "closed" if self._closed else f"n_ctx={self.target_ctx.n_ctx}"
+        return f"Pair(target={self.target_model.path.name!r}, draft={draft!r}, {state})"
+
+    def _open(self) -> None:
+        """Raise GenerationError once close() has freed the models (llama.cpp would be handed freed memory)."""
+        if self._closed:
+            raise GenerationError("this Pair is closed; make a new Pair to generate again")
+
     def prompt_tokens(self, text: str, chat: bool, system: str | None = None) -> list[int]:
         """The prompt as target tokens, through the chat template when chat is set; a raw prompt's
         special tokens (<|im_start|> written out) are parsed, as llama.cpp parses them."""
+        self._open()
         if not chat:
             return self.target_model.tokenize_prompt(text)
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
@@ -197,21 +220,34 @@ class Pair:
 
     def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
         """A conversation as target tokens, formatted by the GGUF's chat template, ready for the reply."""
+        self._open()
         m = self.target_model
         return m.tokenize_prompt(m.apply_chat_template(messages))
 
     def check_prompt(self, prompt: Sequence[int]) -> None:
-        """Raise ContextFull, naming the limit, unless the prompt leaves room to generate."""
+        """Raise ContextFull, naming the limit, unless the prompt leaves room to generate; GenerationError
+        for a token id the target's vocabulary lacks (llama.cpp's decode only fails, 'code -1')."""
+        self._open()
+        n_vocab = self.target_model.n_vocab
+        for i, t in enumerate(prompt):
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < n_vocab:
+                raise GenerationError(f"prompt[{i}] = {t!r} is not a token id of the target's vocabulary "
+                                      f"(0..{n_vocab - 1}); give token ids, e.g. from pair.prompt_tokens(text, chat)")
         check_fits(len(prompt), self.target_ctx.n_ctx)
 
     def stream(self, prompt: Sequence[int], config: GenerationConfig,
                cancel: threading.Event | None = None) -> Iterator[Piece | Reply]:
         """Stream pieces of text, then one Reply. Setting cancel stops the generation after the
-        piece in flight (within one step); the caches stay consistent for the next prompt."""
-        self.check_prompt(prompt)
-        reused_draft = common_prefix_len(self.draft_ctx.tokens, prompt[:-1]) if self.draft_ctx else None
+        piece in flight (within one step); the caches stay consistent for the next prompt. One
+        generation at a time: a stream resumed after a later one started on this Pair (another thread's,
+        or one begun while this was paused) raises GenerationError."""
+        with self._lock:
+            self.check_prompt(prompt)
+            self._generation += 1
+            mine = self._generation
+            reused_draft = common_prefix_len(self.draft_ctx.tokens, prompt[:-1]) if self.draft_ctx else None
         parts: list[str] = []
-        for item in self.decoder(config).generate(prompt, config, cancel):
+        for item in self._steps(self.decoder(config).generate(prompt, config, cancel), mine):
             if isinstance(item, Finished):
                 item.stats.warm_start = self.warm
                 item.stats.draft_loaded = getattr(self.draft_ctx, "loaded", True) if self.draft_ctx else None
@@ -223,6 +259,18 @@ class Pair:
             parts.append(item.text)
             yield item
 
+    def _steps(self, items: Iterator, mine: int) -> Iterator:
+        """items, each one made under the lock while generation `mine` is still the latest."""
+        while True:
+            with self._lock:
+                if self._generation != mine or self._closed:
+                    raise GenerationError("a later generation on this Pair has taken its caches (or it was "
+                                          "closed); finish or close one stream before starting the next")
+                item = next(items, None)
+            if item is None:
+                return
+            yield item
+
     def _count_idle(self, prompt: Sequence[int], config: GenerationConfig, stats: GenerationStats) -> None:
         """Add a generation's seconds to the draft model's idle time unless it took in this prompt."""
         tracker = self.trackers.get(("model", config.sampling.greedy))
@@ -232,11 +280,15 @@ class Pair:
         tracker.idle_s = 0.0 if ready else tracker.idle_s + stats.prefill_s + stats.total_s
 
     def close(self) -> None:
-        """Free contexts, then models."""
-        draft_model = self.draft_model
-        for obj in (self.target_ctx, self.draft_ctx, self.target_model, draft_model):
-            if obj is not None:
-                obj.close()
+        """Free contexts, then models (a second close does nothing); the Pair cannot be used after."""
+        with self._lock:  # not while a step of a stream in another thread runs (_steps)
+            if self._closed:
+                return
+            self._closed = True
+            draft_model = self.draft_model
+            for obj in (self.target_ctx, self.draft_ctx, self.target_model, draft_model):
+                if obj is not None:
+                    obj.close()
 
 
 @dataclass(frozen=True)
@@ -304,19 +356,25 @@ class Chat:
         self.messages: list[dict] = check_messages(messages)
         self.replies: list[Reply] = []
         self._cancel = threading.Event()
+        self._turns = 0  # send() calls so far: the latest one's turn is the one recorded
 
     def send(self, message: str | Sequence[dict], config: GenerationConfig | None = None) -> Iterator[Piece | Reply]:
         """Add a user message (or a list of messages) and stream the reply: Pieces, then one Reply.
 
         Raises GenerationError, changing nothing, when the conversation no longer fits the context.
-        The reply joins the conversation, also when cut short by stop() or by closing the iterator."""
+        The reply joins the conversation, also when cut short by stop() or by closing the iterator,
+        unless a later send() began meanwhile: that one's turn stands, and this one, resumed, raises
+        GenerationError (Pair.stream: one generation at a time)."""
+        if not isinstance(message, (str, list, tuple)):
+            raise GenerationError(f"send() takes the user's text or a list of {{'role', 'content'}} messages "
+                                  f"(got {message!r:.60})")
         new = [{"role": "user", "content": message}] if isinstance(message, str) else list(message)
         messages = self.messages + check_messages(new)
         prompt = self.prompt(messages)
         self.check_fits(prompt)
         self._cancel.clear()
-        parts: list[str] = []
-        reply = None
+        self._turns += 1
+        turn, parts, reply = self._turns, [], None
         try:
             for item in self.pair.stream(prompt, (config or self.config).validate(), self._cancel):
                 if isinstance(item, Reply):
@@ -325,7 +383,8 @@ class Chat:
                 parts.append(item.text)
                 yield item
         except GeneratorExit:
-            self._record(messages, "".join(parts), None)
+            if turn == self._turns:  # an abandoned earlier turn does not overwrite the later one
+                self._record(messages, "".join(parts), None)
             raise
         self._record(messages, "".join(parts), reply)
         yield reply

@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,8 @@ from localspec.speculative import Piece
 
 GREEDY = GenerationConfig(max_tokens=64, gamma=4, sampling=SamplingParams(temperature=0), drafter="model")
 GREEN = "\x1b[32m"
+QUESTION_A = [{"role": "user", "content": "What is the capital of France?"}]
+QUESTION_B = [{"role": "user", "content": "Name three colours."}]
 
 
 @pytest.fixture(scope="module")
@@ -322,3 +325,72 @@ def test_a_raw_prompts_special_tokens_are_parsed_and_bos_is_added_once(pair):
     tokens = pair.prompt_tokens("<|im_start|>user\nHi", chat=False)
     assert tokens[:2] == [BOS, IM_START] and tokens.count(IM_START) == 1
     assert pair.prompt_tokens("<s><|im_start|>Hi", chat=False).count(BOS) == 1
+
+
+def text_of(pair, prompt, config=GREEDY) -> str:
+    return [x for x in pair.stream(prompt, config)][-1].text
+
+
+def test_a_stream_resumed_after_a_later_generation_raises_instead_of_mixing_their_caches(pair):
+    # It carried on over the later prompt's cache and returned both prompts' text mixed, without an error.
+    first, second = pair.chat_tokens(QUESTION_A), pair.chat_tokens(QUESTION_B)
+    alone = text_of(pair, first)
+    paused = pair.stream(first, GREEDY)
+    next(paused), next(paused)
+    later = text_of(pair, second)
+    with pytest.raises(GenerationError, match="a later generation on this Pair"):
+        list(paused)
+    assert text_of(pair, second) == later and text_of(pair, first) == alone  # the caches are consistent
+
+
+def test_generations_from_two_threads_each_finish_whole_or_raise(pair):
+    # From two threads, one returned the other's text and a later round aborted the process in ggml.
+    prompts = {"a": pair.chat_tokens(QUESTION_A), "b": pair.chat_tokens(QUESTION_B)}
+    expected = {k: text_of(pair, p) for k, p in prompts.items()}
+    got, errors = [], []
+
+    def run(name):
+        for _ in range(20):
+            try:
+                got.append((name, text_of(pair, prompts[name])))
+            except GenerationError as e:
+                errors.append(str(e))
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got and all(text == expected[name] for name, text in got)
+    assert all("a later generation on this Pair" in e for e in errors) and len(got) + len(errors) == 40
+
+
+def test_a_closed_pair_says_so_instead_of_handing_llama_cpp_freed_memory():
+    with fake_pair(n_ctx=256) as pair:
+        assert "fake-instruct" in repr(pair) and "closed" not in repr(pair)
+    assert "closed" in repr(pair)
+    pair.close()  # a second close does nothing
+    for use in (lambda: pair.prompt_tokens("hi", chat=True), lambda: list(pair.stream([1, 2, 3], GREEDY))):
+        with pytest.raises(GenerationError, match="this Pair is closed; make a new Pair"):
+            use()
+
+
+def test_a_prompt_token_the_vocabulary_lacks_is_named(pair):
+    # llama.cpp's decode only failed ('code -1 at position 0; lower --ctx or --ngl')
+    for bad in ([10**9], [-1], [1.5], ["hello"]):
+        with pytest.raises(GenerationError, match=r"prompt\[0\] = .* is not a token id of the target's vocabulary"):
+            list(pair.stream(bad, GREEDY))
+
+
+def test_a_turn_sent_while_another_streams_stands(pair):
+    # The earlier, unfinished turn overwrote the later one's messages when it ended.
+    chat = Chat(pair, GREEDY)
+    early = chat.send("one")
+    next(early)
+    text, _ = run(chat.send("two"))
+    with pytest.raises(GenerationError, match="a later generation"):
+        list(early)
+    early.close()
+    assert chat.messages == [{"role": "user", "content": "two"}, {"role": "assistant", "content": text}]
+    with pytest.raises(GenerationError, match=r"send\(\) takes the user's text"):
+        run(chat.send(None))
