@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .sampling import SamplingParams
+from .sampling import SamplingParams, is_real, is_whole
 
 DRAFTERS = ("auto", "model", "ngram", "hybrid")  # auto: hybrid with a draft model, else ngram
 
@@ -68,6 +68,7 @@ class GenerationConfig:
 
     def validate(self) -> GenerationConfig:
         """Return self, or raise GenerationError naming the bad value and the fix."""
+        self._check_types()
         if self.gamma is not None and self.gamma < 0:
             raise GenerationError(f"gamma must be >= 0 or auto (got {self.gamma}); use 0 for plain decoding")
         if self.drafter not in DRAFTERS:
@@ -89,6 +90,25 @@ class GenerationConfig:
         except ValueError as e:
             raise GenerationError(str(e)) from None
         return self
+
+
+    def _check_types(self) -> None:
+        """GenerationError for a field of the wrong type (the library's callers; the CLI and the server
+        convert theirs): a comparison would raise a TypeError naming neither the field nor the fix."""
+        for name, fix in (("max_tokens", "a whole number >= 1"), ("gamma", "a whole number >= 0, or None for auto"),
+                          ("seed", "a whole number >= 0, or None for a random one"),
+                          ("gamma_max", "a whole number >= 0"), ("ngram_gamma_max", "a whole number >= 0"),
+                          ("logprobs", "a whole number 0..20, or None")):
+            value = getattr(self, name)
+            if not (value is None and "None" in fix or is_whole(value)):
+                raise GenerationError(f"{name} must be {fix} (got {value!r})")
+        if self.p_min is not None and not is_real(self.p_min):
+            raise GenerationError(f"p_min must be a number in [0, 1), or None for auto (got {self.p_min!r})")
+        if not isinstance(self.sampling, SamplingParams):
+            raise GenerationError(f"sampling must be a SamplingParams (got {self.sampling!r:.60}); e.g. "
+                                  "SamplingParams(temperature=0)")
+        if isinstance(self.stop, str) or not all(isinstance(s, str) for s in self.stop):
+            raise GenerationError(f"stop must be a tuple of strings (got {self.stop!r:.60}); e.g. stop=('\\n\\n',)")
 
 
 def rows_on_backend(ctx, config: GenerationConfig | None = None, greedy: bool = False) -> bool:

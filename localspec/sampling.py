@@ -41,11 +41,14 @@ class SamplingParams:
     def validate(self) -> SamplingParams:
         """Return self, or raise ValueError naming the bad value and the fix."""
         t, k, top_p, min_p = self.temperature, self.top_k, self.top_p, self.min_p
+        for name, value in (("temperature", t), ("top_p", top_p), ("min_p", min_p)):
+            if not is_real(value):  # a comparison would raise a TypeError naming neither
+                raise ValueError(f"{name} must be a number (got {value!r})")
         if not math.isfinite(t):
             raise ValueError(f"temperature must be a finite number (got {t}); use 0 for greedy decoding")
         if t < 0:
             raise ValueError(f"temperature must be >= 0 (got {t}); use 0 for greedy decoding")
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        if not is_whole(k):
             raise ValueError(f"top_k must be an integer (got {k!r}); use 0 to disable top-k")
         if not 0 <= top_p <= 1:  # also false for NaN
             raise ValueError(f"top_p must be in [0, 1] (got {top_p}); use 1.0 to disable top-p")
@@ -57,6 +60,16 @@ class SamplingParams:
     def greedy(self) -> bool:
         """True when decoding takes the argmax (temperature 0)."""
         return self.temperature == 0
+
+
+def is_whole(value) -> bool:
+    """An int that is not a bool (True would read as 1)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_real(value) -> bool:
+    """A real number that is not a bool."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 class Dist(NamedTuple):

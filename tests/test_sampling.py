@@ -649,3 +649,26 @@ def test_top_probability_peaked_and_flat():
     assert top_probability(peaked) > 0.999
     flat = np.zeros(1000, dtype=np.float32)  # ten equal candidates
     assert top_probability(flat) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"gamma": "auto"}, "gamma must be a whole number >= 0, or None for auto (got 'auto')"),
+    ({"max_tokens": "16"}, "max_tokens must be a whole number >= 1 (got '16')"),
+    ({"max_tokens": 2.5}, "max_tokens must be a whole number >= 1 (got 2.5)"),
+    ({"gamma": True}, "gamma must be a whole number"),
+    ({"seed": "1"}, "seed must be a whole number >= 0, or None for a random one"),
+    ({"logprobs": True}, "logprobs must be a whole number 0..20"),
+    ({"sampling": {"temperature": 0}}, "sampling must be a SamplingParams"),
+    ({"stop": "cache"}, "stop must be a tuple of strings (got 'cache')"),
+    ({"stop": (None,)}, "stop must be a tuple of strings"),
+    ({"sampling": SamplingParams(temperature="0.5")}, "temperature must be a number (got '0.5')"),
+    ({"sampling": SamplingParams(top_p=None)}, "top_p must be a number (got None)"),
+])
+def test_a_config_field_of_the_wrong_type_is_named_with_its_fix(kwargs, fragment):
+    # A library caller got TypeError "'<' not supported between 'str' and 'int'"; stop="cache" was
+    # silently five stop strings, one a character; max_tokens=2.5 and gamma=True were taken.
+    from localspec.config import GenerationConfig, GenerationError
+
+    with pytest.raises(GenerationError) as err:
+        GenerationConfig(**kwargs).validate()
+    assert fragment in str(err.value)
