@@ -29,15 +29,26 @@ from .stats import GenerationStats, Stopwatch
 
 
 class Piece(NamedTuple):
-    """Text produced by one emitted token; from_draft when a drafter guessed it. With
-    config.logprobs set, logprob is the token's log-probability under the target and top the
-    config.logprobs likeliest (token, log-probability) pairs at its position (see token_logprobs)."""
+    """The text an emitted token released: token, from_draft when a drafter guessed it. A token may
+    release none (part of a UTF-8 character, text held back as the possible start of a stop string):
+    the next piece then carries its text too, and n_tokens counts every token the piece covers,
+    n_drafted those a drafter guessed (None: from_draft alone). The last piece may hold text held back
+    to the end, token -1. With config.logprobs set every token has its piece (text or none), logprob
+    its log-probability under the target and top the config.logprobs likeliest (token,
+    log-probability) pairs at its position (see token_logprobs)."""
 
     text: str
     token: int
     from_draft: bool
     logprob: float | None = None
     top: tuple[tuple[int, float], ...] | None = None
+    n_tokens: int = 1
+    n_drafted: int | None = None
+
+    @property
+    def drafted(self) -> int:
+        """How many of the tokens this piece covers a drafter guessed."""
+        return int(self.from_draft) if self.n_drafted is None else self.n_drafted
 
 
 class Finished(NamedTuple):
@@ -139,6 +150,7 @@ class _Run:
         stats.seed = config.seed if config.seed is not None else secrets.randbits(32)
         self.rng = np.random.default_rng(stats.seed)
         self.text, self.stops = TextStream(target.model), StopStrings(config.stop)
+        self.unreleased = (0, 0)  # tokens emitted since the last piece, and how many a drafter guessed
         self.backend = rows_on_backend(target, config)
         # the most tokens a step may draft: its verify (the pending token, the draft and a tree's
         # siblings, one each beside up to max_branches - 1 chain tokens) in one batch of the target's
@@ -159,7 +171,8 @@ class _Run:
         if not self.stops.stopped:  # print what was held back for a stop string that never came
             safe, _ = self.stops.feed(self.text.flush())
             if safe + self.stops.held:
-                yield Piece(safe + self.stops.held, -1, False)
+                n, drafted = self.unreleased
+                yield Piece(safe + self.stops.held, -1, False, n_tokens=n, n_drafted=drafted)
 
     def _emit(self, tokens: list[int], emitted: list[int], n_accepted: int, rows: list[int]) -> Iterator[Piece]:
         """Append emitted tokens until EOS, a stop string, max_tokens or a cancel; yield their text.
@@ -172,11 +185,15 @@ class _Run:
             tokens.append(token)
             stats.generated += 1
             safe, stopped = self.stops.feed(self.text.push(token))
+            n, drafted = self.unreleased
+            self.unreleased = (n + 1, drafted + (i < n_accepted))  # what the next piece covers
             if self.config.logprobs is not None:  # a Piece per token, text or not: row i judged emitted[i]
                 yield Piece(safe, token, i < n_accepted, *token_logprobs(self.target.logits(rows[i]), token,
                                                                          self.config.logprobs))
+                self.unreleased = (0, 0)
             elif safe:
-                yield Piece(safe, token, i < n_accepted)
+                yield Piece(safe, token, i < n_accepted, n_tokens=n + 1, n_drafted=self.unreleased[1])
+                self.unreleased = (0, 0)
             if stopped:
                 stats.finish_reason = "stop"
             elif stats.generated >= self.config.max_tokens:

@@ -55,9 +55,8 @@ class Live:
         if piece is not None:
             now = time.perf_counter()
             self.first = self.first if self.first is not None else now
-            if piece.token >= 0:  # token -1: text held back for a stop string, flushed at the end
-                self.tokens += 1
-                self.draft_tokens += piece.from_draft
+            self.tokens += piece.n_tokens  # a piece covers every token since the last (Piece)
+            self.draft_tokens += piece.drafted
             if piece.text:
                 pieces.append({"text": piece.text, "draft": piece.from_draft})
         elapsed = time.perf_counter() - self.first if self.first is not None else 0.0
