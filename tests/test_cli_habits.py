@@ -359,6 +359,15 @@ def test_config_show_refuses_what_tune_refuses(tmp_path, monkeypatch, fake_cli, 
     assert_one_line_error(invoke("config", "show", "tune", *args), fragment)
 
 
+def test_config_show_refuses_flags_that_exclude_each_other_as_generate_does(tmp_path, monkeypatch, fake_cli):
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config.toml"))
+    (tmp_path / "config.toml").write_text("")
+    for args, fragment in ((("--target-only", "--gamma", "4"), "--target-only decodes with the target alone"),
+                           (("--raw", "--system", "Be brief."), "--system needs the chat template")):
+        assert_one_line_error(invoke("generate", "hi", "--target", fake_cli.target, *args), fragment)
+        assert_one_line_error(invoke("config", "show", "generate", *args), fragment)
+
+
 def test_config_show_refuses_a_config_value_the_command_refuses(tmp_path, monkeypatch):
     # it was shown as "temperature = nan  (profile)": nan != nan read as a value the profile changed
     monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config.toml"))

@@ -39,6 +39,10 @@ def config_show(command, args):
         with ctx:
             sources.update({name: "profile" for name in apply_profile(ctx, values) if name in sources})
     check_before_load(values)
+    if command == "generate":  # flags that exclude each other, as generate refuses them
+        from .generate import check_conflicts
+
+        check_conflicts(ctx, values["target_only"], values["chat"], values["system"])
     click.echo(f"config file: {path}" + ("" if path.is_file() else " (none)"))
     for name, source in sources.items():
         click.echo(f"{name} = {values[name]!r}  ({source})")
