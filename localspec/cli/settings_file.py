@@ -67,15 +67,19 @@ def default_map(group: click.Group, path: Path) -> dict:
     out, used = {}, set()
     for name in COMMANDS:
         command = group.commands[name]
-        params = _settings(command)
+        tables = {table: data.get(table, {}) for table in ("defaults", name)}
+        if not any(tables.values()):  # nothing set for it: no checks to make (most runs, no file)
+            out[name] = {}
+            continue
+        params, defaults = _settings(command), _checked_defaults(command)
         values = {}
-        for table in ("defaults", name):
-            for key, value in data.get(table, {}).items():
+        for table, settings in tables.items():
+            for key, value in settings.items():
                 param, off = params.get(_as_key(key), (None, False))
                 if param is not None:
                     where = f"{path}: [{table}] {key}"
                     values[param.name] = _as_flag(param, value, where, key if off else None)
-                    _check(command, param, values[param.name], f"{where} = {_shown(value)}")
+                    _check(command, param, values[param.name], defaults, f"{where} = {_shown(value)}")
                     used.add((table, key))
                 elif table == name:
                     raise click.ClickException(f"{path}: [{name}] has no setting {key!r}; "
@@ -131,17 +135,22 @@ def _as_flag(param: click.Parameter, value, where: str, off: str | None = None):
     return text(value)
 
 
-def _check(command: click.Command, param: click.Parameter, value, where: str) -> None:
+def _checked_defaults(command: click.Command) -> dict:
+    """The built-in defaults of command's flags that check_before_load reads."""
+    ctx = click.Context(command)
+    return {p.name: p.process_value(ctx, p.get_default(ctx)) for p in command.params
+            if p.name in GENERATION_FLAGS or p.name in TUNE_FLAGS}
+
+
+def _check(command: click.Command, param: click.Parameter, value, defaults: dict, where: str) -> None:
     """A one-line error naming where, if command would refuse value (as _as_flag gives it) for param:
     by its flag's type and callback (--cors-origin's), and by what the command refuses before loading
     (check_before_load: temperature -1, -n 0, tune's --budget 0) with its other flags at their
-    built-in defaults."""
+    built-in defaults (_checked_defaults)."""
     ctx = click.Context(command)
     try:
         with augment_usage_errors(ctx, param=param):  # a callback's error names its flag, as when parsing
             given = param.process_value(ctx, value)
-        defaults = {p.name: p.process_value(ctx, p.get_default(ctx)) for p in command.params
-                    if p.name in GENERATION_FLAGS or p.name in TUNE_FLAGS}
         check_before_load({**defaults, param.name: given})
     except click.ClickException as e:  # click's BadParameter, or a OneLine flag's error
         raise click.ClickException(f"{where}: {e.format_message()}") from None
