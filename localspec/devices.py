@@ -158,7 +158,7 @@ def find_devices(names: Sequence[str]) -> list[Device]:
     if twice:
         raise LlamaError(f"device {', '.join(twice)} is named twice: it would hold layers as if it were two; "
                          "name each device once")
-    known = {d.name.lower(): d for d in list_devices()}
+    known = {device_key(d.name): d for d in list_devices()}
     found = []
     for name in names:
         dev = known.get(device_key(name))

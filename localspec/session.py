@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import numpy as np
-
 from . import models, warmstart
 from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits
@@ -26,6 +24,7 @@ from .context import SAMPLED_ROWS_MAX, Context, LazyContext
 from .llama import Model, common_prefix_len, gpu_offload_supported, threads_of
 from .placement import Placement, place_pair
 from .planner import CostTracker, source_names, worth_preparing
+from .sampling import is_whole
 from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
 from .treeplan import MAX_BRANCHES
@@ -230,7 +229,7 @@ class Pair:
         self._open()
         n_vocab = self.target_model.n_vocab
         for i, t in enumerate(prompt):
-            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < n_vocab:
+            if not is_whole(t) or not 0 <= t < n_vocab:
                 raise GenerationError(f"prompt[{i}] = {t!r} is not a token id of the target's vocabulary "
                                       f"(0..{n_vocab - 1}); give token ids, e.g. from pair.prompt_tokens(text, chat)")
         check_fits(len(prompt), self.target_ctx.n_ctx)

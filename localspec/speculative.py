@@ -185,15 +185,16 @@ class _Run:
             tokens.append(token)
             stats.generated += 1
             safe, stopped = self.stops.feed(self.text.push(token))
-            n, drafted = self.unreleased
-            self.unreleased = (n + 1, drafted + (i < n_accepted))  # what the next piece covers
+            n, drafted = self.unreleased  # what the next piece covers, this token included
+            n, drafted = n + 1, drafted + (i < n_accepted)
+            self.unreleased = (0, 0)
             if self.config.logprobs is not None:  # a Piece per token, text or not: row i judged emitted[i]
                 yield Piece(safe, token, i < n_accepted, *token_logprobs(self.target.logits(rows[i]), token,
                                                                          self.config.logprobs))
-                self.unreleased = (0, 0)
             elif safe:
-                yield Piece(safe, token, i < n_accepted, n_tokens=n + 1, n_drafted=self.unreleased[1])
-                self.unreleased = (0, 0)
+                yield Piece(safe, token, i < n_accepted, n_tokens=n, n_drafted=drafted)
+            else:
+                self.unreleased = (n, drafted)  # no text released: the next piece carries them
             if stopped:
                 stats.finish_reason = "stop"
             elif stats.generated >= self.config.max_tokens:
