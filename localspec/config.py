@@ -91,7 +91,6 @@ class GenerationConfig:
             raise GenerationError(str(e)) from None
         return self
 
-
     def _check_types(self) -> None:
         """GenerationError for a field of the wrong type (the library's callers; the CLI and the server
         convert theirs): a comparison would raise a TypeError naming neither the field nor the fix."""

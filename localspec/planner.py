@@ -819,17 +819,16 @@ class Planner:
 
     @staticmethod
     def _stepping_stone(tracker: CostTracker, offer: Choice, rates: Sequence[float], floor: float) -> int:
-        """The γ whose verify is the first size past the widest measured, where a wider γ of the
-        offer hopes to beat floor and this one does not, in a bucket already judged; 0 where there is
-        none (a bucket never judged has its first look, _first_look). A probe that only measures the
-        next size.
+        """The γ whose verify is the first size past the widest measured, where a wider γ of the offer
+        hopes to beat floor and this one does not, in a bucket already judged; 0 where there is none (a
+        bucket never judged has its first look, _first_look). A probe that only measures the next size.
         Beyond the widest measured size a probe's loss is priced no cheaper a row than that size
-        (VerifyCurve.next_width), so where that size came out slow (a stall), every wider γ that
-        could win was priced out of the budget, and the first size past it, cheap to try, was never
-        tried because on its own it could not win: at the H200's costs (a 2-row verify 2.8 plain
-        steps, a row beyond little), one slow 3-row sample held a hybrid at plain decoding for every
-        reply of a simulated copy set (tests/plannersim.py). Measured, the next size prices the
-        wider ones by its own cost a row."""
+        (VerifyCurve.next_width), so where that size came out slow (a stall), every wider γ that could
+        win was priced out of the budget, and the first size past it, cheap to try, was never tried
+        because on its own it could not win: at the H200's costs (a 2-row verify 2.8 plain steps, a row
+        beyond little), one slow 3-row sample held a hybrid at plain decoding for every reply of a
+        simulated copy set (tests/plannersim.py). Measured, the next size prices the wider ones by its
+        own cost a row."""
         gamma = max(tracker.verify.points, default=0)
         if not 0 < gamma < offer.gamma or rates[gamma] > floor or not tracker.judged(offer.bucket):
             return 0

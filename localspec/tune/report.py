@@ -4,7 +4,6 @@ its pick, table, summary, plot, JSON and profile."""
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
