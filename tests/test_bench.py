@@ -15,17 +15,14 @@ import pytest
 
 from localspec.costmodel import VerifyCurve
 from localspec.stats import GenerationStats
+from scripttools import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts/bench.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench"] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench", register=True)
 
 
 bench = load_bench()
@@ -399,10 +396,7 @@ def test_a_reply_far_slower_than_its_scenario_on_the_same_prompt_is_named_with_t
 
 def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own_target_only(monkeypatch, capsys):
     # In a fixed order the warm process always ran right after the cold one, which loads the draft.
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # where it finds bench.py
-    spec = importlib.util.spec_from_file_location("bench_fresh", ROOT / "scripts/bench_fresh.py")
-    fresh = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fresh)
+    fresh = load_script("bench_fresh")
     ran = []
 
     def run(prompt, flags, env, args):  # target-only at 10 tok/s; an auto process at 9 or 11 by prompt
@@ -453,10 +447,7 @@ def test_fresh_processes_of_another_checkout_run_beside_from_their_own_code_and_
     # --against: a fourth variant, auto with warm start from another checkout, in the same run. It
     # runs from that checkout's directory (python -m puts it first on the module path) with a plan
     # store of its own, so neither version plans from the other's measurements.
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("bench_fresh", ROOT / "scripts/bench_fresh.py")
-    fresh = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fresh)
+    fresh = load_script("bench_fresh")
     calls = []
 
     def subprocess_run(cmd, env, capture_output, text, timeout, cwd):

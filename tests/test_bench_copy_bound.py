@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from scripttools import load_script
 
 
 def load():
-    if "bench" not in sys.modules:  # the script imports bench from scripts/
-        sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("bench_copy_bound", ROOT / "scripts/bench_copy_bound.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_copy_bound")
 
 
 def test_a_run_is_the_longest_copy_of_earlier_text_from_each_position():

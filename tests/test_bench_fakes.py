@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from scripttools import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def fakes():
-    spec = importlib.util.spec_from_file_location("bench_fakes", ROOT / "scripts/bench_fakes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_fakes")
 
 
 def test_a_curve_is_read_in_rows_and_seconds_sorted():

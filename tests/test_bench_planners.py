@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from scripttools import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def load():
-    if "bench" not in sys.modules:  # bench_planners imports it from scripts/
-        sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("bench_planners", ROOT / "scripts/bench_planners.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_planners")
 
 
 def test_another_checkout_must_hold_localspec(tmp_path, capsys):

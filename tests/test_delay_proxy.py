@@ -1,15 +1,12 @@
 """The benchmarks' delaying proxy: bytes pass unchanged, in order, and each round trip takes at least its RTT."""
 
-import importlib.util
 import socket
 import socketserver
 import threading
 import time
-from pathlib import Path
+from scripttools import load_script
 
-spec = importlib.util.spec_from_file_location("delay_proxy", Path(__file__).parents[1] / "scripts/delay_proxy.py")
-delay_proxy = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(delay_proxy)
+delay_proxy = load_script("delay_proxy")
 
 
 class Echo(socketserver.BaseRequestHandler):

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
+from scripttools import load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("sim_noise", ROOT / "scripts/sim_noise.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("sim_noise")
 
 
 def rows(output: str) -> dict[str, list[float]]:
