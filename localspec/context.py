@@ -31,7 +31,8 @@ class Context:
     it can also verify a token tree in one decode (decode_tree, then keep_path)."""
 
     ptr = None
-    _chain = None  # (class defaults: close() runs from __del__ on a context whose __init__ raised)
+    _batch = None  # (class defaults: close() runs from __del__ on a context whose __init__ raised,
+    _chain = None  # an interrupt held while llama.cpp made it among them)
     _tree: tuple[list[list[int]], int, list[int]] | None = None  # the last decode_tree, until keep_path
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
@@ -75,7 +76,9 @@ class Context:
 
     def close(self) -> None:
         if self.ptr:
-            lc.llama_batch_free(self._batch)
+            if self._batch is not None:
+                lc.llama_batch_free(self._batch)
+                self._batch = None
             lc.llama_free(self.ptr)
             self.ptr = None
         if self._chain is not None:

@@ -159,6 +159,33 @@ def test_amx_guard_follows_the_build_and_the_override(monkeypatch):
     assert not layer.amx_guard()
 
 
+def test_an_interrupt_held_while_a_context_is_made_frees_it_without_a_traceback(monkeypatch):
+    # Ctrl-C during llama.cpp's allocation is raised once it returns, before the batch exists: the
+    # half-made context was freed by __del__, which read a batch never made and printed a traceback.
+    import contextlib
+    import gc
+    import types
+
+    import localspec.context as layer
+
+    freed, unraisable = [], []
+
+    @contextlib.contextmanager
+    def interrupted():
+        yield []
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(layer, "held_interrupts", interrupted)
+    monkeypatch.setattr(layer.lc, "llama_init_from_model", lambda model, params: 12345)
+    monkeypatch.setattr(layer.lc, "llama_free", freed.append)
+    monkeypatch.setattr(layer.lc, "llama_batch_free", lambda batch: freed.append("batch"))
+    monkeypatch.setattr("sys.unraisablehook", unraisable.append)
+    with pytest.raises(KeyboardInterrupt):
+        layer.Context(types.SimpleNamespace(ptr=1), n_ctx=64, n_threads=1)
+    gc.collect()
+    assert freed == [12345] and not unraisable
+
+
 @pytest.mark.slow
 def test_ctx_0_takes_the_models_own_length_for_both_models_and_a_negative_one_names_itself(smol_path, model):
     # llama.cpp's -c 0: the context the model was trained for; the draft's as long as the target's
