@@ -395,14 +395,23 @@ def test_environment_variables_are_in_help():
         assert var in text, var
 
 
-def test_loading_line_names_models_sizes_and_places(tmp_path):
+def test_loading_line_names_models_sizes_and_places(tmp_path, monkeypatch):
+    # was: "GPU" from -ngl alone, on a machine with no GPU, where --stats then said "runs on: target CPU"
+    from localspec import devices
     from localspec.cli.options import loading_line
     from localspec.session import LoadOptions
 
     (tmp_path / "t.gguf").write_bytes(b"x" * 2**21)
     (tmp_path / "d.gguf").write_bytes(b"x" * 2**20)
-    line = loading_line(tmp_path / "t.gguf", tmp_path / "d.gguf", LoadOptions(ngl_target=999, ngl_draft=0))
-    assert line == "localspec: loading target t.gguf (2 MiB, GPU) + draft d.gguf (1 MiB, CPU)"
+    t, d = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    monkeypatch.setattr(devices, "local_devices", lambda: [])
+    assert loading_line(t, d, LoadOptions(ngl_target=999, ngl_draft=999)) == \
+        "localspec: loading target t.gguf (2 MiB, CPU) + draft d.gguf (1 MiB, CPU)"
+    monkeypatch.setattr(devices, "local_devices", lambda: ["CUDA0"])
+    assert loading_line(t, d, LoadOptions(ngl_target=999, ngl_draft=0)) == \
+        "localspec: loading target t.gguf (2 MiB, GPU) + draft d.gguf (1 MiB, CPU)"
+    assert loading_line(t, None, LoadOptions(ngl_target=999, device_target=("CPU",))) == \
+        "localspec: loading target t.gguf (2 MiB, CPU)"
 
 
 def test_nothing_prints_after_ctrl_c(capsys):

@@ -390,14 +390,17 @@ def where(pair: Pair) -> str:
 
 
 def loading_line(target: Path, draft: Path | None, load: LoadOptions) -> str:
-    """'loading target a.gguf (940 MiB, GPU) + draft b.gguf (380 MiB, GPU)': what loads, where."""
-    def one(role: str, path: Path, ngl: int) -> str:
-        where = "CPU" if ngl == 0 else "GPU" if ngl >= 999 else f"{ngl} layers on the GPU"
-        if role == "target" and load.rpc and ngl:
+    """'loading target a.gguf (940 MiB, GPU) + draft b.gguf (380 MiB, GPU)': what loads, where. Layers
+    go to the devices named, else (the target with --rpc) the RPC servers, else this machine's GPUs,
+    as placement.place_pair places them: with none, the CPU, whatever -ngl says."""
+    def one(role: str, path: Path, ngl: int, names: tuple[str, ...] | None) -> str:
+        offload = devices.find_devices(names) if names else devices.local_devices()
+        where = "CPU" if ngl == 0 or not offload else "GPU" if ngl >= ALL_LAYERS else f"{ngl} layers on the GPU"
+        if role == "target" and load.rpc and ngl and not names:
             where = f"RPC {','.join(load.rpc)}"
         return f"{role} {path.name} ({path.stat().st_size / 2**20:,.0f} MiB, {where})"
-    draft_part = f" + {one('draft', draft, load.ngl_draft)}" if draft else ""
-    return f"localspec: loading {one('target', target, load.ngl_target)}{draft_part}"
+    draft_part = f" + {one('draft', draft, load.ngl_draft, load.device_draft)}" if draft else ""
+    return f"localspec: loading {one('target', target, load.ngl_target, load.device_target)}{draft_part}"
 
 
 def draft_for(target: str | None, draft: str | None, given_by: str = "--draft") -> tuple[Path, Path | None, str]:
