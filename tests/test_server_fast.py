@@ -128,7 +128,7 @@ def test_seed_reproducibility(client):
     ({"model": MODEL, "messages": QUESTION, "temperature": 3.5}, 400, "temperature", "between 0 and 2"),
     ({"model": MODEL, "messages": QUESTION, "top_p": 1.5}, 400, "top_p", "[0, 1]"),
     ({"model": MODEL, "messages": QUESTION, "gamma": -1}, 400, "gamma", "gamma"),
-    ({"model": MODEL, "messages": QUESTION, "gamma": "lots"}, 400, "gamma", "'lots'"),
+    ({"model": MODEL, "messages": QUESTION, "gamma": "lots"}, 400, "gamma", '"lots"'),
     ({"model": MODEL, "messages": QUESTION, "drafter": "oracle"}, 400, "drafter", "oracle"),
     ({"model": MODEL, "messages": QUESTION, "n": 2}, 400, "n", "n must be 1"),
     ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages[0].role", '(got "wizard")'),
@@ -323,3 +323,20 @@ def test_a_completion_prompt_of_token_ids_continues_as_its_text_does(tmp_path):
                               ([[1, 2], [3]], "one list of token ids"), ([[]], "prompt is empty")):
             r = complete(bad)
             assert r.status_code == 400 and fragment in r.json()["error"]["message"], r.text
+
+
+def test_p_min_takes_auto_as_gamma_does(http):
+    # was: "p_min": "auto" refused as "Input should be a valid number", though the error for p_min 2 offered auto
+    from localspec.server.types import ChatRequest, request_config
+
+    def config(**fields):
+        return request_config(ChatRequest(messages=QUESTION, **fields), DEFAULTS)
+
+    assert config(p_min="auto").p_min is None and config(p_min="AUTO", gamma="auto").gamma is None
+    assert config(p_min=0.5).p_min == 0.5 and config().p_min == DEFAULTS.p_min
+    r = http.post("/v1/chat/completions", json={"messages": QUESTION, "max_tokens": 4, "p_min": "auto"})
+    assert r.status_code == 200
+    r = http.post("/v1/chat/completions", json={"messages": QUESTION, "max_tokens": 4, "p_min": "sometimes"})
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == "p_min"
+    assert error["message"] == 'p_min must be a number in [0, 1) or "auto" (got "sometimes")'

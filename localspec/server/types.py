@@ -94,7 +94,7 @@ class Options(BaseModel):
     n: int | None = None
     gamma: int | str | None = None    # localspec: draft length, or "auto"
     drafter: str | None = None        # localspec: auto | model | ngram | hybrid
-    p_min: float | None = None        # localspec: the draft model stops below this confidence
+    p_min: float | str | None = None  # localspec: the draft model stops below this confidence, or "auto"
     # in UNSUPPORTED, and typed: a value of the wrong type ("0") is told so, not that it asks for too much
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
@@ -148,11 +148,8 @@ def request_config(req: Options, defaults: GenerationConfig) -> GenerationConfig
         raise ApiError(400, f"temperature must be between 0 and 2 (got {temperature}); 0 is greedy", "temperature")
     if req.n not in (None, 1):
         raise ApiError(400, f"n must be 1 (got {req.n}); ask again for another choice", "n")
-    gamma = defaults.gamma if req.gamma is None else req.gamma
-    if isinstance(gamma, str):
-        if gamma.lower() != "auto":
-            raise ApiError(400, f"gamma must be a whole number >= 0 or 'auto' (got {gamma!r})", "gamma")
-        gamma = None
+    gamma = defaults.gamma if req.gamma is None else auto_or(req.gamma, "gamma", "a whole number >= 0")
+    p_min = defaults.p_min if req.p_min is None else auto_or(req.p_min, "p_min", "a number in [0, 1)")
     stop = (req.stop,) if isinstance(req.stop, str) else defaults.stop if req.stop is None else tuple(req.stop)
     if req.stop is not None and len(stop) > MAX_STOP:
         raise ApiError(400, f"stop holds {len(stop)} strings; send at most {MAX_STOP}", "stop")
@@ -167,12 +164,21 @@ def request_config(req: Options, defaults: GenerationConfig) -> GenerationConfig
     sampling = SamplingParams(temperature, pick(req.top_k, s.top_k), pick(req.top_p, s.top_p), pick(req.min_p, s.min_p))
     config = dataclasses.replace(defaults, max_tokens=max_tokens, gamma=gamma, sampling=sampling, stop=stop,
                                  seed=pick(seed, defaults.seed), drafter=pick(req.drafter, defaults.drafter),
-                                 p_min=pick(req.p_min, defaults.p_min), logprobs=n_logprobs)
+                                 p_min=p_min, logprobs=n_logprobs)
     try:
         return config.validate()
     except GenerationError as e:
         named = sorted((str(e).find(f), f) for f in FIELDS if f in str(e))  # the field the message names first
         raise ApiError(400, str(e), named[0][1] if named else None) from None
+
+
+def auto_or(value, field: str, what: str):
+    """A request's value of a field that takes a number or "auto" (None: decided from measured costs)."""
+    if not isinstance(value, str):
+        return value
+    if value.lower() != "auto":
+        raise ApiError(400, f"{field} must be {what} or \"auto\" (got {json.dumps(value)})", field)
+    return None
 
 
 def pick(value, default):
