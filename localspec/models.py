@@ -1,8 +1,9 @@
 """The model store: catalog, Hub pull, PyPI mirror packs, sha256, derived (converted) files.
 
-The store is $LOCALSPEC_MODELS, else the repo's models/ folder; the catalog is models/catalog.json
-($LOCALSPEC_CATALOG overrides it, for tests). Nothing half-written ever sits at a model's final
-path: downloads and conversions go to a temporary file beside it, renamed after the checks.
+The store is $LOCALSPEC_MODELS, else in a source checkout the checkout's models/ folder, else (installed)
+$XDG_DATA_HOME/localspec/models (~/.local/share by default). The catalog ships in the package,
+localspec/catalog.json ($LOCALSPEC_CATALOG overrides it, for tests). Nothing half-written ever sits at a
+model's final path: downloads and conversions go to a temporary file beside it, renamed after the checks.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from typing import Callable, Iterator
 from urllib.parse import urlparse
 from urllib.request import getproxies
 
-REPO_MODELS = Path(__file__).resolve().parent.parent / "models"
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PACKAGE = Path(__file__).resolve().parent
+SHIPPED_CATALOG = PACKAGE / "catalog.json"  # package data: in every install, not only in a checkout
 CHUNK = 1 << 22
 
 
@@ -63,11 +70,11 @@ class Catalog:
 
 
 def catalog_path() -> Path:
-    return Path(os.environ.get("LOCALSPEC_CATALOG") or REPO_MODELS / "catalog.json")
+    return Path(os.environ.get("LOCALSPEC_CATALOG") or SHIPPED_CATALOG)
 
 
 def load_catalog() -> Catalog:
-    """Read the catalog of known models and pairs ($LOCALSPEC_CATALOG, else models/catalog.json)."""
+    """Read the catalog of known models and pairs ($LOCALSPEC_CATALOG, else localspec/catalog.json)."""
     path = catalog_path()
     try:
         raw = json.loads(path.read_text())
@@ -75,7 +82,7 @@ def load_catalog() -> Catalog:
         pairs = {name: (p["target"], p["draft"]) for name, p in raw.get("pairs", {}).items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ModelError(f"Cannot read the model catalog {path} ({type(e).__name__}: {e}); "
-                         "fix it, or restore the shipped one with `git checkout models/catalog.json`") from None
+                         f"fix it, {_catalog_fix()}") from None
     catalog = Catalog(entries, pairs, raw.get("default_pair", next(iter(pairs), "")))
     _check_references(catalog, path)
     return catalog
@@ -105,9 +112,42 @@ def _check_references(catalog: Catalog, path: Path) -> None:
                          f"Known pairs: {', '.join(catalog.pairs)}")
 
 
+def _catalog_fix() -> str:
+    """How to get the shipped catalog back, where the one read is broken."""
+    if os.environ.get("LOCALSPEC_CATALOG"):
+        return "or unset LOCALSPEC_CATALOG to use the shipped one"
+    if checkout_store() is not None:
+        return "or restore the shipped one with `git checkout localspec/catalog.json`"
+    return ("or reinstall localspec to restore the shipped one "
+            "(`pipx reinstall localspec`, or `pip install --force-reinstall .` in its checkout)")
+
+
+def checkout_store(package: Path = PACKAGE) -> Path | None:
+    """The models/ folder of the source checkout the package sits in (a pyproject.toml naming the
+    project localspec, and models/ beside it), else None: installed, site-packages is no store."""
+    root = package.parent
+    try:
+        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    store = root / "models"
+    return store if isinstance(project, dict) and project.get("name") == "localspec" and store.is_dir() else None
+
+
+def default_store() -> Path:
+    """The store without $LOCALSPEC_MODELS: a checkout's models/ (where ./scripts/demo.sh pulls), else
+    the per-user $XDG_DATA_HOME/localspec/models (~/.local/share by default), as Ollama and LM Studio
+    keep theirs under the home folder."""
+    store = checkout_store()
+    if store is not None:
+        return store
+    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser()
+    return data / "localspec" / "models"
+
+
 def store_dir() -> Path:
-    """Where GGUF files live ($LOCALSPEC_MODELS or ./models); created if missing."""
-    path = Path(os.environ.get("LOCALSPEC_MODELS") or REPO_MODELS).expanduser()
+    """Where GGUF files live ($LOCALSPEC_MODELS, else default_store()); created if missing."""
+    path = Path(os.environ.get("LOCALSPEC_MODELS") or default_store()).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -229,7 +269,7 @@ def pull(name: str, *, progress: bool = True, log: Callable[[str], None] = print
         return dst
     if not (entry.hf_repo and entry.hf_file) and not entry.pypi_mirror:
         raise ModelError(f"{name} has no download source in the catalog (hf_repo/hf_file or pypi_mirror); "
-                         "add one to catalog.json or give a path to a .gguf file")
+                         f"add one to {catalog_path()} or give a path to a .gguf file")
     with staging(dst) as tmp:
         digest = None if _pull_from_hub(entry, tmp, log) else _pull_from_mirror(entry, tmp, progress)
         _check(entry, tmp, progress, digest)

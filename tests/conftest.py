@@ -30,7 +30,7 @@ def isolated_store(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     for var in ("OLLAMA_MODELS", "LOCALSPEC_MODEL_DIRS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
-                "XDG_CACHE_HOME"):
+                "XDG_CACHE_HOME", "XDG_DATA_HOME"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr("localspec.discovery.OLLAMA_SYSTEM_DIR", tmp_path / "no-ollama-service")
     monkeypatch.delenv("LOCALSPEC_TARGET", raising=False)

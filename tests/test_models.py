@@ -312,7 +312,7 @@ def test_catalog_may_grow_fields_but_not_dangling_names(tmp_path, monkeypatch):
     with pytest.raises(models.ModelError, match=r"Pair 'p' .* unknown model 'ghost'\. Known models: fake, fake-f16"):
         models.load_catalog()
     path.write_text("{not json")
-    with pytest.raises(models.ModelError, match=r"Cannot read the model catalog .*catalog\.json .*git checkout"):
+    with pytest.raises(models.ModelError, match=r"Cannot read the model catalog .*catalog\.json .*LOCALSPEC_CATALOG"):
         models.load_catalog()
 
 
