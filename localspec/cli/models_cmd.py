@@ -16,7 +16,8 @@ def models_group():
     """Models in the store: list, pull, check, convert.
 
     \b
-    LOCALSPEC_MODELS      the store (default: ./models)
+    LOCALSPEC_MODELS      the store (default: the checkout's models/ when run from a checkout;
+                          installed, $XDG_DATA_HOME/localspec/models, ~/.local/share/localspec/models)
     LOCALSPEC_MODEL_DIRS  more folders to look in, separated by ':' (listed by `models list --all`)
     """
 
