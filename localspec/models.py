@@ -141,7 +141,11 @@ def default_store() -> Path:
     store = checkout_store()
     if store is not None:
         return store
-    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser()
+    try:
+        data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser()
+    except RuntimeError:  # no HOME and no passwd entry (some containers)
+        raise ModelError("Cannot find the home folder for the model store; "
+                         "set LOCALSPEC_MODELS (or XDG_DATA_HOME) to a writable folder") from None
     return data / "localspec" / "models"
 
 

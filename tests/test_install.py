@@ -122,6 +122,18 @@ def test_installed_the_store_is_per_user(monkeypatch, tmp_path):
     assert models.store_dir() == tmp_path / "mine"
 
 
+def test_installed_without_a_home_folder_the_store_error_names_the_fix(monkeypatch):
+    monkeypatch.delenv("LOCALSPEC_MODELS")
+    monkeypatch.setattr(models, "checkout_store", lambda: None)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    with pytest.raises(models.ModelError, match=r"^Cannot find the home folder .*set LOCALSPEC_MODELS"):
+        models.store_dir()
+
+
 @pytest.mark.parametrize("where, fix", [
     ("override", "or unset LOCALSPEC_CATALOG to use the shipped one"),
     ("checkout", "`git checkout localspec/catalog.json`"),
