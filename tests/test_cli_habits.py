@@ -449,6 +449,29 @@ def test_chat_json_prints_one_object_per_answer(fake_cli):
     assert answers[0]["settings"]["drafter"] == "auto" and answers[0]["stats"]["drafter"] == "hybrid"
 
 
+def kind(line: dict) -> str:
+    """What a chat --json line is: an answer, an error, or /stats's object."""
+    return "error" if "error" in line else "answer" if "text" in line else "/stats" if "messages" in line else "?"
+
+
+@pytest.mark.parametrize("draft", ["draft", "none"])
+def test_chat_json_answers_have_the_shape_of_generate_json(fake_cli, draft):
+    # chat --json had no "target" and kept "draft" and "draft_reason" inside "settings", where the
+    # README says --json means the same on every command that generates
+    fake_cli.reply_len = 3
+    model = ["--target", str(fake_cli.target), "--draft", str(fake_cli.draft) if draft == "draft" else "none",
+             "-n", "6", "--raw"]
+    generated = json.loads(invoke("generate", "hello", *model, "--json").stdout)
+    result = invoke("chat", *model[:-1], "--json", input="hello\n")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer.keys() == generated.keys() and answer["settings"].keys() == generated["settings"].keys()
+    assert answer["stats"].keys() == generated["stats"].keys()
+    for key in ("target", "draft", "draft_reason", "settings"):
+        assert answer[key] == generated[key], key
+    assert answer["finish_reason"] == answer["stats"]["finish_reason"]
+
+
 def test_chat_json_gives_a_refused_message_its_error_line_on_stdout(fake_cli):
     # A message too long for the context was said on stderr only: a script reading one JSON line a
     # message fell out of step with the answers.
@@ -458,7 +481,7 @@ def test_chat_json_gives_a_refused_message_its_error_line_on_stdout(fake_cli):
                     "-c", "128", input=f"hello\n{long}\nagain\n")
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-    assert [sorted(x)[0] for x in lines] == ["finish_reason", "error", "finish_reason"]
+    assert [kind(x) for x in lines] == ["answer", "error", "answer"]
     assert "tokens" in lines[1]["error"]["message"] and lines[1]["error"]["type"]
 
 
@@ -470,7 +493,7 @@ def test_chat_json_keeps_stdout_json_lines_through_commands(fake_cli, tmp_path):
                     input=script)
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-    assert [sorted(x)[:2] for x in lines] == [["messages", "n_ctx"], ["finish_reason", "placement"], ["messages", "n_ctx"]]
+    assert [kind(x) for x in lines] == ["/stats", "answer", "/stats"]
     assert lines[0]["stats"] is None and lines[2]["stats"]["generated_tokens"] == lines[1]["stats"]["generated_tokens"] > 0
     assert lines[2]["messages"] == 2 and 0 < lines[2]["tokens"] <= lines[2]["n_ctx"]
     assert "loaded 2 messages" in result.stderr and "unknown command /bogus" in result.stderr

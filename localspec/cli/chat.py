@@ -13,8 +13,8 @@ from ..models import ModelError
 from ..session import Chat
 from ..speculative import Piece
 from . import cli
-from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, JsonErrors, answer_options,
-                      generation_config, load_pair, model_options, settings, use_colour, user_errors, where)
+from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, JsonErrors, answer_json, answer_options,
+                      generation_config, load_pair, model_options, use_colour, user_errors, where)
 
 
 CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
@@ -26,8 +26,8 @@ CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C s
 @click.option("--system", type=Escaped(), help="System prompt.")
 @SHOW_DRAFTS
 @click.option("--stats", "show_stats", is_flag=True, help="Print the speculation stats after every answer.")
-@click.option("--json", "as_json", is_flag=True, help="Print each answer as one JSON line (text, settings, stats) "
-              "instead of streaming it.")
+@click.option("--json", "as_json", is_flag=True, help="Print each answer as one JSON line, as generate --json "
+              "prints its answer (text, target and draft, settings, stats), instead of streaming it.")
 @user_errors
 def chat(system, show_drafts, show_stats, as_json, **options):
     """Chat in the terminal, with the model's own chat template; answers stream as they come.
@@ -48,14 +48,12 @@ def chat(system, show_drafts, show_stats, as_json, **options):
         click.echo(f"localspec chat: {pair.target_model.path.name} + {draft_name}. {CHAT_HELP}", err=True)
         if colour:
             click.echo(f"{GREEN}green{PLAIN}: tokens the draft guessed and the target accepted", err=True)
-        shown = {**settings(config, options["draft_reason"]), "draft": str(pair.draft_path)
-                 if pair.draft_path else None} if as_json else None
-        chat_loop(session, colour and not as_json, show_stats, shown)
+        chat_loop(session, colour and not as_json, show_stats, as_json)
     finally:
         pair.close()
 
 
-def chat_loop(session, colour: bool, show_stats: bool, as_json: dict | None = None) -> None:
+def chat_loop(session, colour: bool, show_stats: bool, as_json: bool = False) -> None:
     """Read a line; run it as a /command or answer it; until /exit or the end of input."""
     interactive = sys.stdin.isatty()
     if interactive:
@@ -80,16 +78,16 @@ def chat_loop(session, colour: bool, show_stats: bool, as_json: dict | None = No
             chat_answer(session, line, colour, show_stats, as_json)
 
 
-def chat_command(session, line: str, as_json: dict | None = None) -> bool:
+def chat_command(session, line: str, as_json: bool = False) -> bool:
     """Run one /command; False means leave. as_json: /stats as one JSON line."""
     cmd, _, arg = line.partition(" ")
-    say = functools.partial(click.echo, err=as_json is not None)  # with --json, stdout holds JSON lines only
+    say = functools.partial(click.echo, err=as_json)  # with --json, stdout holds JSON lines only
     if cmd in ("/exit", "/quit"):
         return False
     if cmd == "/stats":
         n_ctx = session.pair.target_ctx.n_ctx
         used = len(session.prompt()) if session.messages else 0  # some templates reject an empty chat
-        if as_json is not None:  # stdout stays one JSON object a line
+        if as_json:  # stdout stays one JSON object a line
             last = session.replies[-1].stats.to_dict() if session.replies else None
             click.echo(json.dumps({"stats": last, "messages": len(session.messages), "tokens": used, "n_ctx": n_ctx}))
             return True
@@ -116,18 +114,18 @@ def chat_command(session, line: str, as_json: dict | None = None) -> bool:
     return True
 
 
-def refused(error: Exception, as_json: dict | None) -> None:
+def refused(error: Exception, as_json: bool) -> None:
     """A message the chat could not answer: one line on stderr, or with --json one JSON line on stdout
     as generate --json prints an error, so that every message sent has its line there."""
-    if as_json is None:
+    if not as_json:
         click.echo(f"Error: {error}", err=True)
     else:
         click.echo(json.dumps({"error": {"message": str(error), "type": type(error).__name__}}))
 
 
-def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: dict | None = None) -> None:
-    """Stream the answer to one message (with as_json, the settings to echo: one JSON line once it is
-    done). Ctrl-C stops it; an error is one line (refused) and the chat goes on."""
+def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: bool = False) -> None:
+    """Stream the answer to one message (with as_json, one JSON line once it is done, as generate --json
+    prints). Ctrl-C stops it; an error is one line (refused) and the chat goes on."""
     stopped = []  # Ctrl-C pressed: print nothing more of this answer
 
     def on_interrupt(*_):
@@ -138,7 +136,7 @@ def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: dic
     reply = None
     try:
         for item in session.send(text):
-            if isinstance(item, Piece) and (stopped or as_json is not None):
+            if isinstance(item, Piece) and (stopped or as_json):
                 continue
             if isinstance(item, Piece):
                 sys.stdout.write(f"{GREEN}{item.text}{PLAIN}" if colour and item.from_draft else item.text)
@@ -150,11 +148,7 @@ def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: dic
         return
     finally:
         signal.signal(signal.SIGINT, previous)
-    if as_json is None:
-        click.echo()
-    else:
-        click.echo(json.dumps({"text": reply.text, "finish_reason": reply.finish_reason, "settings": as_json,
-                               "placement": session.pair.placement, "stats": reply.stats.to_dict()}))
+    click.echo(answer_json(session.pair, reply, session.config) if as_json else "")
     if reply.finish_reason == "cancelled":
         click.echo("[stopped]", err=True)
     elif reply.context_full:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
+from ..config import GenerationConfig
 from ..session import Pair, Reply
 from . import cli
-from .options import (GREEN, PLAIN, SHOW_DRAFTS, Escaped, JsonErrors, generation_config, load_pair, model_options,
-                      sampling_options, settings, unescape, use_colour, user_errors, where)
+from .options import (GREEN, PLAIN, SHOW_DRAFTS, Escaped, JsonErrors, answer_json, generation_config, load_pair,
+                      model_options, sampling_options, unescape, use_colour, user_errors, where)
 
 
 @cli.command(cls=JsonErrors)
@@ -44,7 +44,7 @@ def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json
         use_chat = pair.is_instruct() if chat is None else chat
         tokens = pair.prompt_tokens(prompt, use_chat, system)
         reply = stream_reply(pair.stream(tokens, config), echo=not as_json, colour=use_colour(show_drafts))
-        report(pair, reply, settings(config, options["draft_reason"]) if as_json else None, show_stats)
+        report(pair, reply, config if as_json else None, show_stats)
     finally:
         pair.close()
 
@@ -114,14 +114,10 @@ def stream_reply(items, echo: bool, colour: bool = False) -> Reply:
             sys.stdout.flush()
 
 
-def report(pair: Pair, reply: Reply, as_json: dict | None, show_stats: bool) -> None:
-    """--json (as_json: the settings to echo) and --stats output."""
+def report(pair: Pair, reply: Reply, as_json: GenerationConfig | None, show_stats: bool) -> None:
+    """--json (as_json: the config whose settings it echoes) and --stats output."""
     if as_json is not None:
-        info = {"target": str(pair.target_model.path),
-                "draft": str(pair.draft_path) if pair.draft_path else None,
-                "draft_reason": as_json.pop("draft_reason"), "placement": pair.placement}
-        click.echo(json.dumps({"text": reply.text, **info, "settings": as_json,
-                                "stats": reply.stats.to_dict()}))
+        click.echo(answer_json(pair, reply, as_json))
     if show_stats:
         reason = pair.draft_reason  # without a draft it may say "none (target only)" itself
         draft = (f"{pair.draft_path.name} ({reason})" if pair.draft_path else

@@ -19,7 +19,7 @@ from ..config import DRAFTERS, GenerationConfig, GenerationError, check_environm
 from ..llama import LlamaError
 from ..placement import ALL_LAYERS, check_names, split_names
 from ..sampling import SamplingParams
-from ..session import LoadOptions, Pair
+from ..session import LoadOptions, Pair, Reply
 
 USER_ERRORS = (models.ModelError, LlamaError, GenerationError, ValueError, OSError)
 
@@ -124,14 +124,24 @@ GREEN, PLAIN = "\x1b[32m", "\x1b[0m"
 UNTIL_FULL = 2**31 - 1  # a max_tokens no context reaches: the answer runs until it ends or fills the context
 
 
-def settings(config: GenerationConfig, draft_reason: str) -> dict:
+def settings(config: GenerationConfig) -> dict:
     """The settings a generation ran with, as --json echoes them (gamma 'auto' or N; drafter as --drafter
     names it, 'none' for the target alone; max_tokens null: until the answer ends or fills the context)."""
     return {**dataclasses.asdict(config.sampling), "gamma": "auto" if config.gamma is None else config.gamma,
             "drafter": "none" if config.gamma == 0 else config.drafter,
             "p_min": "auto" if config.p_min is None else config.p_min,
             "max_tokens": None if config.max_tokens == UNTIL_FULL else config.max_tokens, "seed": config.seed,
-            "stop": list(config.stop), "draft_reason": draft_reason}
+            "stop": list(config.stop)}
+
+
+def answer_json(pair: Pair, reply: Reply, config: GenerationConfig) -> str:
+    """The JSON line --json prints for one answer, the same for generate and for each of chat's: the
+    text, why it ended, the target and draft, why that draft, where they run, the settings and the stats."""
+    return json.dumps({"text": reply.text, "finish_reason": reply.finish_reason,
+                       "target": str(pair.target_model.path),
+                       "draft": str(pair.draft_path) if pair.draft_path else None,
+                       "draft_reason": pair.draft_reason, "placement": pair.placement,
+                       "settings": settings(config), "stats": reply.stats.to_dict()})
 
 
 class AutoOr(click.ParamType):
