@@ -194,6 +194,25 @@ def test_a_target_without_draft_names_the_chosen_draft(fake_cli):
     assert off["draft"] is None and off["draft_reason"] == "--draft none"
 
 
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_a_target_only_tune_profile_is_named_as_the_reason_for_no_draft(fake_cli, command):
+    # draft_reason said "none (target only)", as for --target-only, where the README promises --json
+    # says a tune profile chose it
+    from localspec import profile
+
+    profile.save_profile(fake_cli.target, profile.Choice("none", None, 0, temperature=0.0, tokens_per_s=9.0,
+                                                         target_only_tokens_per_s=9.0))
+    args = ["--target", fake_cli.target, "--temp", "0", "-n", "4", "--json", "--stats"]
+    result = invoke(command, "hi", *args) if command == "generate" else invoke(command, *args, input="hi\n")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["draft"] is None and out["settings"]["drafter"] == "none"
+    assert out["draft_reason"] == "none: chosen by the tune profile"
+    assert command == "chat" or "draft: none: chosen by the tune profile" in result.stderr
+    off = run_json("--target", fake_cli.target, "--target-only", "-n", "4")  # no profile with --target-only
+    assert off["draft_reason"] == "none (target only)"
+
+
 def show(*args, env=None) -> dict[str, tuple[str, str]]:
     result = CliRunner().invoke(cli, ["config", "show", *args], env=env)
     assert result.exit_code == 0, result.output

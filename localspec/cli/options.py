@@ -374,9 +374,11 @@ def load_pair(options: dict, with_draft: bool = True, on_server_lost=devices.exi
 
     if options.get("drafter") == "ngram" and options["draft"] is None:
         with_draft = False  # nothing would use a chosen draft model
+    given_by = options.pop("draft_from", "--draft")  # "the tune profile" where the profile set --draft
+    profile_none = given_by != "--draft" and options["draft"] == "none"  # its target-only pick: its reason stands
     target_path, draft_path, reason = draft_for(options["target"], options["draft"] if with_draft else "none",
-                                                options.pop("draft_from", "--draft"))
-    if not with_draft:
+                                                given_by)
+    if not with_draft and not profile_none:
         draft_path, reason = None, "none (target only)" if options.get("drafter") != "ngram" else \
             "none (the ngram drafter needs no draft model)"
     options["draft_reason"] = reason
@@ -420,7 +422,7 @@ def draft_for(target: str | None, draft: str | None, given_by: str = "--draft") 
     if draft is not None:
         target_path, draft_path = models.pair_files(target, draft)
         if given_by != "--draft":
-            return target_path, draft_path, f"{'none' if draft_path is None else 'chosen'} by {given_by}"
+            return target_path, draft_path, f"{'none: ' if draft_path is None else ''}chosen by {given_by}"
         return target_path, draft_path, "--draft none" if draft_path is None else "given with --draft"
     name, paired = models.pair_names(target)
     if paired is not None:  # a catalog pair by name: both pulled if missing, as `models pull` would
