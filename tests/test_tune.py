@@ -91,6 +91,15 @@ def test_a_draft_not_smaller_than_the_target_is_left_out(isolated_store, smol_pa
     assert skipped == ["big.gguf: not smaller than the target"]
 
 
+def test_the_target_given_as_a_draft_is_left_out_with_the_fix(store_pair, smol_path):
+    # tune -m X --draft X dropped the draft silently, where a copy of X was reported as left out
+    target, _ = store_pair
+    for given in (target, smol_path):  # the file itself, and a link to it
+        cands, skipped = candidates.discover(target, extra=[given], quants=())
+        assert [c.label for c in cands] == ["ngram", "draft"]
+        assert skipped == [f"{given.name}: it is the target itself; give a smaller model of the same vocabulary"]
+
+
 def test_derived_drafts_are_not_derived_again(store_pair, isolated_store, smol_q4_0):
     target, _ = store_pair
     (isolated_store / "draft-q2_k.gguf").symlink_to(smol_q4_0)  # as if an earlier tune had made it

@@ -72,7 +72,7 @@ def discover(target: Path, extra: Sequence[Path] = (), quants: Sequence[str] = D
     files = _unique([*models.installed(), *extra])
     derived = _derived_files(files)
     files.sort(key=lambda f: (derived.get(f, f.stem), f in derived, -BITS.get(f.stem.rpartition("-")[2].upper(), 0)))
-    drafts, skipped = _usable_drafts(target, files)
+    drafts, skipped = _usable_drafts(target, files, given=_unique(extra))
     out = [NGRAM]
     for path, quant in drafts:
         out += [Candidate(path.stem, "model", path, quant, d) for d in devices]
@@ -105,14 +105,18 @@ def _derived_files(files: Sequence[Path]) -> dict[Path, str]:
     return out
 
 
-def _usable_drafts(target: Path, files: Sequence[Path]) -> tuple[list[tuple[Path, str]], list[str]]:
-    """(path, quant) of each file that can draft for target; a 'name: reason' line for each other."""
+def _usable_drafts(target: Path, files: Sequence[Path],
+                   given: Sequence[Path] = ()) -> tuple[list[tuple[Path, str]], list[str]]:
+    """(path, quant) of each file that can draft for target; a 'name: reason' line for each other
+    (the target's own file only where given names it as a draft: in the store it is no news)."""
     usable, skipped = [], []
     size = target.stat().st_size
     t = Model(target, vocab_only=True)
     try:
         for path in files:
             if path.exists() and os.path.samefile(path, target):
+                if path in given:
+                    skipped.append(f"{path.name}: it is the target itself; give a smaller model of the same vocabulary")
                 continue
             if path.stat().st_size >= size:
                 skipped.append(f"{path.name}: not smaller than the target")
