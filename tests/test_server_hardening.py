@@ -500,6 +500,17 @@ def test_metrics_and_one_log_line_per_request(http, client, caplog):
     assert values["localspec_tokens_per_second"] > 0 and values["localspec_requests_processing"] == 0
 
 
+@pytest.mark.parametrize("drafter", ["hybrid", "ngram"])
+def test_the_log_line_names_the_drafter_as_the_speculative_object_does(client, caplog, drafter):
+    # the log said drafter=ngram+model where the response's `speculative` and --json said hybrid
+    with caplog.at_level(logging.INFO, logger="localspec.server"):
+        resp = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=8, temperature=0,
+                                              extra_body={"drafter": drafter, "gamma": "auto"})
+    spec = resp.model_extra["speculative"]
+    line, = [r.getMessage() for r in caplog.records if r.name == "localspec.server"]
+    assert spec["drafter"] == drafter and f"drafter={spec['drafter']} " in line and f"gamma={spec['gamma']} " in line
+
+
 # --- 7. a second OpenAI-ecosystem client ----------------------------------------------------------------------
 
 def test_langchain_openai_streaming_and_not(http, client):

@@ -61,8 +61,10 @@ class Metrics:
         self.seconds.inc(s.total_s)
         self.speed.set(s.tokens_per_s)
         alpha = "n/a" if s.alpha is None else f"{s.alpha:.3f}"
+        # drafter and gamma as --json and the `speculative` object give them: hybrid, not ngram+model
         log.info("%s prompt=%d generated=%d tok/s=%.1f alpha=%s drafter=%s gamma=%s finish=%s", request_id,
-                 s.prompt_tokens, s.generated, s.tokens_per_s, alpha, s.drafter, s.gamma_mode, reply.finish_reason)
+                 s.prompt_tokens, s.generated, s.tokens_per_s, alpha, s.drafter_flag, s.gamma_value,
+                 reply.finish_reason)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
