@@ -101,7 +101,7 @@ def measure(target, draft, timer, temperature: float, path: str, args) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # its first paragraph, rewrapped
     parser.add_argument("--temperatures", default="0,1", help="comma-separated (default 0,1)")
     parser.add_argument("--paths", default="numpy,backend", help="numpy, backend or both (default)")
     parser.add_argument("--tokens", type=int, default=400, help="tokens per generation (default 400)")

@@ -60,7 +60,7 @@ def summary(name: str, values) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # its first paragraph, rewrapped
     parser.add_argument("--curve", choices=sorted(CURVES), default="epyc")
     parser.add_argument("--set", choices=sorted(SETS), default="copy")
     parser.add_argument("--seeds", type=int, default=40)

@@ -515,3 +515,17 @@ def test_warm_needs_prompts_beyond_the_measured_ones(tmp_path, capsys):
         bench.main(["--prompts", str(prompts), "--n-prompts", "2", "--warm", "1", "--target", "x.gguf",
                     "--draft", "y.gguf", "--llamacpp-bin", str(tmp_path)])
     assert "--warm 1 needs 3 prompts" in str(e.value)
+
+
+SHORT_HELP = sorted(p.stem for p in (ROOT / "scripts").glob("*.py") if "description=__doc__.split(" in p.read_text())
+
+
+@pytest.mark.parametrize("name", SHORT_HELP)
+def test_a_scripts_help_gives_its_docstrings_first_sentence_whole(name, monkeypatch, capsys):
+    # sim_noise --help ended "...with noisy verify costs, and how": argparse took the docstring's first line
+    script = load_script(name)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--help"])
+    with pytest.raises(SystemExit):
+        script.main()
+    first = " ".join(script.__doc__.split("\n\n")[0].split())
+    assert first.endswith(".") and first in " ".join(capsys.readouterr().out.split())
