@@ -367,7 +367,7 @@ def load_options(options: dict, **fields) -> LoadOptions:
 def load_pair(options: dict, with_draft: bool = True, on_server_lost=devices.exit_with_error) -> Pair:
     """Load the pair that the model flags name (the target alone unless with_draft). With no --draft
     (flag, environment or profile), the draft is pairing.choose_draft's, named once on stderr; its
-    reason is left in options["draft_reason"] for --stats/--json. With --rpc, on_server_lost(line) is
+    reason is left in pair.draft_reason for --stats/--json. With --rpc, on_server_lost(line) is
     called where ggml-rpc would abort the process (devices.on_rpc_abort). Pair is looked up on the
     localspec.cli package at call time, so tests can put fakes there."""
     from . import Pair as load  # noqa: F401
@@ -381,7 +381,6 @@ def load_pair(options: dict, with_draft: bool = True, on_server_lost=devices.exi
     if not with_draft and not profile_none:
         draft_path, reason = None, "none (target only)" if options.get("drafter") != "ngram" else \
             "none (the ngram drafter needs no draft model)"
-    options["draft_reason"] = reason
     load_with = load_options(options)
     check_names(load_with.device_target, load_with.device_draft, load_with.rpc)  # before minutes of loading
     if load_with.rpc:
