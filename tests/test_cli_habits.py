@@ -82,6 +82,38 @@ def test_tune_and_the_library_name_a_negative_seed():
         TuneOptions(seed=-3).validate()
 
 
+def stop_tune_at_its_run(monkeypatch) -> list:
+    """Make `localspec tune` stop with a one-line error where it would start calibrating; the TuneOptions
+    it would have run with are appended to the list returned."""
+    from localspec import tune
+    from localspec.tune import TuneError
+
+    seen = []
+
+    def run_tune(target, options, prompts, **kwargs):
+        seen.append(options)
+        raise TuneError("stopped where the run starts")
+    monkeypatch.setattr(tune, "run_tune", run_tune)
+    return seen
+
+
+def test_tune_seed_minus_one_draws_a_seed_and_reports_it(fake_cli, monkeypatch):
+    # --seed -1 is a random seed on every command that has the flag (README); tune refused it
+    # ("--seed must be >= 0 (got -1)"), and with it a config file's [defaults] seed = -1
+    seen = stop_tune_at_its_run(monkeypatch)
+    for _ in range(2):
+        result = invoke("tune", "-m", fake_cli.target, "--quants", "none", "--seed", "-1")
+        assert "stopped where the run starts" in result.stderr
+        drawn = seen[-1].seed
+        assert isinstance(drawn, int) and drawn >= 0
+        assert f"localspec tune: seed {drawn} (drawn for --seed -1; --seed {drawn} repeats it)" in result.stderr
+    assert seen[0].seed != seen[1].seed
+    result = invoke("tune", "-m", fake_cli.target, "--quants", "none", "--seed", "7")
+    assert seen[-1].seed == 7 and "drawn" not in result.stderr
+    assert_one_line_error(invoke("tune", "-m", fake_cli.target, "--seed", "-2"),
+                          "seed must be >= 0, or -1 for a random seed (got -2)")
+
+
 def test_escapes_as_llama_cli():
     assert unescape(r"\n\n") == "\n\n" and unescape(r"a\tb") == "a\tb" and unescape(r"a\\nb") == "a\\nb"
     assert unescape(r"C:\path") == r"C:\path"
@@ -311,6 +343,49 @@ def test_a_config_value_the_command_refuses_is_one_line_naming_file_table_and_ke
     monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
     for args in (("generate", "hi", "--target", fake_cli.target), ("config", "show", "generate")):
         assert_one_line_error(invoke(*args), f"{config}: {fragment}")
+
+
+def test_a_defaults_seed_of_minus_one_is_a_random_seed_for_every_command(tmp_path, monkeypatch, fake_cli):
+    # [defaults] is for every command that has the flag, and tune refused -1: every command failed
+    # with "[defaults] seed = -1: --seed must be >= 0 (got -1)"
+    config = tmp_path / "config.toml"
+    config.write_text("[defaults]\nseed = -1\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    common = ["--target", str(fake_cli.target), "--draft", "none", "-n", "2"]
+    assert run_json(*common, "--seed", "5")["settings"]["seed"] == 5
+    assert run_json(*common)["settings"]["seed"] is None  # -1, from the file: drawn (stats.seed)
+    for command in ("generate", "chat", "serve", "tune"):
+        assert show(command, *(() if command == "tune" else ("--no-profile",)))["seed"] == ("-1", "config")
+    seen = stop_tune_at_its_run(monkeypatch)
+    result = invoke("tune", "-m", fake_cli.target, "--quants", "none")
+    assert seen[0].seed >= 0 and f"seed {seen[0].seed} (drawn for --seed -1" in result.stderr
+
+
+@pytest.mark.parametrize("line, command, fragment", [
+    ("max-tokens = -1", "tune", "max-tokens = -1: --max-tokens must be >= 2 (got -1)"),
+    ("budget = 0", "tune", "budget = 0: --budget must be > 0 seconds (got 0.0)"),
+    ('draft = "small.gguf"', "tune", 'draft = "small.gguf": give a list'),
+])
+def test_a_defaults_value_one_command_refuses_is_that_commands_error_alone(tmp_path, monkeypatch, fake_cli,
+                                                                           line, command, fragment):
+    # each [defaults] key was checked for every command that has the flag, whichever ran: tune's
+    # budget = 0 or draft = "x" (tune's -d is a list) stopped generate, and the error named no fix
+    config = tmp_path / "config.toml"
+    config.write_text(f"[defaults]\n{line}\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    assert show("generate", "--no-profile")  # taken (or, for a flag it lacks, left to the others)
+    fix = f"; or, to keep it for the other commands, give {command} its own {line.split(' ')[0]} in a [{command}] table"
+    assert_one_line_error(invoke(command, "-m", fake_cli.target), f"{config}: [defaults] {fragment}", fix)
+    assert_one_line_error(invoke("config", "show", command), f"{config}: [defaults] {fragment}", fix)
+
+
+def test_a_defaults_max_tokens_of_minus_one_runs_generate_to_the_end(tmp_path, monkeypatch, fake_cli):
+    config = tmp_path / "config.toml"
+    config.write_text("[defaults]\nmax-tokens = -1\n[tune]\nmax-tokens = 32\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    out = run_json("--target", str(fake_cli.target), "--draft", "none", "--temperature", "0", "--ctx", "48")
+    assert out["settings"]["max_tokens"] is None and out["stats"]["finish_reason"] == "length"
+    assert show("tune")["max_tokens"] == ("32", "config")  # tune's own table wins for tune
 
 
 def test_a_config_value_of_the_right_kind_reads_as_its_flag(tmp_path, monkeypatch):

@@ -445,10 +445,11 @@ def test_a_plot_that_cannot_be_written_is_refused_before_the_run(store_pair, tmp
     assert not profile.profile_path(target).exists() and "candidates" not in result.output
 
 
-def test_tune_seed_help_does_not_offer_a_random_seed():
-    # -1 was advertised as random (the shared flag's help) and then refused
-    help_text = invoke("tune", "--help").output
-    assert "-1" not in help_text.split("--seed")[1].split("--")[0]
+def test_tune_seed_help_offers_the_random_seed_tune_takes():
+    # -1 was advertised as random (the shared flag's help) and then refused; it is taken now
+    # (tests/test_cli_habits.py: test_tune_seed_minus_one_draws_a_seed_and_reports_it)
+    help_text = " ".join(invoke("tune", "--help").output.split())
+    assert "-1: a random one, reported" in help_text.split("--seed")[1].split("--")[0]
 
 
 def test_a_draft_named_with_d_that_is_no_gguf_is_refused(store_pair, tmp_path):
@@ -468,6 +469,7 @@ def test_a_pick_only_predicted_keeps_a_confirmed_profile(store_pair):
                     "--threads", 2, "--ctx", 512, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["profile_kept"] is True and "kept the confirmed profile" in result.stderr
+    assert json.loads(result.stdout)["seed"] == 1  # the calibration's seed, as --seed -1 draws it too
     kept = profile.load_profile(target, 0)
     assert (kept.drafter, kept.gamma, kept.confirmed) == ("ngram", 5, True)
 

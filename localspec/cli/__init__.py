@@ -34,7 +34,7 @@ def cli(ctx, verbose):
     if verbose:
         os.environ["LOCALSPEC_VERBOSE"] = "1"  # read by llama.py when it loads a model
     if ctx.invoked_subcommand in COMMANDS:
-        ctx.default_map = default_map(cli, config_path())
+        ctx.default_map = {ctx.invoked_subcommand: default_map(cli, config_path(), ctx.invoked_subcommand)}
 
 
 from . import chat, config_cmd, devices_cmd, generate, models_cmd, serve, tune  # noqa: E402,F401  (each registers its commands)

@@ -31,7 +31,7 @@ def config_show(command, args):
     path = config_path()
     cmd = cli.commands[command]
     parent = click.get_current_context().find_root()
-    parent.default_map = default_map(cli, path)
+    parent.default_map = {command: default_map(cli, path, command)}
     ctx = cmd.make_context(command, list(args), parent=parent)  # a value the command would refuse: an error
     values = dict(ctx.params)
     sources = {name: SOURCES.get(ctx.get_parameter_source(name), "default") for name in values}

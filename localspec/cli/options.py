@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import re
+import secrets
 import sys
 from pathlib import Path
 
@@ -333,16 +334,16 @@ TUNE_FLAGS = ("temperature", "top_k", "top_p", "min_p", "p_min", "max_tokens", "
 
 def tune_options(options: dict):
     """The TuneOptions tune's flags in `options` describe, checked (TuneError naming a bad value):
-    no draft resolved and no device or server reached (tune adds those)."""
+    no draft resolved and no device or server reached (tune adds those); --seed -1 drawn here."""
     from ..costmodel import FALLBACK_P_MIN
     from ..tune import TuneOptions, parse_quants
 
-    p_min = options["p_min"]
+    p_min, seed = options["p_min"], seed_from(options["seed"])  # -1: a random seed, as generate takes it
     return TuneOptions(
         sampling=SamplingParams(*(options[name] for name in ("temperature", "top_k", "top_p", "min_p"))),
         max_tokens=options["max_tokens"], p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: a fixed γ's
-        gamma_max=options["gamma_max"], budget_s=options["budget"], seed=options["seed"], chat=options["chat"],
-        quants=parse_quants(options["quants"])).validate()
+        gamma_max=options["gamma_max"], budget_s=options["budget"], chat=options["chat"],
+        seed=secrets.randbits(32) if seed is None else seed, quants=parse_quants(options["quants"])).validate()
 
 
 def check_before_load(options: dict) -> None:

@@ -59,37 +59,53 @@ def read_config(path: Path) -> dict:
     return data
 
 
-def default_map(group: click.Group, path: Path) -> dict:
-    """{command: {parameter name: value}} for click, from [defaults] and each command's own table;
-    each value given as its flag's (_as_flag) and checked as the command would check it (_check), a
-    key that no command takes an error."""
+def default_map(group: click.Group, path: Path, name: str) -> dict:
+    """{parameter name: value} for click's default_map of the command `name` run, from [defaults] and
+    [name]; each value given as its flag's (_as_flag) and checked as the command would check it
+    (_check). Every command's own table is checked on each run (its values are for that command
+    alone), [defaults] for the command run only: a value may suit one command and not another
+    (max-tokens = -1 runs generate to the end, tune takes 2 or more). A key no command takes is an error."""
     data = read_config(path)
-    out, used = {}, set()
-    for name in COMMANDS:
-        command = group.commands[name]
-        tables = {table: data.get(table, {}) for table in ("defaults", name)}
-        if not any(tables.values()):  # nothing set for it: no checks to make (most runs, no file)
-            out[name] = {}
-            continue
-        params, defaults = _settings(command), _checked_defaults(command)
-        values = {}
-        for table, settings in tables.items():
-            for key, value in settings.items():
-                param, off = params.get(_as_key(key), (None, False))
-                if param is not None:
-                    where = f"{path}: [{table}] {key}"
-                    values[param.name] = _as_flag(param, value, where, key if off else None)
-                    _check(command, param, values[param.name], defaults, f"{where} = {_shown(value)}")
-                    used.add((table, key))
-                elif table == name:
-                    raise click.ClickException(f"{path}: [{name}] has no setting {key!r}; "
-                                               f"see `localspec {name} --help`")
-        out[name] = values
-    unused = [key for key in data.get("defaults", {}) if ("defaults", key) not in used]
+    out = {}
+    for command in COMMANDS:
+        tables = ("defaults", command) if command == name else (command,)
+        values = _values(group.commands[command], {table: data.get(table, {}) for table in tables}, path)
+        if command == name:
+            out = values
+    known = {key for command in COMMANDS for key in _settings(group.commands[command])}
+    unused = [key for key in data.get("defaults", {}) if _as_key(key) not in known]
     if unused:
         raise click.ClickException(f"{path}: [defaults] has no setting {unused[0]!r} that any of "
                                    f"{', '.join(COMMANDS)} takes; see `localspec COMMAND --help`")
     return out
+
+
+def _values(command: click.Command, tables: dict[str, dict], path: Path) -> dict:
+    """{parameter name: value} of command from tables ({table: its settings}, [defaults] first), each
+    checked (_as_flag, _check). A key of [defaults] that command has no flag for is another command's,
+    one its own table sets is not its value; an error in one names the fix of giving it its own."""
+    if not any(tables.values()):  # nothing set for it: no checks to make (most runs, no file)
+        return {}
+    params, defaults, values = _settings(command), _checked_defaults(command), {}
+    own = {params[_as_key(key)][0].name for key in tables.get(command.name, {}) if _as_key(key) in params}
+    for table, settings in tables.items():
+        for key, value in settings.items():
+            param, off = params.get(_as_key(key), (None, False))
+            if table == "defaults" and (param is None or param.name in own):
+                continue
+            if param is None:
+                raise click.ClickException(f"{path}: [{table}] has no setting {key!r}; "
+                                           f"see `localspec {table} --help`")
+            where = f"{path}: [{table}] {key}"
+            try:
+                values[param.name] = _as_flag(param, value, where, key if off else None)
+                _check(command, param, values[param.name], defaults, f"{where} = {_shown(value)}")
+            except click.ClickException as e:
+                if table != "defaults":
+                    raise
+                raise click.ClickException(f"{e.message}; or, to keep it for the other commands, give "
+                                           f"{command.name} its own {key} in a [{command.name}] table") from None
+    return values
 
 
 def _settings(command: click.Command) -> dict[str, tuple[click.Parameter, bool]]:

@@ -32,7 +32,8 @@ from .options import JsonErrors, shared, tune_options, user_errors
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG of speedup vs gamma per candidate.")
 @click.option("--chat/--raw", default=None, help="Calibrate through the chat template (default for instruct models).")
 @shared("ngl_target", "device_target", "device_draft", "rpc", "threads", "ctx", "seed",
-        seed={"default": 1, "help": "Seed of the calibration runs' sampling (>= 0: every candidate is judged on the same draws)."})
+        seed={"default": 1, "help": "Seed of the calibration runs' sampling: every candidate is judged on the same "
+              "draws (-1: a random one, reported)."})
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @user_errors
 def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompts_file, n_prompts, max_tokens,
@@ -54,6 +55,9 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
     options = dataclasses.replace(  # the flags by name: tune_options reads its own
         tune_options(locals()), load=tune_load(ctx, threads, ngl_target, device_target, device_draft, rpc),
         drafts=tuple(map(given_draft, drafts)))
+    if seed == -1:  # as generate reports a seed it drew, so that the run can be repeated
+        click.echo(f"localspec tune: seed {options.seed} (drawn for --seed -1; --seed {options.seed} repeats it)",
+                   err=True)
     prompts = prompt_sets.load_prompts(prompts_file, n_prompts)
     target_path, _ = models.pair_files(target, "none")
     result = tuning.run_tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)

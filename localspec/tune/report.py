@@ -189,7 +189,7 @@ class TuneResult:
     def to_dict(self, profile: Path | None = None) -> dict:
         """The result as JSON-ready data (what `tune --json` prints); profile: where it was saved."""
         return {"target": str(self.target), "pick": self.summary(), "profile": str(profile) if profile else None,
-                "skipped": self.skipped, "wall_s": self.wall_s, "rows": self.row_dicts(),
+                "skipped": self.skipped, "wall_s": self.wall_s, "seed": self.options.seed, "rows": self.row_dicts(),
                 "costs": self.baseline.costs.to_dict()}
 
     def plot(self, path: Path) -> Path:
