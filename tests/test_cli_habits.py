@@ -417,6 +417,34 @@ def test_a_config_file_named_but_missing_or_a_directory_is_one_line(tmp_path, mo
     assert_one_line_error(invoke("generate", "hi"), "is a directory")
 
 
+@pytest.mark.parametrize("text, fragment", [
+    ("[defaults]\ntemperature = -1\n", "[defaults] temperature = -1: temperature must be >= 0"),
+    ("[x", "cannot read the config file"),
+    (None, "which does not exist; create it or unset LOCALSPEC_CONFIG"),
+])
+@pytest.mark.parametrize("command", ["generate", "chat", "tune"])
+def test_a_config_file_error_is_json_with_json(tmp_path, monkeypatch, fake_cli, command, text, fragment):
+    # the file was read by the group, before the command's --json could turn its error into JSON:
+    # a plain 'Error:' line on stderr and nothing on stdout, where a bad flag gives JSON
+    config = tmp_path / "config.toml"
+    if text is not None:
+        config.write_text(text)
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    result = invoke(command, "-m", fake_cli.target, "--json", input="hi\n")
+    assert result.exit_code == 1 and not result.stderr, result.output
+    error = json.loads(result.stdout)["error"]
+    assert fragment in error["message"] and str(config) in error["message"]
+    assert_one_line_error(invoke(command, "-m", fake_cli.target, input="hi\n"), fragment)  # without: one line
+
+
+def test_json_set_in_the_config_file_makes_a_bad_flag_json(tmp_path, monkeypatch, fake_cli):
+    config = tmp_path / "config.toml"
+    config.write_text("[generate]\njson = true\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    result = invoke("generate", "hi", "-m", fake_cli.target, "--gamma", "abc")
+    assert result.exit_code == 1 and "'abc' is not 'auto'" in json.loads(result.stdout)["error"]["message"]
+
+
 def test_config_show_refuses_what_the_command_would_refuse(tmp_path, monkeypatch):
     # it parsed resiliently, so `--temp abc` printed temperature = None (flag) and exit code 0
     monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "config.toml"))

@@ -18,8 +18,7 @@ from .options import OneLineGroup
 @click.version_option(package_name="localspec")
 @click.option("--verbose", is_flag=True, envvar="LOCALSPEC_VERBOSE", show_envvar=True,
               help="Show llama.cpp's own log on stderr (model loading, backends).")
-@click.pass_context
-def cli(ctx, verbose):
+def cli(verbose):
     """Exact speculative decoding for local GGUF models.
 
     A small draft model guesses, the target verifies every guess in one batch, and the p/q rule
@@ -33,12 +32,9 @@ def cli(ctx, verbose):
     """
     if verbose:
         os.environ["LOCALSPEC_VERBOSE"] = "1"  # read by llama.py when it loads a model
-    if ctx.invoked_subcommand in COMMANDS:
-        ctx.default_map = {ctx.invoked_subcommand: default_map(cli, config_path(), ctx.invoked_subcommand)}
 
 
 from . import chat, config_cmd, devices_cmd, generate, models_cmd, serve, tune  # noqa: E402,F401  (each registers its commands)
-from .settings_file import COMMANDS, config_path, default_map  # noqa: E402
 from .options import generation_config, load_options  # noqa: E402,F401
 
 

@@ -7,7 +7,7 @@ from click.core import ParameterSource
 
 from . import cli
 from .options import apply_profile, check_before_load, user_errors, uses_profile
-from .settings_file import COMMANDS, config_path, default_map
+from .settings_file import COMMANDS, config_path
 
 SOURCES = {ParameterSource.COMMANDLINE: "flag", ParameterSource.ENVIRONMENT: "env",
            ParameterSource.DEFAULT_MAP: "config", ParameterSource.DEFAULT: "default"}
@@ -30,8 +30,7 @@ def config_show(command, args):
     """
     path = config_path()
     cmd = cli.commands[command]
-    parent = click.get_current_context().find_root()
-    parent.default_map = {command: default_map(cli, path, command)}
+    parent = click.get_current_context().find_root()  # the file is read as cmd's flags are (read_config_file)
     ctx = cmd.make_context(command, list(args), parent=parent)  # a value the command would refuse: an error
     values = dict(ctx.params)
     sources = {name: SOURCES.get(ctx.get_parameter_source(name), "default") for name in values}

@@ -61,8 +61,9 @@ def one_line(error: click.UsageError, ctx: click.Context) -> click.ClickExceptio
 
 
 class OneLineUsage(click.Command):
-    """A command whose usage mistakes are one line (one_line), and which checks localspec's
-    environment switches as it starts (config.check_environment: with --json, a JSON error)."""
+    """A command whose usage mistakes are one line (one_line), which reads the config file as it
+    parses its flags (read_config_file) and checks localspec's environment switches as it starts
+    (config.check_environment): with --json, either's error is a JSON error."""
 
     def invoke(self, ctx):
         if not isinstance(self, click.Group):  # the command run, not the groups on the way to it
@@ -74,11 +75,23 @@ class OneLineUsage(click.Command):
 
     def parse_args(self, ctx, args):
         try:
+            read_config_file(ctx)
             return super().parse_args(ctx, args)
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.UsageError as e:
             raise one_line(e, ctx) from None
+
+
+def read_config_file(ctx: click.Context) -> None:
+    """ctx.default_map from the config file, for a command it sets defaults of (generate, chat, serve,
+    tune: settings_file.COMMANDS), unless one is given (config show's). Read as the command parses its
+    flags, so that a bad file is the command's error, as a bad flag is: JSON with --json."""
+    from .settings_file import COMMANDS, config_path, default_map  # settings_file imports this module
+
+    name = ctx.command.name
+    if name in COMMANDS and ctx.parent is not None and ctx.default_map is None and not ctx.resilient_parsing:
+        ctx.default_map = default_map(ctx.find_root().command, config_path(), name)
 
 
 class OneLineGroup(OneLineUsage, click.Group):
@@ -98,10 +111,11 @@ class JsonErrors(OneLineUsage):
     """A command with --json: its errors, bad flags included, are JSON too."""
 
     def parse_args(self, ctx, args):
-        wants_json = "--json" in args
+        given = "--json" in args  # before parsing, which takes args apart
         try:
             return super().parse_args(ctx, args)
-        except click.ClickException as e:
+        except click.ClickException as e:  # --json given, or set in the config file read (json = true)
+            wants_json = given or bool((ctx.default_map or {}).get("as_json"))
             raise (JsonError(e) if wants_json else e) from None
 
     def invoke(self, ctx):
