@@ -114,6 +114,18 @@ def test_tune_seed_minus_one_draws_a_seed_and_reports_it(fake_cli, monkeypatch):
                           "seed must be >= 0, or -1 for a random seed (got -2)")
 
 
+def test_tune_takes_the_llama_cpp_names_of_draft(fake_cli, monkeypatch):
+    # -md/--model-draft are --draft on every command that has it (README); tune read -md as -m d
+    # and the draft as an extra argument
+    seen = stop_tune_at_its_run(monkeypatch)
+    for flag in ("-d", "--draft", "-md", "--model-draft"):
+        result = invoke("tune", "-m", fake_cli.target, flag, fake_cli.draft, "--quants", "none")
+        assert "stopped where the run starts" in result.stderr, result.output
+        assert seen[-1].drafts == (fake_cli.draft,)
+    help_text = invoke("tune", "--help").output
+    assert "-d, -md, --draft, --model-draft" in help_text  # as generate lists them
+
+
 def test_escapes_as_llama_cli():
     assert unescape(r"\n\n") == "\n\n" and unescape(r"a\tb") == "a\tb" and unescape(r"a\\nb") == "a\\nb"
     assert unescape(r"C:\path") == r"C:\path"

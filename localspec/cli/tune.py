@@ -12,12 +12,13 @@ from .. import devices, models
 from ..placement import check_names, split_names
 from ..session import LoadOptions
 from . import cli
-from .options import JsonErrors, shared, tune_options, user_errors
+from .options import FLAGS, JsonErrors, shared, tune_options, user_errors
 
 
 @cli.command(cls=JsonErrors)
 @shared("target")
-@click.option("-d", "--draft", "drafts", multiple=True, help="Also try this draft from outside the store (repeatable).")
+@click.option(*FLAGS["draft"][0], "drafts", multiple=True,  # the shared flag's names: -md/--model-draft too
+              help="Also try this draft from outside the store (repeatable).")
 @click.option("--quants", default="Q4_0,Q3_K_S,Q2_K", show_default=True,
               help="Types to derive from each draft and try (cached in the store); 'none' for none.")
 @shared("temperature", "top_k", "top_p", "min_p", "p_min", temperature={"help": "Tune for this temperature (0: greedy)."},
