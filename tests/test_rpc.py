@@ -23,7 +23,7 @@ from scipy.stats import chisquare
 from localspec import devices
 from localspec.config import GenerationConfig
 from localspec.context import Context
-from localspec.llama import LlamaError, Model
+from localspec.llama import LlamaError, Model, threads_of
 from localspec.placement import placement
 from localspec.sampling import SamplingParams, distribution
 from localspec.session import LoadOptions, Pair
@@ -181,6 +181,20 @@ def test_rpc_server_says_when_the_port_is_taken():
 def test_rpc_server_names_the_flag_at_fault(flags, fragments):
     # a host problem was told to "choose another --port"; --cache's was a bare errno line
     assert_one_line_error(invoke("rpc-server", "--port", free_port(), *flags), *fragments)
+
+
+def test_rpc_server_takes_threads_as_every_command_does(monkeypatch):
+    # -t 0 and -t -1 (llama.cpp's "the default", as generate takes them) were refused: "not in the range x>=1"
+    import localspec.cli.devices_cmd as command
+
+    started = []
+    monkeypatch.setattr(devices, "supports_rpc", lambda: True)
+    monkeypatch.setattr(command, "serve_forever", lambda host, port, threads, *rest: started.append(threads))
+    default = threads_of(None)  # all cores, at most 8
+    for flags, threads in (([], default), (["-t", "0"], default), (["-t", "-1"], default), (["--threads", "3"], 3)):
+        result = invoke("rpc-server", "--port", free_port(), *flags)
+        assert result.exit_code == 0 and started[-1] == threads, result.output
+    assert_one_line_error(invoke("rpc-server", "-t", "-2"), "-2 is not in the range x>=-1")
 
 
 def test_an_rpc_server_named_twice_is_refused(fake_cli):
