@@ -133,10 +133,11 @@ def rows_on_backend(ctx, config: GenerationConfig | None = None, greedy: bool = 
     return greedy and bool(getattr(ctx, "rows_offloaded", False))
 
 
-# The environment variables read deep in the code (the backend chain, warm start, the RPC watchdog):
-# each is checked once, where a command starts, so a typo is one line instead of being ignored.
+# The environment variables read deep in the code (the backend chain, warm start, the AMX guard, the RPC
+# watchdog): each is checked once, where a command starts, so a typo is one line instead of being ignored.
 SWITCHES = {"LOCALSPEC_BACKEND_SAMPLING": "0 or 1 (unset: decided by where the rows are made)",
-            "LOCALSPEC_WARM_START": "0 or 1 (unset: 1)"}
+            "LOCALSPEC_WARM_START": "0 or 1 (unset: 1)",
+            "LOCALSPEC_ALLOW_AMX": "0 or 1 (unset: 0, the AMX guard on; 1 turns it off)"}
 
 
 def check_environment(environ=os.environ) -> None:

@@ -76,9 +76,10 @@ def amx_guard() -> bool:
     ggml's AMX matmul segfaults on some AMX machines (llama.cpp issue #20824) on the first decode of
     Q4_0/Q4_1/Q8_0/Q4_K models. scripts/setup.sh builds without AMX; for other
     builds, skipping the extra buffers avoids the AMX path (and CPU repacking with it: slower, but
-    correct). LOCALSPEC_ALLOW_AMX=1 keeps them."""
+    correct). LOCALSPEC_ALLOW_AMX=1 keeps them; 0 or unset, the guard (any other value is refused as a
+    command starts: config.check_environment)."""
     compiled = b"AMX_INT8 = 1" in (lc.llama_print_system_info() or b"")
-    return compiled and not os.environ.get("LOCALSPEC_ALLOW_AMX")
+    return compiled and os.environ.get("LOCALSPEC_ALLOW_AMX", "0") != "1"
 
 
 def check_gguf_file(path: Path) -> None:

@@ -165,6 +165,7 @@ def test_flags_that_exclude_each_other_are_one_line(args, flags, fragment):
 @pytest.mark.parametrize("name, value, fragment", [
     ("LOCALSPEC_WARM_START", "maybe", "LOCALSPEC_WARM_START=maybe: give 0 or 1"),
     ("LOCALSPEC_BACKEND_SAMPLING", "2", "LOCALSPEC_BACKEND_SAMPLING=2: give 0 or 1"),
+    ("LOCALSPEC_ALLOW_AMX", "maybe", "LOCALSPEC_ALLOW_AMX=maybe: give 0 or 1"),  # was taken as 1, as was 0
     ("LOCALSPEC_RPC_TIMEOUT", "abc", "LOCALSPEC_RPC_TIMEOUT=abc: give the seconds"),
     ("LOCALSPEC_RPC_TIMEOUT", "-5", "a number > 0"),
 ])

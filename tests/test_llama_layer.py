@@ -154,6 +154,8 @@ def test_amx_guard_follows_the_build_and_the_override(monkeypatch):
     assert layer.amx_guard()
     monkeypatch.setenv("LOCALSPEC_ALLOW_AMX", "1")
     assert not layer.amx_guard()
+    monkeypatch.setenv("LOCALSPEC_ALLOW_AMX", "0")  # any value set turned the guard off
+    assert layer.amx_guard()
     monkeypatch.delenv("LOCALSPEC_ALLOW_AMX")
     monkeypatch.setattr(layer.lc, "llama_print_system_info", lambda: info % 0)
     assert not layer.amx_guard()
