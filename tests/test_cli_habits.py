@@ -529,6 +529,26 @@ def test_environment_variables_are_in_help():
         assert var in text, var
 
 
+def test_the_readmes_environment_table_lists_every_variable_help_shows():
+    # it left out LOCALSPEC_DEVICE_TARGET, LOCALSPEC_DEVICE_DRAFT and LOCALSPEC_RPC, which --help lists
+    import re
+
+    from localspec.config import SWITCHES
+
+    def helps(command, path):
+        yield invoke(*path, "--help").output
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from helps(sub, [*path, name])
+
+    shown = set(re.findall(r"LOCALSPEC_[A-Z_]+", " ".join(helps(cli, []))))
+    readme = open("README.md", encoding="utf-8").read()
+    table = readme.split("The environment variables (also in `--help`):", 1)[1].split("\n\n")[1]
+    listed = set(re.findall(r"LOCALSPEC_[A-Z_]+", table))
+    assert {"LOCALSPEC_TARGET", "LOCALSPEC_RPC", "LOCALSPEC_CONFIG", "LOCALSPEC_MODELS"} <= shown  # all found
+    assert table.startswith("| variable | what |")
+    assert shown - listed == set() and set(SWITCHES) - listed == set()  # and those checked as a command starts
+
+
 def test_loading_line_names_models_sizes_and_places(tmp_path, monkeypatch):
     # was: "GPU" from -ngl alone, on a machine with no GPU, where --stats then said "runs on: target CPU"
     from localspec import devices
