@@ -698,3 +698,14 @@ def test_serve_stats_prints_each_requests_stats(fake_cli, monkeypatch):
     assert result.exit_code == 0, result.output
     assert seen["replies"] and "tokens: 4 generated" in result.stderr
     assert "--stats" in invoke("serve", "--help").output
+
+
+@pytest.mark.parametrize("text", ["[x", "[generate]\ngamma = 1.5\n"])
+def test_help_answers_while_the_config_file_is_broken(tmp_path, monkeypatch, fake_cli, text):
+    # was: `generate --help` failed on the file, so the help that says how to fix it could not be read
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    result = invoke("generate", "--help")
+    assert result.exit_code == 0 and "--gamma" in result.output
+    assert_one_line_error(invoke("generate", "hi", "-m", fake_cli.target), str(config))

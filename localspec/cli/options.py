@@ -11,6 +11,7 @@ import re
 import secrets
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import click
 from click.core import ParameterSource
@@ -75,7 +76,7 @@ class OneLineUsage(click.Command):
 
     def parse_args(self, ctx, args):
         try:
-            read_config_file(ctx)
+            read_config_file(ctx, args)
             return super().parse_args(ctx, args)
         except click.exceptions.NoArgsIsHelpError:
             raise
@@ -83,15 +84,21 @@ class OneLineUsage(click.Command):
             raise one_line(e, ctx) from None
 
 
-def read_config_file(ctx: click.Context) -> None:
+def read_config_file(ctx: click.Context, args: Sequence[str] = ()) -> None:
     """ctx.default_map from the config file, for a command it sets defaults of (generate, chat, serve,
     tune: settings_file.COMMANDS), unless one is given (config show's). Read as the command parses its
-    flags, so that a bad file is the command's error, as a bad flag is: JSON with --json."""
+    flags (args), so that a bad file is the command's error, as a bad flag is: JSON with --json. With
+    --help, a bad file is passed over: the help shows the built-in defaults, and the next run says
+    what is wrong with the file."""
     from .settings_file import COMMANDS, config_path, default_map  # settings_file imports this module
 
     name = ctx.command.name
     if name in COMMANDS and ctx.parent is not None and ctx.default_map is None and not ctx.resilient_parsing:
-        ctx.default_map = default_map(ctx.find_root().command, config_path(), name)
+        try:
+            ctx.default_map = default_map(ctx.find_root().command, config_path(), name)
+        except click.ClickException:
+            if not set(args) & set(ctx.help_option_names):
+                raise
 
 
 class OneLineGroup(OneLineUsage, click.Group):
