@@ -72,8 +72,9 @@ def default_map(group: click.Group, path: Path, name: str) -> dict:
         values = _values(group.commands[command], {table: data.get(table, {}) for table in tables}, path)
         if command == name:
             out = values
-    known = {key for command in COMMANDS for key in _settings(group.commands[command])}
-    unused = [key for key in data.get("defaults", {}) if _as_key(key) not in known]
+    defaults = data.get("defaults", {})  # every command's keys are gathered only where [defaults] is set
+    known = {key for command in COMMANDS for key in _settings(group.commands[command])} if defaults else set()
+    unused = [key for key in defaults if _as_key(key) not in known]
     if unused:
         raise click.ClickException(f"{path}: [defaults] has no setting {unused[0]!r} that any of "
                                    f"{', '.join(COMMANDS)} takes; see `localspec COMMAND --help`")
