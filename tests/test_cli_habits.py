@@ -97,6 +97,14 @@ def stop_tune_at_its_run(monkeypatch) -> list:
     return seen
 
 
+def test_tune_d_none_adds_no_draft(fake_cli, monkeypatch):
+    # --draft none is no draft on generate, chat and serve; tune's -d none was "Unknown model 'none'",
+    # and with it a config file's [defaults] draft = "none" stopped tune
+    seen = stop_tune_at_its_run(monkeypatch)
+    result = invoke("tune", "-m", fake_cli.target, "--quants", "none", "-d", "none", "-d", "None")
+    assert "stopped where the run starts" in result.stderr and seen[0].drafts == ()
+
+
 def test_tune_seed_minus_one_draws_a_seed_and_reports_it(fake_cli, monkeypatch):
     # --seed -1 is a random seed on every command that has the flag (README); tune refused it
     # ("--seed must be >= 0 (got -1)"), and with it a config file's [defaults] seed = -1

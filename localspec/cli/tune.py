@@ -18,7 +18,7 @@ from .options import FLAGS, JsonErrors, shared, tune_options, user_errors
 @cli.command(cls=JsonErrors)
 @shared("target")
 @click.option(*FLAGS["draft"][0], "drafts", multiple=True,  # the shared flag's names: -md/--model-draft too
-              help="Also try this draft from outside the store (repeatable).")
+              help="Also try this draft from outside the store (repeatable; 'none' adds none).")
 @click.option("--quants", default="Q4_0,Q3_K_S,Q2_K", show_default=True,
               help="Types to derive from each draft and try (cached in the store); 'none' for none.")
 @shared("temperature", "top_k", "top_p", "min_p", "p_min", temperature={"help": "Tune for this temperature (0: greedy)."},
@@ -55,7 +55,7 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
         tuning.check_plot(plot)
     options = dataclasses.replace(  # the flags by name: tune_options reads its own
         tune_options(locals()), load=tune_load(ctx, threads, ngl_target, device_target, device_draft, rpc),
-        drafts=tuple(map(given_draft, drafts)))
+        drafts=tuple(given_draft(name) for name in drafts if name.lower() != "none"))  # as --draft none: no draft
     if seed == -1:  # as generate reports a seed it drew, so that the run can be repeated
         click.echo(f"localspec tune: seed {options.seed} (drawn for --seed -1; --seed {options.seed} repeats it)",
                    err=True)
