@@ -4,7 +4,7 @@
     temperature = 0.2
     ctx-size = 8192     # a flag's long name (any of them) or its parameter name
     [generate]          # one command: generate, chat, serve, tune
-    stop = ["\\n\\n"]
+    stop = ["\\n\\n"]      # a repeatable flag: a list, or one value (a list of one)
     raw = true          # an on/off flag's off name takes true only: --raw (chat = false alike)
 
 click reads these as each command's default_map, so a flag or an environment variable wins over the
@@ -127,12 +127,14 @@ def _as_key(name: str) -> str:
 def _as_flag(param: click.Parameter, value, where: str, off: str | None = None):
     """value as the command line would give it: a string for each value (so that click converts it as
     it converts a flag's, `gamma = 1.5` refused as `--gamma 1.5` is, not cut to 1), a list of them
-    for a flag given several times, true or false for an on/off flag; an off name (`off`, e.g. raw)
-    only true, the flag's false; else a one-line error naming where it came from."""
+    for a repeatable flag (one value, `stop = "\\n\\n"`, as one flag gives it: a list of one), true
+    or false for an on/off flag; an off name (`off`, e.g. raw) only true, the flag's false; else a
+    one-line error naming where it came from."""
     def text(v) -> str:
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            several = ", or a list of them" if param.multiple else ""
             raise click.ClickException(f"{where} = {_shown(value)}: give {param.type.name} as after its flag, "
-                                       f"a quoted string or a number")
+                                       f"a quoted string or a number{several}")
         return str(v)
 
     if getattr(param, "is_bool_flag", False):
@@ -146,9 +148,7 @@ def _as_flag(param: click.Parameter, value, where: str, off: str | None = None):
             return False
         return value
     if param.multiple:
-        if not isinstance(value, list):
-            raise click.ClickException(f"{where} = {_shown(value)}: give a list, e.g. [\"a\", \"b\"]")
-        return [text(v) for v in value]
+        return [text(v) for v in (value if isinstance(value, list) else [value])]
     return text(value)
 
 
