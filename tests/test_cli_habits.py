@@ -551,9 +551,13 @@ def test_environment_variables_are_in_help():
         assert var in text, var
 
 
-def test_the_readmes_environment_table_lists_every_variable_help_shows():
-    # it left out LOCALSPEC_DEVICE_TARGET, LOCALSPEC_DEVICE_DRAFT and LOCALSPEC_RPC, which --help lists
+def test_the_readmes_environment_table_lists_every_variable_help_shows_and_the_code_reads():
+    # it left out LOCALSPEC_DEVICE_TARGET, LOCALSPEC_DEVICE_DRAFT and LOCALSPEC_RPC, which --help lists,
+    # then LOCALSPEC_CATALOG and LOCALSPEC_LISTEN_FD, which the package reads and --help does not list
     import re
+    from pathlib import Path
+
+    import localspec
 
     from localspec.config import SWITCHES
 
@@ -569,6 +573,11 @@ def test_the_readmes_environment_table_lists_every_variable_help_shows():
     assert {"LOCALSPEC_TARGET", "LOCALSPEC_RPC", "LOCALSPEC_CONFIG", "LOCALSPEC_MODELS"} <= shown  # all found
     assert table.startswith("| variable | what |")
     assert shown - listed == set() and set(SWITCHES) - listed == set()  # and those checked as a command starts
+    package = Path(localspec.__file__).parent
+    read = {name for path in package.rglob("*.py")
+            for name in re.findall(r"\bLOCALSPEC_[A-Z0-9_]*[A-Z0-9]", path.read_text(encoding="utf-8"))}
+    assert {"LOCALSPEC_CATALOG", "LOCALSPEC_WARM_START"} <= read  # all found
+    assert read - listed == set(), f"read by the package, missing from the README's table: {sorted(read - listed)}"
 
 
 def test_loading_line_names_models_sizes_and_places(tmp_path, monkeypatch):
