@@ -78,8 +78,25 @@ def test_tune_and_the_library_name_a_negative_seed():
     from localspec.tune.options import TuneError, TuneOptions
     with pytest.raises(GenerationError, match=r"seed must be >= 0 \(got -1\)"):
         GenerationConfig(seed=-1).validate()  # -1 means random to the CLI and the server only
-    with pytest.raises(TuneError, match=r"--seed must be >= 0 \(got -3\)"):
+    with pytest.raises(TuneError, match=r"^seed must be >= 0 \(got -3\)$"):  # the field, as GenerationConfig's
         TuneOptions(seed=-3).validate()
+
+
+@pytest.mark.parametrize("field, value, library, flags, cli", [
+    ("max_tokens", 1, "max_tokens must be >= 2 (got 1)", ("-n", "1"), "--max-tokens must be >= 2 (got 1)"),
+    ("gamma_max", 0, "gamma_max must be in 1..64 (got 0)", ("--gamma-max", "0"), "--gamma-max must be in 1..64 (got 0)"),
+    ("budget_s", 0, "budget_s must be > 0 seconds (got 0); None for no limit", ("--budget", "0"),
+     "--budget must be > 0 seconds (got 0.0)"),
+    ("p_min", 1.0, "p_min must be in [0, 1) (got 1.0); use 0 to never stop a draft early", ("--p-min", "1"),
+     "--p-min must be in [0, 1) (got 1.0)"),
+])
+def test_tune_options_name_the_field_to_the_library_and_the_flag_to_the_cli(field, value, library, flags, cli):
+    # the library was told "--budget must be > 0 seconds" of TuneOptions(budget_s=0), a flag it never gave
+    from localspec.tune.options import TuneError, TuneOptions
+    with pytest.raises(TuneError) as e:
+        TuneOptions(**{field: value}).validate()
+    assert str(e.value) == library
+    assert_one_line_error(invoke("config", "show", "tune", *flags), cli)
 
 
 def stop_tune_at_its_run(monkeypatch) -> list:

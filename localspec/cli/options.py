@@ -351,20 +351,29 @@ def generation_config(options: dict, **fields) -> GenerationConfig:
 
 TUNE_FLAGS = ("temperature", "top_k", "top_p", "min_p", "p_min", "max_tokens", "gamma_max", "budget", "seed",
               "chat", "quants")
+# TuneOptions' fields as tune's flags name them, for its errors (TuneError.field)
+TUNE_FIELD_FLAGS = {"max_tokens": "--max-tokens", "gamma_max": "--gamma-max", "budget_s": "--budget",
+                    "seed": "--seed", "p_min": "--p-min"}
 
 
 def tune_options(options: dict):
-    """The TuneOptions tune's flags in `options` describe, checked (TuneError naming a bad value):
-    no draft resolved and no device or server reached (tune adds those); --seed -1 drawn here."""
+    """The TuneOptions tune's flags in `options` describe, checked (TuneError naming the bad flag and
+    value): no draft resolved and no device or server reached (tune adds those); --seed -1 drawn here."""
     from ..costmodel import FALLBACK_P_MIN
-    from ..tune import TuneOptions, parse_quants
+    from ..tune import TuneError, TuneOptions, parse_quants
 
     p_min, seed = options["p_min"], seed_from(options["seed"])  # -1: a random seed, as generate takes it
-    return TuneOptions(
+    tune = TuneOptions(
         sampling=SamplingParams(*(options[name] for name in ("temperature", "top_k", "top_p", "min_p"))),
         max_tokens=options["max_tokens"], p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: a fixed γ's
         gamma_max=options["gamma_max"], budget_s=options["budget"], chat=options["chat"],
-        seed=secrets.randbits(32) if seed is None else seed, quants=parse_quants(options["quants"])).validate()
+        seed=secrets.randbits(32) if seed is None else seed, quants=parse_quants(options["quants"]))
+    try:
+        return tune.validate()
+    except TuneError as e:  # worded for the library: the field's name and the fix in Python
+        if e.field not in TUNE_FIELD_FLAGS:
+            raise
+        raise TuneError(f"{TUNE_FIELD_FLAGS[e.field]} {e.rule}") from None
 
 
 def check_before_load(options: dict) -> None:

@@ -16,7 +16,13 @@ DERIVED_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")
 
 
 class TuneError(ValueError):
-    """A user-facing tune problem; str() is one line naming the value and the fix."""
+    """A user-facing tune problem; str() is one line naming the value and the fix. One about a
+    TuneOptions field names the field, as GenerationConfig's errors do (`seed must be >= 0 (got -3)`);
+    its `field` and `rule` let the CLI name the flag instead (`--seed must be >= 0 (got -3)`)."""
+
+    def __init__(self, message: str, field: str | None = None, rule: str | None = None):
+        super().__init__(message)
+        self.field, self.rule = field, rule
 
 
 def parse_quants(text: str) -> tuple[str, ...]:
@@ -48,17 +54,19 @@ class TuneOptions:
     passes: int = 8             # replays per γ at T>0 (acceptance is random there)
 
     def validate(self) -> TuneOptions:
-        """Return self, or raise TuneError naming the bad value."""
+        """Return self, or raise TuneError naming the bad field, its value and the fix."""
         self.sampling.validate()
-        checks = [(self.max_tokens >= 2, f"--max-tokens must be >= 2 (got {self.max_tokens})"),
-                  (1 <= self.gamma_max <= 64, f"--gamma-max must be in 1..64 (got {self.gamma_max})"),
-                  (self.budget_s is None or self.budget_s > 0, f"--budget must be > 0 seconds (got {self.budget_s})"),
-                  (self.confirm >= 0, f"confirm must be >= 0 (got {self.confirm})"),
-                  (self.seed >= 0, f"--seed must be >= 0 (got {self.seed})"),
-                  (0 <= self.p_min < 1, f"--p-min must be in [0, 1) (got {self.p_min})")]
-        for ok, message in checks:
+        budget_ok = self.budget_s is None or self.budget_s > 0
+        checks = [("max_tokens", self.max_tokens >= 2, "must be >= 2", ""),  # (field, ok, rule, the library's fix)
+                  ("gamma_max", 1 <= self.gamma_max <= 64, "must be in 1..64", ""),
+                  ("budget_s", budget_ok, "must be > 0 seconds", "; None for no limit"),
+                  ("confirm", self.confirm >= 0, "must be >= 0", ""),
+                  ("seed", self.seed >= 0, "must be >= 0", ""),
+                  ("p_min", 0 <= self.p_min < 1, "must be in [0, 1)", "; use 0 to never stop a draft early")]
+        for name, ok, rule, fix in checks:
             if not ok:
-                raise TuneError(message)
+                rule = f"{rule} (got {getattr(self, name)})"
+                raise TuneError(f"{name} {rule}{fix}", name, rule)
         return self
 
     def config(self, gamma: int | None, seed: int) -> GenerationConfig:
