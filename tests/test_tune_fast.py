@@ -4,6 +4,9 @@ controller loop on fake contexts: they follow the drafter protocol the controlle
 from __future__ import annotations
 
 import inspect
+import io
+import sys
+from pathlib import Path
 
 from localspec.drafters import Drafter, ModelDrafter
 from localspec.sampling import SamplingParams
@@ -50,3 +53,32 @@ def test_drafts_are_tried_on_a_gpu_only_where_this_machine_has_one(monkeypatch):
     assert candidates.default_devices() == ("cpu",)
     monkeypatch.setattr(candidates, "local_devices", lambda: ["CUDA0"])
     assert candidates.default_devices() == ("cpu", "gpu")
+
+
+def test_progress_off_a_terminal_is_a_line_per_message(monkeypatch, capsys):
+    """In a log file the progress bar's carriage returns put its states, the news printed above it and
+    tune's "left out:" line after it on one line; there each is a line of its own."""
+    from localspec.tune import tuner
+    from localspec.tune.candidates import NGRAM, Candidate
+
+    monkeypatch.setattr(tuner, "Pair", lambda *args: None)  # no model loaded: only the progress is run
+    log = lambda text: print(text, file=sys.stderr)  # noqa: E731  (as the CLI's click.echo(err=True))
+    cands = [NGRAM, Candidate("small.gguf Q4_0 cpu", "model")]
+
+    def run_and_leave_out() -> None:
+        run = tuner.Tuner(Path("t.gguf"), OPTIONS, ["hi"], log=log, progress=True)
+        for cand in run._progress(cands):
+            run.say(f"measured {cand.label}")
+        print("left out: x.gguf: not GGUF", file=sys.stderr)
+
+    run_and_leave_out()  # stderr is captured: no terminal
+    assert capsys.readouterr().err.splitlines() == [
+        "candidate 1/2: ngram", "measured ngram", "candidate 2/2: small.gguf Q4_0 cpu",
+        "measured small.gguf Q4_0 cpu", "left out: x.gguf: not GGUF"]
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    run_and_leave_out()  # on a terminal the bar stays, redrawn in place
+    assert "\rcandidates:" in sys.stderr.getvalue() and "measured ngram\n" in sys.stderr.getvalue()

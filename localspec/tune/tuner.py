@@ -177,12 +177,22 @@ class Tuner:
 
     # -- progress
     def _progress(self, candidates: list[Candidate]):
+        """The candidates, with progress shown on stderr: a bar redrawn in place on a terminal; else (a
+        log file, a pipe) a line per candidate, since the bar's carriage returns would leave its states
+        and the next message on one line there."""
         if not self.progress:
             return candidates
+        if not sys.stderr.isatty():
+            return self._progress_lines(candidates)
         from tqdm.auto import tqdm
 
         self.bar = tqdm(candidates, desc="candidates", unit="", file=sys.stderr, leave=False)
         return self.bar
+
+    def _progress_lines(self, candidates: list[Candidate]):
+        for i, cand in enumerate(candidates, 1):
+            self.say(f"candidate {i}/{len(candidates)}: {cand.label}")
+            yield cand
 
     def say(self, text: str) -> None:
         """A line of progress news (above the progress bar, when there is one)."""
