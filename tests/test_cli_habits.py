@@ -597,6 +597,38 @@ def test_the_readmes_environment_table_lists_every_variable_help_shows_and_the_c
     assert read - listed == set(), f"read by the package, missing from the README's table: {sorted(read - listed)}"
 
 
+def test_a_bad_value_names_the_flag_or_the_variable_it_came_from(tmp_path, monkeypatch):
+    # click named the variable whatever gave the value: `serve --port abc` was "Invalid value for
+    # '--port' (env var: 'LOCALSPEC_PORT')", with no LOCALSPEC_PORT set, and so was a config file's port
+    given = invoke("serve", "--port", "abc")
+    assert_one_line_error(given, "Invalid value for '--port': 'abc' is not")
+    assert "LOCALSPEC_PORT" not in given.output
+    from_env = invoke("serve", env={"LOCALSPEC_PORT": "abc"})
+    assert_one_line_error(from_env, "Invalid value for 'LOCALSPEC_PORT' (the environment variable for '--port'): 'abc'")
+    assert_one_line_error(invoke("generate", "hi", env={"LOCALSPEC_PROFILE": "maybe"}),
+                          "Invalid value for 'LOCALSPEC_PROFILE' (the environment variable for '--profile'): 'maybe'")
+    assert_one_line_error(invoke("models", "list", env={"LOCALSPEC_VERBOSE": "maybe"}),
+                          "Invalid value for 'LOCALSPEC_VERBOSE' (the environment variable for '--verbose')")
+    config = tmp_path / "config.toml"
+    config.write_text("[serve]\nport = 0\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    in_file = invoke("serve")
+    assert_one_line_error(in_file, f"{config}: [serve] port = 0: Invalid value for '--port': 0 is not in the range")
+    assert "LOCALSPEC_PORT" not in in_file.output
+
+
+def test_every_option_with_a_variable_names_where_its_bad_value_came_from():
+    from localspec.cli.options import EnvvarOption
+
+    def options(command):
+        yield from command.params
+        for sub in getattr(command, "commands", {}).values():
+            yield from options(sub)
+    with_variable = [o for o in options(cli) if getattr(o, "envvar", None)]
+    assert len(with_variable) >= 9 and all(isinstance(o, EnvvarOption) for o in with_variable), \
+        [o.name for o in with_variable if not isinstance(o, EnvvarOption)]
+
+
 def test_loading_line_names_models_sizes_and_places(tmp_path, monkeypatch):
     # was: "GPU" from -ngl alone, on a machine with no GPU, where --stats then said "runs on: target CPU"
     from localspec import devices

@@ -11,12 +11,12 @@ import signal
 import click
 
 from ..session import Pair  # noqa: F401  (options.load_pair loads through this name)
-from .options import OneLineGroup
+from .options import EnvvarOption, OneLineGroup
 
 
 @click.group(cls=OneLineGroup)
 @click.version_option(package_name="localspec")
-@click.option("--verbose", is_flag=True, envvar="LOCALSPEC_VERBOSE", show_envvar=True,
+@click.option("--verbose", is_flag=True, envvar="LOCALSPEC_VERBOSE", show_envvar=True, cls=EnvvarOption,
               help="Show llama.cpp's own log on stderr (model loading, backends).")
 def cli(verbose):
     """Exact speculative decoding for local GGUF models.

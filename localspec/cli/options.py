@@ -202,6 +202,21 @@ class OneLine(click.ParamType):
         return self.inner.get_metavar(param, *args, **kwargs)
 
 
+class EnvvarOption(click.Option):
+    """An option with an environment variable, whose bad value names where it came from: the flag
+    (`Invalid value for '--port'`), or the variable when the value is the environment's
+    (`Invalid value for 'LOCALSPEC_PORT' (the environment variable for '--port')`). click names the
+    variable beside the flag whatever gave the value, a typo on the command line too."""
+
+    def get_error_hint(self, ctx: click.Context | None) -> str:
+        flag = click.Parameter.get_error_hint(self, ctx)  # the flag's names, without click's env var
+        if not self.envvar or ctx is None or ctx.get_parameter_source(self.name) != ParameterSource.ENVIRONMENT:
+            return flag
+        names = [self.envvar] if isinstance(self.envvar, str) else list(self.envvar)
+        given = next((name for name in names if os.environ.get(name)), names[0])
+        return f"'{given}' (the environment variable for {flag})"
+
+
 class GpuLayers(click.ParamType):
     """Layers on the GPU: N >= 0, or -1 for every layer (llama.cpp's -ngl -1), read as ALL_LAYERS."""
     name = "N"
@@ -320,6 +335,8 @@ def shared(*names: str, **changes: dict):
             if "type" in settings:
                 settings["type"] = OneLine(settings["type"])
             settings.setdefault("show_envvar", "envvar" in settings)
+            if "envvar" in settings:
+                settings.setdefault("cls", EnvvarOption)
             fn = click.option(*decls, name, show_default=shown, **settings)(fn)
         return fn
     return decorate
@@ -327,7 +344,7 @@ def shared(*names: str, **changes: dict):
 
 def model_options(fn):
     """Which models to load and how, and whether the target's tune profile fills what is not given."""
-    fn = click.option("--profile/--no-profile", "use_profile", default=True, show_default=True,
+    fn = click.option("--profile/--no-profile", "use_profile", default=True, show_default=True, cls=EnvvarOption,
                       envvar="LOCALSPEC_PROFILE", show_envvar=True, help="Take --draft/--drafter/--gamma you do "
                       "not give from the target's `localspec tune` profile.")(fn)
     return tuned_defaults(shared(*MODEL_FLAGS)(fn))
