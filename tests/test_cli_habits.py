@@ -330,6 +330,22 @@ def test_config_beats_the_profile(tmp_path, monkeypatch, fake_cli):
     assert show("generate")["use_profile"] == ("False", "config")
 
 
+def test_an_empty_config_such_as_dev_null_is_read_as_no_settings(tmp_path, monkeypatch, fake_cli):
+    # was: LOCALSPEC_CONFIG=/dev/null (git's GIT_CONFIG=/dev/null habit) was refused as a file that
+    # "does not exist": the check was is_file(), false for a device; only nothing there, or a folder, is refused
+    import os
+    monkeypatch.setenv("LOCALSPEC_CONFIG", os.devnull)
+    result = invoke("config", "show", "generate", "--no-profile")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == f"config file: {os.devnull}"  # not "(none)"
+    assert run_json("--target", fake_cli.target, "--draft", "none", "-n", "2")["settings"]["max_tokens"] == 2
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "missing.toml"))
+    assert_one_line_error(invoke("generate", "hi"), f"LOCALSPEC_CONFIG names {tmp_path / 'missing.toml'}, "
+                          "which does not exist; create it or unset LOCALSPEC_CONFIG")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path))
+    assert_one_line_error(invoke("generate", "hi"), f"the config file {tmp_path} is a directory")
+
+
 def test_config_file_errors_are_one_line(tmp_path, monkeypatch):
     config = tmp_path / "config.toml"
     config.write_text('[generate]\nno-such-flag = 1\n')

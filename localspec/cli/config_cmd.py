@@ -42,6 +42,6 @@ def config_show(command, args):
         from .generate import check_conflicts
 
         check_conflicts(ctx, values["target_only"], values["chat"], values["system"])
-    click.echo(f"config file: {path}" + ("" if path.is_file() else " (none)"))
+    click.echo(f"config file: {path}" + ("" if path.exists() else " (none)"))
     for name, source in sources.items():
         click.echo(f"{name} = {values[name]!r}  ({source})")

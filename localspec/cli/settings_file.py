@@ -40,10 +40,11 @@ def config_path() -> Path:
 
 
 def read_config(path: Path) -> dict:
-    """The file's tables ({} when there is no file); a bad file is a one-line error."""
+    """The file's tables ({} when there is no file); a bad file is a one-line error. Any file that is
+    not a folder is read: an empty one, /dev/null too (git's GIT_CONFIG=/dev/null habit), sets nothing."""
     if path.is_dir():
         raise click.ClickException(f"the config file {path} is a directory; point LOCALSPEC_CONFIG at a .toml file")
-    if not path.is_file():
+    if not path.exists():
         if os.environ.get("LOCALSPEC_CONFIG"):  # named on purpose: a typo would be silently ignored
             raise click.ClickException(f"LOCALSPEC_CONFIG names {path}, which does not exist; "
                                        f"create it or unset LOCALSPEC_CONFIG")
