@@ -17,6 +17,7 @@ from http.client import HTTPConnection
 
 import numpy as np
 import pytest
+from clitools import assert_one_line_error, invoke
 from fakes import fake_pair
 from test_server_fast import COUNT, DEFAULTS, KEY, MODEL, QUESTION, model_files
 
@@ -124,6 +125,32 @@ def test_serve_binds_the_port_before_loading_and_passes_the_new_flags(fake_cli, 
     assert result.exit_code == 0, result.output
     assert calls[0] == ("bind", 0)  # no model loaded yet
     assert calls[1][1][-4:] == (1000, ("https://a.example", "*"), "SOCK", None)  # no --rpc: no outage watch
+
+
+def test_a_bad_listen_fd_is_one_line_naming_the_variable(fake_cli, monkeypatch, tmp_path):
+    # serve sets LOCALSPEC_LISTEN_FD for the serve it re-executes; a bad value went to int() or socket()
+    # unchecked: "invalid literal for int() with base 10: 'abc'", "Bad file descriptor", no variable named
+    import os
+    import socket
+
+    from localspec.server.outage import LISTEN_FD
+
+    opened = open(tmp_path / "file", "w")
+    idle = socket.socket()  # a socket, but not listening
+    closed = os.dup(opened.fileno())
+    os.close(closed)
+    for value, why in (("abc", "not a whole number"), ("-3", "negative file descriptor"),
+                       (str(closed), "bad file descriptor"), (str(opened.fileno()), "socket operation on non-socket"),
+                       (str(idle.fileno()), "a socket that does not listen")):
+        monkeypatch.setenv(LISTEN_FD, value)
+        assert_one_line_error(invoke("serve", "--target", fake_cli.target),
+                              f"{LISTEN_FD}={value} is not a listening socket ({why}); unset it")
+    listening = socket.create_server(("127.0.0.1", 0))
+    monkeypatch.setenv(LISTEN_FD, str(os.dup(listening.fileno())))
+    handed = bind("127.0.0.1", 1)  # the handed socket, not a new one on port 1
+    assert handed.getsockname() == listening.getsockname() and LISTEN_FD not in os.environ
+    for resource in (handed, listening, idle, opened):
+        resource.close()
 
 
 def test_a_prompt_that_cannot_fit_is_refused_without_tokenizing(tmp_path, monkeypatch):

@@ -112,6 +112,26 @@ def _max_fd() -> int:
 
 
 def inherited_socket() -> socket.socket | None:
-    """The listening socket a re-executed serve was handed, if any."""
-    fd = os.environ.pop(LISTEN_FD, None)
-    return socket.socket(fileno=int(fd)) if fd else None
+    """The listening socket a re-executed serve was handed, if any. serve sets LISTEN_FD only for
+    itself (reexec); a value that is not a listening socket's descriptor (set by hand, or left in an
+    environment) raises OSError naming the variable and its value."""
+    value = os.environ.pop(LISTEN_FD, None)
+    if not value:
+        return None
+    try:
+        fd = int(value)
+    except ValueError:
+        raise OSError(_not_listening(value, "not a whole number")) from None
+    try:
+        sock = socket.socket(fileno=fd)
+    except (ValueError, OSError) as e:  # a negative number; nothing open there (EBADF); not a socket (ENOTSOCK)
+        raise OSError(_not_listening(value, (getattr(e, "strerror", None) or str(e)).lower())) from None
+    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()  # the descriptor is left as it was found
+        raise OSError(_not_listening(value, "a socket that does not listen"))
+    return sock
+
+
+def _not_listening(value: str, why: str) -> str:
+    return (f"{LISTEN_FD}={value} is not a listening socket ({why}); unset it: serve sets it only to hand "
+            "its socket to the serve it restarts once a lost RPC server answers again")
