@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from localspec.cli import cli
 from localspec.cli.options import unescape
+from localspec.sampling import SamplingParams
 from clitools import assert_one_line_error, invoke
 
 
@@ -97,6 +98,34 @@ def test_tune_options_name_the_field_to_the_library_and_the_flag_to_the_cli(fiel
         TuneOptions(**{field: value}).validate()
     assert str(e.value) == library
     assert_one_line_error(invoke("config", "show", "tune", *flags), cli)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"max_tokens": "64"}, "max_tokens must be a whole number >= 2 (got '64')"),
+    ({"gamma_max": 2.5}, "gamma_max must be a whole number in 1..64 (got 2.5)"),
+    ({"seed": None}, "seed must be a whole number >= 0 (got None)"),
+    ({"confirm": True}, "confirm must be a whole number >= 0 (got True)"),  # not read as 1
+    ({"passes": "8"}, "passes must be a whole number >= 1 (got '8')"),
+    ({"passes": 0}, "passes must be >= 1 (got 0)"),  # was accepted: no replays at T > 0, every prediction 0 tokens/s
+    ({"budget_s": "60"}, "budget_s must be a number of seconds > 0, or None for no limit (got '60')"),
+    ({"p_min": "0.5"}, "p_min must be a number in [0, 1) (got '0.5')"),
+    ({"chat": "yes"}, "chat must be True, False, or None for the target's own choice (got 'yes')"),
+    ({"sampling": {"temperature": 0}}, "sampling must be a SamplingParams (got {'temperature': 0}); "
+                                       "e.g. SamplingParams(temperature=0)"),
+    ({"load": None}, "load must be a LoadOptions (got None); e.g. LoadOptions(n_ctx=4096)"),
+    ({"quants": "Q4_0"}, "quants must be a tuple of quantization types (got 'Q4_0'); e.g. quants=('Q4_0',)"),
+    ({"devices": "gpu"}, "devices must be a tuple of 'cpu' and 'gpu', or None for each this machine has "
+                         "(got 'gpu'); e.g. devices=('gpu',)"),
+    ({"drafts": "d.gguf"}, "drafts must be a tuple of paths (got 'd.gguf'); e.g. drafts=(Path('d.gguf'),)"),
+    ({"sampling": SamplingParams(temperature=-1)}, "temperature must be >= 0 (got -1); use 0 for greedy decoding"),
+])
+def test_tune_options_of_the_wrong_type_name_the_field_as_generation_config_does(fields, message):
+    # was: TuneOptions(max_tokens="64").validate() raised "TypeError: '>=' not supported between
+    # instances of 'str' and 'int'", naming neither the field nor the fix; a bad sampling a bare ValueError
+    from localspec.tune.options import TuneError, TuneOptions
+    with pytest.raises(TuneError) as e:
+        TuneOptions(**fields).validate()
+    assert str(e.value) == message
 
 
 def stop_tune_at_its_run(monkeypatch) -> list:

@@ -9,7 +9,7 @@ from ..config import GenerationConfig
 from ..costmodel import FALLBACK_P_MIN
 from ..llama import QUANT_TYPES
 from ..planner import p_min_of
-from ..sampling import SamplingParams
+from ..sampling import SamplingParams, is_real, is_whole
 from ..session import LoadOptions
 
 DERIVED_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")
@@ -55,12 +55,17 @@ class TuneOptions:
 
     def validate(self) -> TuneOptions:
         """Return self, or raise TuneError naming the bad field, its value and the fix."""
-        self.sampling.validate()
+        self._check_types()
+        try:
+            self.sampling.validate()
+        except ValueError as e:
+            raise TuneError(str(e)) from None
         budget_ok = self.budget_s is None or self.budget_s > 0
         checks = [("max_tokens", self.max_tokens >= 2, "must be >= 2", ""),  # (field, ok, rule, the library's fix)
                   ("gamma_max", 1 <= self.gamma_max <= 64, "must be in 1..64", ""),
                   ("budget_s", budget_ok, "must be > 0 seconds", "; None for no limit"),
                   ("confirm", self.confirm >= 0, "must be >= 0", ""),
+                  ("passes", self.passes >= 1, "must be >= 1", ""),
                   ("seed", self.seed >= 0, "must be >= 0", ""),
                   ("p_min", 0 <= self.p_min < 1, "must be in [0, 1)", "; use 0 to never stop a draft early")]
         for name, ok, rule, fix in checks:
@@ -68,6 +73,33 @@ class TuneOptions:
                 rule = f"{rule} (got {getattr(self, name)})"
                 raise TuneError(f"{name} {rule}{fix}", name, rule)
         return self
+
+    def _check_types(self) -> None:
+        """TuneError for a field of the wrong type, as GenerationConfig._check_types (the library's
+        callers; the CLI converts its flags): a comparison would raise a TypeError naming neither the
+        field nor the fix, and a string for a tuple would be read letter by letter."""
+        for name, fix in (("max_tokens", "a whole number >= 2"), ("gamma_max", "a whole number in 1..64"),
+                          ("seed", "a whole number >= 0"), ("confirm", "a whole number >= 0"),
+                          ("passes", "a whole number >= 1")):
+            self._check(name, is_whole(getattr(self, name)), fix)
+        self._check("budget_s", self.budget_s is None or is_real(self.budget_s),
+                    "a number of seconds > 0, or None for no limit")
+        self._check("p_min", is_real(self.p_min), "a number in [0, 1)")
+        self._check("chat", self.chat is None or isinstance(self.chat, bool),
+                    "True, False, or None for the target's own choice")
+        self._check("sampling", isinstance(self.sampling, SamplingParams), "a SamplingParams",
+                    "; e.g. SamplingParams(temperature=0)")
+        self._check("load", isinstance(self.load, LoadOptions), "a LoadOptions", "; e.g. LoadOptions(n_ctx=4096)")
+        self._check("quants", _several(self.quants, str), "a tuple of quantization types", "; e.g. quants=('Q4_0',)")
+        self._check("devices", self.devices is None or _several(self.devices, str),
+                    "a tuple of 'cpu' and 'gpu', or None for each this machine has", "; e.g. devices=('gpu',)")
+        self._check("drafts", _several(self.drafts, (str, Path)), "a tuple of paths",
+                    "; e.g. drafts=(Path('d.gguf'),)")
+
+    def _check(self, name: str, ok: bool, rule: str, example: str = "") -> None:
+        if not ok:
+            rule = f"must be {rule} (got {getattr(self, name)!r:.60})"
+            raise TuneError(f"{name} {rule}{example}", name, rule)
 
     def config(self, gamma: int | None, seed: int) -> GenerationConfig:
         """The generation config of one real run at a fixed γ, with this p-min; None: auto γ with p-min
@@ -79,3 +111,8 @@ class TuneOptions:
     def fixed_p_min(self) -> float:
         """The p-min a fixed-γ candidate drafts with: generate's rule (p_min_of) for its config."""
         return p_min_of(self.config(1, self.seed))
+
+
+def _several(values, kind) -> bool:
+    """values is a tuple (or list) of kind: not one string, which would be read letter by letter."""
+    return isinstance(values, (tuple, list)) and all(isinstance(v, kind) for v in values)
