@@ -662,6 +662,19 @@ def test_a_bad_value_names_the_flag_or_the_variable_it_came_from(tmp_path, monke
     assert "LOCALSPEC_PORT" not in in_file.output
 
 
+def test_an_on_off_variable_lists_the_values_it_takes_readably():
+    # was: "'maybe' is not a valid boolean. Recognized values: , 0, 1, f, false, ...": click's empty first
+    # entry, which an empty variable never reaches (click takes it as unset); a blank one read as off
+    takes = "give 1, true, yes or on (y, t), or 0, false, no or off (n, f); empty is as if unset"
+    for value in ("maybe", "  "):
+        result = invoke("generate", "hi", env={"LOCALSPEC_PROFILE": value})
+        assert_one_line_error(result, f"(the environment variable for '--profile'): {value!r} is not on or off: {takes}")
+    assert_one_line_error(invoke("models", "list", env={"LOCALSPEC_VERBOSE": "2"}), f"'2' is not on or off: {takes}")
+    assert show("generate", env={"LOCALSPEC_PROFILE": ""})["use_profile"] == ("True", "default")
+    assert show("generate", env={"LOCALSPEC_PROFILE": "Off"})["use_profile"] == ("False", "env")
+    assert show("generate", env={"LOCALSPEC_PROFILE": "y"})["use_profile"] == ("True", "env")
+
+
 def test_every_option_with_a_variable_names_where_its_bad_value_came_from():
     from localspec.cli.options import EnvvarOption
 

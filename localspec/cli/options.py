@@ -202,11 +202,33 @@ class OneLine(click.ParamType):
         return self.inner.get_metavar(param, *args, **kwargs)
 
 
+class Switch(click.types.BoolParamType):
+    """An on/off flag's value as its environment variable gives it (LOCALSPEC_PROFILE=0), read as
+    click reads it; a bad one lists the values taken without click's empty first entry
+    ("Recognized values: , 0, 1, f, ..."). click takes an empty variable as unset, so only a blank one
+    ("  ") reaches here; click read it as off, the opposite of unset for --profile, so it is refused."""
+
+    def convert(self, value, param, ctx):
+        if not (isinstance(value, str) and not value.strip()):
+            try:
+                return super().convert(value, param, ctx)
+            except click.BadParameter:
+                pass
+        self.fail(f"{value!r} is not on or off: give 1, true, yes or on (y, t), or 0, false, no or off (n, f); "
+                  "empty is as if unset", param, ctx)
+
+
 class EnvvarOption(click.Option):
     """An option with an environment variable, whose bad value names where it came from: the flag
     (`Invalid value for '--port'`), or the variable when the value is the environment's
     (`Invalid value for 'LOCALSPEC_PORT' (the environment variable for '--port')`). click names the
-    variable beside the flag whatever gave the value, a typo on the command line too."""
+    variable beside the flag whatever gave the value, a typo on the command line too. An on/off
+    flag's variable takes its values as a Switch."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.is_bool_flag:
+            self.type = Switch()
 
     def get_error_hint(self, ctx: click.Context | None) -> str:
         flag = click.Parameter.get_error_hint(self, ctx)  # the flag's names, without click's env var
