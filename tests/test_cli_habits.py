@@ -203,7 +203,32 @@ def test_bad_values_are_one_line_and_exit_1(fake_cli, flag, value, fragment):
 def test_a_bad_value_reads_as_one_sentence(fake_cli):
     # was: "'abc' is not a valid float.; see --help"
     result = invoke("generate", "hi", "--target", str(fake_cli.target), "--temp", "abc")
-    assert_one_line_error(result, "'abc' is not a valid float; see --help")
+    assert_one_line_error(result, "'abc' is not a valid float; see `")
+
+
+@pytest.mark.parametrize("command, flags", [
+    ("serve", ("--temp", "abc")), ("serve", ("--port", "abc")),  # a shared flag, and serve's own
+    ("tune", ("-c", "-3")), ("tune", ("--budget", "abc")),
+    ("generate", ("hi", "--drafter", "foo")), ("generate", ("hi", "--ngl-target", "-5")),
+])
+def test_every_bad_flag_value_names_the_commands_own_help(command, flags):
+    # was: the shared flags' ended "; see --help", a command's own "; see `localspec serve --help`"
+    result = invoke(command, *flags)
+    assert_one_line_error(result, "Invalid value for")
+    assert result.output.rstrip().endswith(f" {command} --help`") and "; see `" in result.output
+
+
+@pytest.mark.parametrize("line, end", [
+    ("[tune]\nctx-size = -3", "-3 is not in the range x>=0"),  # a shared flag ended "; see --help"
+    ("[serve]\nport = 0", "0 is not in the range 1<=x<=65535"),  # serve's own, with click's full stop
+])
+def test_a_config_files_bad_value_ends_alike_for_every_flag(tmp_path, monkeypatch, line, end):
+    config = tmp_path / "config.toml"
+    config.write_text(line + "\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    result = invoke("generate", "hi")
+    assert_one_line_error(result, f"{config}: {line.split(chr(10))[0]}")
+    assert result.output.rstrip().endswith(end), result.output
 
 
 def test_json_errors_are_json(fake_cli):

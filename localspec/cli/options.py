@@ -181,27 +181,6 @@ class AutoOr(click.ParamType):
             self.fail(f"{value!r} is not 'auto' or {self.what}", param, ctx)
 
 
-class OneLine(click.ParamType):
-    """Wraps a flag's type so a bad value is one 'Error:' line and exit code 1 (click's own is three
-    lines of usage and exit code 2); click's closing full stop gives way to the '; see --help'."""
-
-    def __init__(self, inner):
-        self.inner = click.types.convert_type(inner)
-        self.name = self.inner.name
-
-    def convert(self, value, param, ctx):
-        try:
-            return self.inner.convert(value, param, ctx)
-        except click.BadParameter as e:
-            raise click.ClickException(f"{e.format_message().rstrip('.')}; see --help") from None
-
-    def shell_complete(self, ctx, param, incomplete):
-        return self.inner.shell_complete(ctx, param, incomplete)
-
-    def get_metavar(self, param, *args, **kwargs):
-        return self.inner.get_metavar(param, *args, **kwargs)
-
-
 class Switch(click.types.BoolParamType):
     """An on/off flag's value as its environment variable gives it (LOCALSPEC_PROFILE=0), read as
     click reads it; a bad one lists the values taken without click's empty first entry
@@ -354,8 +333,6 @@ def shared(*names: str, **changes: dict):
             decls, settings = FLAGS[name]
             settings = {**settings, **changes.get(name, {})}
             shown = settings.get("default") is not None  # show defaults, where there is one to show
-            if "type" in settings:
-                settings["type"] = OneLine(settings["type"])
             settings.setdefault("show_envvar", "envvar" in settings)
             if "envvar" in settings:
                 settings.setdefault("cls", EnvvarOption)

@@ -170,8 +170,8 @@ def _check(command: click.Command, param: click.Parameter, value, defaults: dict
         with augment_usage_errors(ctx, param=param):  # a callback's error names its flag, as when parsing
             given = param.process_value(ctx, value)
         check_before_load({**defaults, param.name: given})
-    except click.ClickException as e:  # click's BadParameter, or a OneLine flag's error
-        raise click.ClickException(f"{where}: {e.format_message()}") from None
+    except click.ClickException as e:  # click's BadParameter; its full stop would end the line mid-way
+        raise click.ClickException(f"{where}: {e.format_message().rstrip('.')}") from None
     except ValueError as e:  # generation_config's GenerationError, tune_options' TuneError
         raise click.ClickException(f"{where}: {e}") from None
 
