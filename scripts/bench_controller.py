@@ -36,11 +36,8 @@ from localspec.planner import CostTracker  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.speculative import Finished, SpeculativeDecoder  # noqa: E402
 
-from bench_fakes import RowsContext  # noqa: E402
+from bench_fakes import RowsContext, light_models  # noqa: E402
 
-MODELS = Path(os.environ.get("LOCALSPEC_TEST_MODELS", Path.home() / ".cache/localspec/test-models"))
-TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 PROMPT = "def quicksort(arr):\n    \"\"\"Sort a list of integers in ascending order.\"\"\"\n"
 
 
@@ -113,14 +110,15 @@ def main() -> None:
     parser.add_argument("--sweep-mb", type=int, default=0,
                         help="fake decodes read this much memory, leaving the caches cold as a CPU decode does")
     args = parser.parse_args()
+    target_file, draft_file = light_models("target", "draft")
     if args.real:
-        target, draft = Context(Model(TARGET), 1024, args.threads), Context(Model(DRAFT), 1024, args.threads)
+        target, draft = Context(Model(target_file), 1024, args.threads), Context(Model(draft_file), 1024, args.threads)
     else:
-        vocab = Model(TARGET, vocab_only=True)
+        vocab = Model(target_file, vocab_only=True)
         target = RowsContext(vocab, seed=0, sweep_mb=args.sweep_mb)
         draft = RowsContext(vocab, seed=1, sweep_mb=args.sweep_mb)
     timer = DecodeTimer(target, draft)
-    print(f"target {TARGET.name}, draft {DRAFT.name}, vocabulary {target.model.n_vocab}, gamma {args.gamma}")
+    print(f"target {target_file.name}, draft {draft_file.name}, vocabulary {target.model.n_vocab}, gamma {args.gamma}")
     print("| T | path | controller µs / token | decode ms / token | tokens | tokens / verify |")
     print("|---|---|---|---|---|---|")
     for t in (float(x) for x in args.temperatures.split(",")):

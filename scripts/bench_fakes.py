@@ -9,11 +9,15 @@ TimedRows makes each decode last as long as a model's would (bench_fast_regime.p
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from localspec import models
 from localspec.context import SAMPLED_ROWS_MAX
 from localspec.llama import Model, common_prefix_len
 from localspec.sampling import SamplingParams, distribution
@@ -32,6 +36,25 @@ SCRIPT = '''def merge_sort(items):
 # Logits: the script's next token, 3 runners-up, the noise's scale. The draft's confidence (top 10 at
 # T=1) is then about 0.84, above the fixed p-min of 0.75, so drafts are made.
 PEAK, RUNNER_UP, NOISE = 16.0, 13.2, 1.5
+
+
+LIGHT_PAIR = "qwen2.5-coder"  # the catalog's Qwen2.5-Coder 1.5B + 0.5B, Q4_K_M: Qwen's real vocabulary
+
+
+def light_models(*roles: str) -> list[Path]:
+    """The light pair's files for the roles asked ("target", "draft"): the tests' copies in
+    LOCALSPEC_TEST_MODELS (default ~/.cache/localspec/test-models) where they are there, else the
+    store's, pulled where missing as any command that needs the default pair pulls it
+    (./scripts/demo.sh put them there). Where neither can be had, one line naming why (SystemExit)."""
+    tests = Path(os.environ.get("LOCALSPEC_TEST_MODELS", Path.home() / ".cache/localspec/test-models"))
+    try:
+        names = dict(zip(("target", "draft"), models.resolve_pair(LIGHT_PAIR)))
+        files = [tests / models.load_catalog().entry(names[role]).file for role in roles]
+        if all(f.is_file() for f in files):
+            return files
+        return [models.resolve_model(names[role]) for role in roles]
+    except models.ModelError as e:
+        sys.exit(f"{Path(sys.argv[0]).name}: {e}")
 
 
 class RowsContext:

@@ -50,10 +50,8 @@ from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import make_sources  # noqa: E402
 from localspec.speculative import Finished, SpeculativeDecoder  # noqa: E402
 
-from bench_fakes import TimedRows, parse_curve  # noqa: E402
+from bench_fakes import TimedRows, light_models, parse_curve  # noqa: E402
 
-MODELS = Path(os.environ.get("LOCALSPEC_TEST_MODELS", Path.home() / ".cache/localspec/test-models"))
-VOCAB = MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 SCENARIOS = {"plain": (), "ngram": ("ngram",), "model": ("model",), "hybrid": ("ngram", "model")}
 
 
@@ -145,7 +143,7 @@ def main() -> None:
     parser.add_argument("--calls", action="store_true", help="count localspec's Python calls a token")
     parser.add_argument("--pricings", action="store_true", help="count the sources priced a reply")
     args = parser.parse_args()
-    vocab = Model(VOCAB, vocab_only=True)
+    vocab = Model(*light_models("target"), vocab_only=True)  # the light target's vocabulary
     kinds = args.scenarios.split(",")
     costs = (", ".join(f"{rows} rows {ms * 1e3:g} ms" for rows, ms in args.curve) if args.curve
              else f"plain decode {args.plain_ms} ms + {args.row_ms} ms a verify row")

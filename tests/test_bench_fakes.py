@@ -60,3 +60,40 @@ def test_the_bench_counts_the_planners_calls_and_pricings(real_pair, real_store)
     pricings = {kind: float(cells[8]) for kind, cells in rows.items()}
     assert pricings["plain"] == 0 and pricings["ngram"] > 0
     assert calls["ngram"] > calls["plain"] > 10
+
+
+def put_light_pair(folder: Path) -> list[Path]:
+    """Placeholder files named as the catalog names the light pair's (resolve_model needs only a file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [folder / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", folder / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"]
+    for f in files:
+        f.write_bytes(b"GGUF")
+    return files
+
+
+def test_the_light_pair_is_the_tests_copy_else_the_stores(tmp_path, monkeypatch, isolated_store):
+    # bench_controller.py and bench_fast_regime.py read Qwen's vocabulary from the tests' folder only:
+    # a user who had run ./scripts/demo.sh (the pair in the store) got a traceback, "Model file not
+    # found: ~/.cache/localspec/test-models/...; ... run `localspec models pull`", which pulled into
+    # the store they never looked in
+    monkeypatch.setenv("LOCALSPEC_TEST_MODELS", str(tmp_path / "no-test-models"))
+    stored = put_light_pair(isolated_store)
+    assert fakes().light_models("target", "draft") == stored
+    assert fakes().light_models("target") == stored[:1]
+    tests = put_light_pair(tmp_path / "test-models")
+    monkeypatch.setenv("LOCALSPEC_TEST_MODELS", str(tmp_path / "test-models"))
+    assert fakes().light_models("target", "draft") == tests
+
+
+def test_a_light_pair_that_cannot_be_had_is_one_line(tmp_path, monkeypatch):
+    from localspec import models
+
+    def offline(name, **kwargs):
+        raise models.ModelError(f"Cannot download {name}; check the network")
+
+    monkeypatch.setenv("LOCALSPEC_TEST_MODELS", str(tmp_path / "no-test-models"))
+    monkeypatch.setattr(models, "pull", offline)
+    monkeypatch.setattr(sys, "argv", ["bench_fast_regime.py"])
+    with pytest.raises(SystemExit) as e:
+        fakes().light_models("target")
+    assert str(e.value) == "bench_fast_regime.py: Cannot download qwen2.5-coder-1.5b-instruct-q4_k_m; check the network"
