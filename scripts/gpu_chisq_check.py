@@ -6,6 +6,7 @@ fail it on a GPU as well, the target's batch-shape numerics explain the failure,
     python scripts/gpu_chisq_check.py 999 1000      # every layer on the GPU, 1,000 seeds a side
     python scripts/gpu_chisq_check.py 999 1000 1    # the chain, as the test
 """
+import argparse
 import os
 import sys
 import tempfile
@@ -13,6 +14,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
+_ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+_ap.add_argument("ngl", type=int, help="layers on the GPU (999: all; 0: the CPU)")
+_ap.add_argument("n", type=int, help="seeds a side")
+_ap.add_argument("backend", nargs="?", default="0", choices=["0", "1"], metavar="backend",
+                 help="the speculative side's rows judged in numpy (0, the default) or by the chain (1)")
+_args = _ap.parse_args()  # before the imports below: --help answers at once
 import localspec  # noqa: E402,F401
 from localspec.context import Context  # noqa: E402
 from localspec.llama import Model  # noqa: E402
@@ -20,8 +27,7 @@ from bench import quick_pair  # noqa: E402
 from test_backend_sampling import FILTERED, HOT_FILTERED  # noqa: E402
 from test_controller import first_two, model_source, same_distribution_pvalue  # noqa: E402
 
-ngl, n = int(sys.argv[1]), int(sys.argv[2])
-backend = sys.argv[3] if len(sys.argv) > 3 else "0"
+ngl, n, backend = _args.ngl, _args.n, _args.backend
 smol, q40 = quick_pair(Path(tempfile.mkdtemp()))
 model = Model(smol, n_gpu_layers=ngl)
 target = Context(model, n_ctx=256, n_threads=2)

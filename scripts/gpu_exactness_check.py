@@ -13,6 +13,7 @@ equals the one after a raw decode of the same batch. SmolLM2-135M (the tests' ll
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import os
 import sys
@@ -20,6 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
+_ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+_ap.add_argument("ngl", type=int, nargs="?", default=999, help="layers on the GPU (default 999: all; 0: the CPU)")
+NGL = _ap.parse_args().ngl  # before the imports below: --help answers at once
 
 import localspec  # noqa: E402,F401  (libstdc++ global, llama.cpp before numpy)
 import llama_cpp as lc  # noqa: E402
@@ -33,7 +37,6 @@ from localspec.sampling import SamplingParams, distribution  # noqa: E402
 from bench import smol_path  # noqa: E402
 from test_backend_sampling import FILTERED  # noqa: E402
 
-NGL = int(sys.argv[1]) if len(sys.argv) > 1 else 999
 CHAINS = {  # name -> how to install it on a Context
     "default(T.8,k40,p.95,m.05)": lambda c: c.sample_on_backend(SamplingParams()),
     "filtered(T.7,k20,p.9,m.02)": lambda c: c.sample_on_backend(FILTERED),

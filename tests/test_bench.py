@@ -555,3 +555,16 @@ def test_a_scripts_help_gives_its_docstrings_first_sentence_whole(name, monkeypa
         script.main()
     first = " ".join(script.__doc__.split("\n\n")[0].split())
     assert first.endswith(".") and first in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("name, usage", [("gpu_exactness_check", "[ngl]"), ("gpu_chisq_check", "ngl n [backend]")])
+def test_the_gpu_checks_answer_help_and_a_bad_argument_in_their_usage(name, usage):
+    # both read sys.argv by hand: --help was int('--help'), a ValueError traceback, and
+    # gpu_chisq_check.py with no arguments an IndexError
+    script = str(ROOT / "scripts" / f"{name}.py")
+    helped = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and f"usage: {name}.py [-h] {usage}" in helped.stdout
+    assert "Traceback" not in helped.stderr
+    bad = subprocess.run([sys.executable, script, *(() if name == "gpu_chisq_check" else ("x",))],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and f"{name}.py: error:" in bad.stderr and "Traceback" not in bad.stderr
