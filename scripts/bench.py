@@ -221,13 +221,14 @@ LLAMACPP_PATTERNS = {
 }
 
 
-def parse_llamacpp_output(text: str) -> LlamaCppRun:
-    """Read the summary llama-speculative-simple prints at exit (examples/speculative-simple)."""
+def parse_llamacpp_output(text: str, tool: str = "llama-speculative-simple") -> LlamaCppRun:
+    """Read the summary llama-speculative-simple (or llama-speculative, the tool named) prints at exit
+    (examples/speculative-simple, examples/speculative)."""
     found = {k: p.search(text) for k, p in LLAMACPP_PATTERNS.items()}
     missing = [k for k, m in found.items() if m is None]
     if missing:
         tail = " | ".join(text.strip().splitlines()[-3:])
-        raise ValueError(f"llama-speculative-simple printed no {', '.join(missing)} line (last lines: {tail})")
+        raise ValueError(f"{tool} printed no {', '.join(missing)} line (last lines: {tail})")
     return LlamaCppRun(prompt_tokens=int(found["encoded"].group(1)), generated=int(found["decoded"].group(1)),
                        decode_s=float(found["decoded"].group(2)), drafted=int(found["drafted"].group(1)),
                        accepted=int(found["accepted"].group(1)))
@@ -266,11 +267,12 @@ def llamacpp_command(tool: Path, sc: Scenario, prompt_file: Path, target: Path, 
 
 def run_llamacpp(cmd: list[str]) -> LlamaCppRun:
     """Run one llama.cpp command; its summary, or ValueError naming what went wrong."""
+    tool = Path(cmd[0]).name  # llama-speculative for token trees
     proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=1800)
     if proc.returncode != 0:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        raise ValueError(f"llama-speculative-simple exited with {proc.returncode}: {tail}")
-    return parse_llamacpp_output(proc.stdout + "\n" + proc.stderr)
+        raise ValueError(f"{tool} exited with {proc.returncode}: {tail}")
+    return parse_llamacpp_output(proc.stdout + "\n" + proc.stderr, tool)
 
 
 def llamacpp_prompt_text(pair: Pair, text: str, chat: bool) -> str:

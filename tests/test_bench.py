@@ -128,6 +128,19 @@ def test_parse_llamacpp_output():
         bench.parse_llamacpp_output(LLAMACPP_TAIL.replace("decoded", "eval"))
 
 
+def test_a_failed_llamacpp_run_names_the_tool_that_ran(tmp_path):
+    # llamacpp-tree runs llama-speculative, which aborts at T>0 (its own GGML_ASSERT); the note said
+    # "llama-speculative-simple exited with -6", naming a tool that had not run
+    tool = tmp_path / "llama-speculative"
+    tool.write_text("#!/bin/sh\necho 'GGML_ASSERT(logits != nullptr) failed' >&2\nexit 3\n")
+    tool.chmod(0o755)
+    with pytest.raises(ValueError) as e:
+        bench.run_llamacpp([str(tool), "-m", "t.gguf"])
+    assert str(e.value) == "llama-speculative exited with 3: GGML_ASSERT(logits != nullptr) failed"
+    tool.write_text("#!/bin/sh\necho 'no summary'\n")
+    with pytest.raises(ValueError, match="^llama-speculative printed no encoded"):
+        bench.run_llamacpp([str(tool)])
+
 def test_llamacpp_command_matches_the_scenario(tmp_path):
     args = bench.parse_args(["--temperature", "1", "--threads", "2", "--ctx", "1024", "--gpu", "--p-min", "0.5"])
     draft_cmd = bench.llamacpp_command(Path("spec"), bench.parse_scenarios("llamacpp:4")[0], Path("p.txt"),
