@@ -37,6 +37,7 @@ def run_bench(out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict
     return proc, json.loads((out / "bench.json").read_text())
 
 
+@pytest.mark.slow  # bench.py --quick loads SmolLM2 through llama.cpp
 def test_bench_quick_writes_table_json_and_plots(tmp_path):
     out = tmp_path / "bench"
     proc, report = run_bench(out)
@@ -87,12 +88,21 @@ def check_plots(report: dict, out: Path) -> None:
         assert (out / name).read_bytes()[:8] == PNG
 
 
+@pytest.mark.slow  # bench.py --quick loads SmolLM2 through llama.cpp
 def test_bench_skips_llamacpp_without_its_tools(tmp_path):
     proc, report = run_bench(tmp_path / "bench", "--scenarios", "plain,llamacpp:2,llamacpp-ngram:8",
                              "--llamacpp-bin", str(tmp_path / "no-such-folder"))
     assert [r["scenario"] for r in report["rows"]] == ["target-only"]
     assert any("skipped" in n and "build_llamacpp.sh" in n for n in report["notes"])
     assert "build_llamacpp.sh" in proc.stdout
+
+
+def test_the_runs_of_the_tiny_models_are_in_the_slow_set():
+    # the README's `./scripts/test.sh -m "not slow"` is "the fast subset: no llama.cpp model loaded", as
+    # the slow mark says (pyproject); these two ran bench.py --quick (SmolLM2 through llama.cpp, the
+    # subset's slowest test) unmarked, since the conftest marks only tests with a model fixture
+    for test in (test_bench_quick_writes_table_json_and_plots, test_bench_skips_llamacpp_without_its_tools):
+        assert any(mark.name == "slow" for mark in getattr(test, "pytestmark", [])), test.__name__
 
 
 def test_parse_scenarios():
