@@ -870,7 +870,8 @@ def smol_path() -> Path:
 def add_one_process_args(ap: argparse.ArgumentParser, prompt_set: str, n_prompts: int, max_tokens: int) -> None:
     """The options of a script that loads the pair once and answers a prompt set in its own process
     (bench_planners.py, bench_copy_bound.py); one_process_args checks them."""
-    ap.add_argument("--target", type=Path), ap.add_argument("--draft", type=Path)
+    ap.add_argument("--target", help="a .gguf path or a model's name, as bench.py takes it")
+    ap.add_argument("--draft", help="a .gguf path or a model's name, as bench.py takes it")
     ap.add_argument("--prompts", type=Path, help="JSONL file of {\"prompt\": ...} (default: --prompt-set)")
     ap.add_argument("--prompt-set", choices=["humaneval", "edit", "copy", "mixed"], default=prompt_set)
     ap.add_argument("--n-prompts", type=int, default=n_prompts)
@@ -882,11 +883,23 @@ def add_one_process_args(ap: argparse.ArgumentParser, prompt_set: str, n_prompts
 
 
 def one_process_args(ap: argparse.ArgumentParser, args) -> None:
-    """--quick's sizes, or the error that names the missing pair (add_one_process_args)."""
+    """--quick's sizes, or the pair's files (add_one_process_args), each resolved as bench.py resolves
+    --target and --draft (a path, a catalog name, a model in the store or another app's folder), or
+    the error that names what is missing."""
     if args.quick:
         args.n_prompts, args.max_tokens, args.rounds = 2, 16, 1
     elif args.target is None or args.draft is None:
         ap.error("give --target and --draft (or --quick)")
+    else:
+        args.target, args.draft = resolve_models(ap, args.target, args.draft)
+
+
+def resolve_models(ap: argparse.ArgumentParser, *names: str) -> list[Path]:
+    """Model names or paths -> files (models.resolve_model); a usage error naming the one not found."""
+    try:
+        return [models.resolve_model(name) for name in names]
+    except models.ModelError as e:
+        ap.error(str(e))
 
 
 def quick_pair(tmp: Path) -> tuple[Path, Path]:

@@ -29,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+import bench  # noqa: E402  (the one model resolver of its scripts)
 import delay_proxy  # noqa: E402
 from bench_rpc import free_port, wait_listening  # noqa: E402
 from localspec.session import LoadOptions, Pair  # noqa: E402
@@ -101,13 +102,14 @@ def measure(pair: Pair, widths: list[int], reps: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
+    ap.add_argument("--target", required=True, help="a .gguf path or a model's name, as bench.py takes it")
+    ap.add_argument("--draft", required=True, help="a .gguf path or a model's name, as bench.py takes it")
     ap.add_argument("--rtt-ms", type=float, default=10.0, help="round-trip time the proxy adds")
     ap.add_argument("--threads", type=int, default=2, help="the server's threads and this side's")
     ap.add_argument("--widths", default="1,2,5,9")
     ap.add_argument("--reps", type=int, default=12)
     args = ap.parse_args()
+    args.target, args.draft = bench.resolve_models(ap, args.target, args.draft)
     widths = [int(w) for w in args.widths.split(",")]
     port, proxy_port = free_port(), free_port()
     server = subprocess.Popen([sys.executable, "-m", "localspec", "rpc-server", "--port", str(port),

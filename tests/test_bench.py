@@ -591,3 +591,27 @@ def test_the_gpu_checks_answer_help_and_a_bad_argument_in_their_usage(name, usag
     bad = subprocess.run([sys.executable, script, *(() if name == "gpu_chisq_check" else ("x",))],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and f"{name}.py: error:" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("script, extra", [("bench_copy_bound", []), ("bench_planners", ["--other", str(ROOT)])])
+def test_the_one_process_scripts_take_the_pair_as_bench_py_does(script, extra, isolated_store, tmp_path, capsys):
+    # the README's "M=~/.cache/localspec/test-models   # or catalog names" holds for bench.py, but
+    # bench_copy_bound and bench_planners (and bench_rpc_costs) took --target/--draft as paths only:
+    # a catalog name, or a mistyped path, was a traceback from llama.cpp's loader
+    isolated_store.mkdir(parents=True, exist_ok=True)
+    files = [isolated_store / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", isolated_store / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"]
+    for f in files:
+        f.write_bytes(b"GGUF")  # resolve_model needs only a file
+    parse = load_script(script).parse_args
+    args = parse([*extra, "--target", "qwen2.5-coder-1.5b-instruct-q4_k_m", "--draft", str(files[1])])
+    assert (args.target, args.draft) == tuple(files)
+    with pytest.raises(SystemExit) as e:
+        parse([*extra, "--target", str(tmp_path / "missing.gguf"), "--draft", str(files[1])])
+    assert e.value.code == 2 and f"error: Model file not found: {tmp_path / 'missing.gguf'}" in capsys.readouterr().err
+
+
+def test_bench_rpc_costs_names_a_model_it_cannot_find_before_starting_a_server():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts/bench_rpc_costs.py"), "--target", "no-such-model",
+                           "--draft", "no-such-draft"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "error: Unknown model 'no-such-model'" in proc.stderr
+    assert "Traceback" not in proc.stderr
