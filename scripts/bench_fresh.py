@@ -49,9 +49,18 @@ def run(prompt: str, flags: list[str], env: dict, args) -> tuple[dict, float]:
     out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600,
                          cwd=env.get("PYTHONPATH"))
     wall = time.perf_counter() - t0
-    if out.returncode:
-        sys.exit(f"localspec failed: {out.stderr.strip()}")
+    if out.returncode:  # with --json the error is a JSON object on stdout, the rest on stderr
+        sys.exit(f"localspec failed: {failure_text(out.stdout, out.stderr)}")
     return json.loads(out.stdout)["stats"], wall
+
+
+def failure_text(stdout: str, stderr: str) -> str:
+    """What a failed `localspec generate --json` said: its JSON error's message (on stdout), else stderr."""
+    try:
+        message = json.loads(stdout)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return stderr.strip() or stdout.strip()
+    return "; ".join(text for text in (message, stderr.strip()) if text)
 
 
 class Process(NamedTuple):

@@ -136,7 +136,10 @@ def main() -> int:
     ap.add_argument("--bench-args", default="", help="more scripts/bench.py flags, e.g. '--target T --draft D'")
     ap.add_argument("--out", type=Path, default=Path("bench-out/rpc"))
     args = ap.parse_args()
-    target = bench.resolve_paths(bench.parse_args(args.bench_args.split()))[0]
+    try:
+        target = bench.resolve_paths(bench.parse_args(args.bench_args.split()))[0]
+    except bench.models.ModelError as e:
+        ap.error(f"--bench-args: {e}")
     lines = ["| added RTT ms | T | plain over RPC tok/s | llama-bench --rpc tok/s | localspec auto tok/s | vs plain "
              "| llama.cpp spec-simple --rpc best | auto vs it |", "|---|---|---|---|---|---|---|---|"]
     with servers(args) as (ours_port, theirs_port):

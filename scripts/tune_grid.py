@@ -146,7 +146,10 @@ def main(argv=None) -> int:
         args.n_prompts, args.max_tokens, args.gamma_max, args.quants = 2, 16, 3, "none"
         target = quick_target(args.out / "store")
     else:
-        target = models.resolve_model(args.target or models.resolve_pair(None)[0])
+        try:
+            target = models.resolve_model(args.target or models.resolve_pair(None)[0])
+        except models.ModelError as e:
+            sys.exit(f"tune_grid.py: {e}")
     options = tune.TuneOptions(sampling=SamplingParams(temperature=args.temperature), p_min=args.p_min,
                                max_tokens=args.max_tokens, gamma_max=args.gamma_max, budget_s=None, seed=args.seed,
                                chat=args.chat, load=LoadOptions(n_ctx=args.ctx, threads=args.threads),

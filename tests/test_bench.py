@@ -615,3 +615,30 @@ def test_bench_rpc_costs_names_a_model_it_cannot_find_before_starting_a_server()
                            "--draft", "no-such-draft"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "error: Unknown model 'no-such-model'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_failed_fresh_process_says_why(monkeypatch):
+    # `localspec generate --json` puts its error on stdout, as JSON; bench_fresh.py printed stderr
+    # alone, so a mistyped --extra "-m PATH" stopped the run with "localspec failed: " and nothing more
+    fresh = load_script("bench_fresh")
+    error = json.dumps({"error": {"message": "Model file not found: /x.gguf; check the path", "type": "invalid_request"}})
+    monkeypatch.setattr(fresh.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 1, stdout=error + "\n", stderr=""))
+    args = fresh.argparse.Namespace(temperature=0.0, max_tokens=8, threads=2, extra="-m /x.gguf")
+    with pytest.raises(SystemExit) as e:
+        fresh.run("hi", [], {}, args)
+    assert str(e.value) == "localspec failed: Model file not found: /x.gguf; check the path"
+    assert fresh.failure_text("", "Traceback ...\nKeyError: 1\n") == "Traceback ...\nKeyError: 1"
+
+
+@pytest.mark.parametrize("script, argv, says", [
+    ("tune_grid", ["--target", "/no/such/target.gguf"], "tune_grid.py: Model file not found: /no/such/target.gguf"),
+    ("bench_rpc", ["--bench-args", "--target /no/such/target.gguf --draft d"],
+     "error: --bench-args: Model file not found: /no/such/target.gguf")])
+def test_a_script_names_a_target_it_cannot_find_in_one_line(script, argv, says, monkeypatch, capsys):
+    # both let models.ModelError out as a traceback (bench_rpc.py before starting its servers)
+    module = load_script(script)
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *argv])
+    with pytest.raises(SystemExit) as e:
+        module.main(argv) if script == "tune_grid" else module.main()
+    assert says in str(e.value) + capsys.readouterr().err
