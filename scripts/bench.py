@@ -60,7 +60,7 @@ import localspec  # noqa: F401  (llama.cpp before numpy)
 from localspec import devices, models
 from localspec.costmodel import PositionAcceptance, VerifyCurve, expected_tokens
 from localspec.llama import LlamaError, default_threads
-from localspec.prompts import load_prompts as load_prompt_file
+from localspec import prompts as prompt_files
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 from localspec.config import GenerationConfig
@@ -119,6 +119,15 @@ def parse_args(argv=None):
 EDIT_INSTRUCTION = "Add type hints and a docstring to this function. Return the whole function.\n\n"
 COPY_INSTRUCTION = "Repeat the following code exactly.\n\n"
 PROSE_PROMPTS = ROOT / "scripts" / "prompts" / "prose.jsonl"  # the chat-style prose set
+
+
+def load_prompt_file(path: Path, n: int) -> list[str]:
+    """The first n prompts of a JSONL file of {"prompt": ...}; one line naming the file and the fault
+    (SystemExit) where it cannot be used."""
+    try:
+        return prompt_files.load_prompts(path, n)
+    except prompt_files.PromptsError as e:
+        sys.exit(f"{Path(sys.argv[0]).name}: {e}")
 
 
 def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> list[str]:

@@ -58,7 +58,11 @@ SCENARIOS = {"plain": (), "ngram": ("ngram",), "model": ("model",), "hybrid": ("
 def contexts(vocab: Model, args, draft_ms: float) -> tuple[TimedRows, TimedRows, list[int]]:
     """The target, the draft (agreeing on every other token) and the reply's tokens."""
     if args.text:  # a real text's tokens: the lookup finds what it would find in such a reply
-        script = vocab.tokenize(args.text.read_text(encoding="utf-8"), add_special=False)[:50_000]
+        try:
+            text = args.text.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            sys.exit(f"--text {args.text}: {e}; give a text file")
+        script = vocab.tokenize(text, add_special=False)[:50_000]
     else:
         script = [int(t) for t in np.random.default_rng(0).integers(1000, 100_000, 50_000)]
     need = 1000 * (args.rounds - 1) + 40 + args.tokens + 1  # the last round's prompt and reply

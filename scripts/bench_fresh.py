@@ -101,9 +101,9 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bench import reply_order  # scripts/bench.py, beside this file
-    from localspec.prompts import load_prompts
+    from bench import load_prompt_file
 
-    prompts = load_prompts(args.prompts, args.n_prompts)
+    prompts = load_prompt_file(args.prompts, args.n_prompts)
     variants = dict(VARIANTS)
     if args.against:
         variants[f"auto, warm, {args.against.name}"] = ([], {"PYTHONPATH": str(args.against.resolve()),

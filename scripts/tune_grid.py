@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 import localspec  # noqa: F401  (llama.cpp before numpy)
-from localspec import models, profile, prompts, tune
+from localspec import models, profile, tune
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 
-from bench import smol_path
+from bench import load_prompt_file, smol_path
 
 
 def parse_args(argv=None):
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     configs += [(tune.hybrid_of(c), None) for c in candidates if c.kind == "model"]
     pair = Pair(target, None, options.load)
     try:
-        prompt_ids = tune.prompt_tokens(pair, prompts.load_prompts(args.prompts, args.n_prompts), options.chat)
+        prompt_ids = tune.prompt_tokens(pair, load_prompt_file(args.prompts, args.n_prompts), options.chat)
         print(f"grid: {len(configs)} configurations x {len(prompt_ids)} prompts x {args.max_tokens} tokens "
               f"x {args.rounds} rounds", file=sys.stderr)
         t0 = time.time()

@@ -642,3 +642,26 @@ def test_a_script_names_a_target_it_cannot_find_in_one_line(script, argv, says, 
     with pytest.raises(SystemExit) as e:
         module.main(argv) if script == "tune_grid" else module.main()
     assert says in str(e.value) + capsys.readouterr().err
+
+
+def test_a_prompts_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
+    # the README's `bench_fresh.py --prompts copy4.jsonl`, run before writing the file, ended in a
+    # PromptsError traceback (bench.py, bench_copy_bound, bench_planners and tune_grid alike)
+    missing = tmp_path / "copy4.jsonl"
+    said = f"Cannot read the prompts file {missing}"
+    monkeypatch.setattr(sys, "argv", ["bench.py"])
+    with pytest.raises(SystemExit) as e:
+        bench.load_prompts(missing, 4)
+    assert str(e.value).startswith(f"bench.py: {said}")
+    monkeypatch.setattr(sys, "argv", ["bench_fresh.py", "--prompts", str(missing), "--n-prompts", "1"])
+    with pytest.raises(SystemExit) as e:
+        load_script("bench_fresh").main()
+    assert str(e.value).startswith(f"bench_fresh.py: {said}")
+
+
+def test_bench_fast_regime_names_a_text_it_cannot_read(tmp_path):
+    fast = load_script("bench_fast_regime")
+    args = fast.argparse.Namespace(text=tmp_path / "GPL-3", rounds=1, tokens=5)
+    with pytest.raises(SystemExit) as e:
+        fast.contexts(None, args, 1.0)
+    assert str(e.value).startswith(f"--text {tmp_path / 'GPL-3'}: [Errno 2] No such file or directory")
