@@ -570,15 +570,17 @@ def paired_interval(num: list[tuple[int, float]], den: list[tuple[int, float]], 
     is the same prompt in the same round, so a prompt's own ease, and the machine's pace at that
     moment, count in both and drop out of the ratio. It measures how far the ratio moves with which
     replies the run happened to hold; not what differs between processes (each plans from its own
-    measurements, so two runs may decide differently). None below three pairs."""
+    measurements, so two runs may decide differently). None below three pairs, or where resamples of
+    empty replies leave its ends undefined."""
     n = min(len(num), len(den))
     if n < 3:
         return None
     a, b = np.asarray(num[:n], dtype=float), np.asarray(den[:n], dtype=float)
     picks = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    ratios = (a[picks, 0].sum(1) / a[picks, 1].sum(1)) / (b[picks, 0].sum(1) / b[picks, 1].sum(1))
-    lo, hi = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample of only empty den replies: inf or nan
+        ratios = (a[picks, 0].sum(1) / a[picks, 1].sum(1)) / (b[picks, 0].sum(1) / b[picks, 1].sum(1))
+        lo, hi = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
+    return (float(lo), float(hi)) if np.isfinite([lo, hi]).all() else None
 
 
 def interval_text(span: tuple[float, float] | None) -> str:
@@ -594,6 +596,8 @@ def best_part_notes(rows: list[dict]) -> list[str]:
     if not parts:
         return []
     best = max(parts, key=lambda r: r["tokens_per_s"])
+    if not best["tokens_per_s"]:  # every part generated nothing: no ratio to it
+        return []
     notes = []
     for hybrid in (r for r in auto if r.get("drafter") == "hybrid"):
         span = interval_text(paired_interval(hybrid["per_reply"], best["per_reply"]))
@@ -640,10 +644,12 @@ def stall_notes(rows: list[dict], n_prompts: int) -> list[str]:
     for r in without if base is not None else []:
         if r["scenario"] != base["scenario"]:
             ratio, span = ratio_to(r, base)
+            if ratio is None:
+                continue
             ratios.append(f"{short_label(r['scenario'])} {ratio:.2f}x"
                           + (f" ({interval_text(span)})" if span else ""))
     return [f"replies below {STALL_SHARE} of their scenario's median on the same prompt (share of it): {named}; "
-            f"without those replies' pairs: " + ", ".join(ratios)] + \
+            f"without those replies' pairs: " + (", ".join(ratios) or "none defined (target-only empty in them)")] + \
         [f"without them, {note}" for note in best_part_notes(without)]
 
 
@@ -657,10 +663,23 @@ def baseline(rows: list[dict]) -> dict | None:
     return next((r for r in rows if r["family"] == "plain" and r["engine"] == "localspec"), None)
 
 
-def ratio_to(row: dict, base: dict) -> tuple[float, tuple[float, float] | None]:
-    """row's speed over base's and its paired interval (none for base itself)."""
+def ratio_to(row: dict, base: dict) -> tuple[float | None, tuple[float, float] | None]:
+    """row's speed over base's and its paired interval (none for base itself); neither where base
+    generated nothing (empty_baseline_notes says so)."""
+    if not base["tokens_per_s"]:
+        return None, None
     span = paired_interval(row["per_reply"], base["per_reply"]) if row is not base else None
     return row["tokens_per_s"] / base["tokens_per_s"], span
+
+
+def empty_baseline_notes(rows: list[dict]) -> list[str]:
+    """Why the ratio columns are empty where target-only's every reply was (the tiny models can end
+    each prose prompt at once)."""
+    base = baseline(rows)
+    if base is None or base["tokens_per_s"]:
+        return []
+    return ["target-only generated no tokens (every reply empty): its speed is 0, so no ratio "
+            "to it is defined and those columns are empty"]
 
 
 # --- the report ---------------------------------------------------------------------------------------
@@ -677,7 +696,8 @@ def summarise(scenarios: list[Scenario], runs: Runs, costs: Costs) -> list[dict]
     for r in rows:
         r["ratio"], r["ratio_interval"] = ratio_to(r, base) if base else (None, None)
         with_prefill = r.get("tokens_per_s_with_draft_prefill")
-        r["ratio_with_draft_prefill"] = with_prefill / base["tokens_per_s"] if base and with_prefill else None
+        r["ratio_with_draft_prefill"] = (with_prefill / base["tokens_per_s"]
+                                         if base and base["tokens_per_s"] and with_prefill else None)
         r["vs_llamacpp"], r["vs_llamacpp_ref"] = vs_llamacpp(r, rows)
     return rows
 
@@ -764,6 +784,8 @@ def vs_llamacpp(row: dict, rows: list[dict]) -> tuple[float | None, str | None]:
     if not refs:
         return None, None
     ref = max(refs, key=lambda r: r["tokens_per_s"])
+    if not ref["tokens_per_s"]:
+        return None, None
     return row["tokens_per_s"] / ref["tokens_per_s"], ref["scenario"]
 
 
@@ -940,7 +962,7 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
     args.out.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
     notes = (runs.notes + order_notes(len(runs.results), len(runs.prompt_tokens) * args.rounds)
-             + best_part_notes(rows) + stall_notes(rows, len(runs.prompt_tokens))
+             + empty_baseline_notes(rows) + best_part_notes(rows) + stall_notes(rows, len(runs.prompt_tokens))
              + ([plots] if isinstance(plots, str) else []))
     text = "\n".join([title, "", markdown(rows), *([""] + [f"- {n}" for n in notes] if notes else [])])
     if runs.commands:

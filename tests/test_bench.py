@@ -665,3 +665,40 @@ def test_bench_fast_regime_names_a_text_it_cannot_read(tmp_path):
     with pytest.raises(SystemExit) as e:
         fast.contexts(None, args, 1.0)
     assert str(e.value).startswith(f"--text {tmp_path / 'GPL-3'}: [Errno 2] No such file or directory")
+
+
+def empty_replies(n: int) -> list[GenerationStats]:
+    """Replies that ended at once: no tokens, a second each."""
+    out = [GenerationStats() for _ in range(n)]
+    for s in out:
+        s.total_s = 1.0
+    return out
+
+
+def test_a_target_only_whose_replies_are_all_empty_leaves_the_ratios_undefined_and_says_so_once(tmp_path):
+    # The tiny models answer the prose set with an end of text at once: target-only generated nothing,
+    # so no speed can be divided by its. The table keeps every row and its speed; one note says why the
+    # ratio columns are empty.
+    scenarios = bench.parse_scenarios("plain,model:auto,ngram:auto,hybrid:auto")
+    runs = bench.Runs({sc.label: empty_replies(3) for sc in scenarios}, prompt_tokens=[27, 21, 30])
+    rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+    assert all(r["ratio"] is None and r["ratio_interval"] is None for r in rows)
+    args = bench.parse_args(["--out", str(tmp_path), "--n-prompts", "3"])
+    text = bench.write_report(args, (Path("t.gguf"), Path("d.gguf")), scenarios, runs, rows,
+                              bench.pooled_costs(scenarios, runs), 1.0)
+    assert "| target-only | 0.0 |" in text and "| hybrid gamma=auto | 0.0 |" in text
+    said = [n for n in json.loads((tmp_path / "bench.json").read_text())["notes"] if "target-only" in n]
+    assert said == ["target-only generated no tokens (every reply empty): its speed is 0, so no ratio "
+                    "to it is defined and those columns are empty"]
+
+
+def test_an_empty_target_only_beside_a_draft_that_wrote_leaves_that_ratio_undefined():
+    # target-only empty, the model scenario not: its speed stands, its ratio to target-only does not.
+    scenarios = bench.parse_scenarios("plain,model:auto,hybrid:auto")
+    runs = bench.Runs({"target-only": empty_replies(3), "model gamma=auto": replies_at([12.0, 12.0, 12.0]),
+                       "hybrid gamma=auto": replies_at([11.0, 11.0, 11.0])})
+    rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+    by = {r["scenario"]: r for r in rows}
+    assert by["model gamma=auto"]["tokens_per_s"] == pytest.approx(12.0)
+    assert by["model gamma=auto"]["ratio"] is None and by["model gamma=auto"]["ratio_with_draft_prefill"] is None
+    assert "| model gamma=auto | 12.0 |  |  |" in bench.markdown(rows)
