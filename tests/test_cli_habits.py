@@ -360,6 +360,19 @@ def test_precedence_flag_env_config_default(tmp_path, monkeypatch):
     assert show("chat", "--no-profile")["temperature"] == ("0.3", "config")
 
 
+def test_config_show_gives_gamma_and_p_min_auto_as_a_user_writes_them(tmp_path, monkeypatch):
+    # was: "gamma = None" and "p_min = None", the values the flags' default auto becomes inside
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    for command in ("generate", "serve"):
+        s = show(command, "--no-profile")
+        assert s["gamma"] == ("'auto'", "default") and s["p_min"] == ("'auto'", "default")
+    assert show("tune")["p_min"] == ("'auto'", "default")
+    s = show("chat", "--no-profile", "-g", "3", "--p-min", "0.5")
+    assert s["gamma"] == ("3", "flag") and s["p_min"] == ("0.5", "flag")
+    assert show("generate", "--no-profile")["seed"] == ("None", "default")  # only auto's None is renamed
+
+
 def test_config_beats_the_profile(tmp_path, monkeypatch, fake_cli):
     from localspec import profile
 

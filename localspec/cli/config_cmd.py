@@ -6,7 +6,7 @@ import click
 from click.core import ParameterSource
 
 from . import cli
-from .options import apply_profile, check_before_load, user_errors, uses_profile
+from .options import AutoOr, apply_profile, check_before_load, user_errors, uses_profile
 from .settings_file import COMMANDS, config_path
 
 SOURCES = {ParameterSource.COMMANDLINE: "flag", ParameterSource.ENVIRONMENT: "env",
@@ -43,5 +43,11 @@ def config_show(command, args):
 
         check_conflicts(ctx, values["target_only"], values["chat"], values["system"])
     click.echo(f"config file: {path}" + ("" if path.exists() else " (none)"))
+    types = {param.name: param.type for param in cmd.params}
     for name, source in sources.items():
-        click.echo(f"{name} = {values[name]!r}  ({source})")
+        click.echo(f"{name} = {as_written(types.get(name), values[name])!r}  ({source})")
+
+
+def as_written(kind: click.ParamType | None, value):
+    """A value as a user would give it: 'auto' for the None that --gamma auto and --p-min auto become."""
+    return "auto" if isinstance(kind, AutoOr) and value is None else value
