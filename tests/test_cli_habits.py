@@ -886,3 +886,25 @@ def test_help_answers_while_the_config_file_is_broken(tmp_path, monkeypatch, fak
     result = invoke("generate", "--help")
     assert result.exit_code == 0 and "--gamma" in result.output
     assert_one_line_error(invoke("generate", "hi", "-m", fake_cli.target), str(config))
+
+
+def test_stats_name_a_draft_left_unloaded_as_not_loaded_not_as_running_somewhere(fake_cli, monkeypatch):
+    # was: "runs on: target CPU, draft CPU" where saved measurements had left the draft unloaded (the
+    # ngram drafter here never asks for it), while the line above said "draft model not loaded"
+    from localspec.session import Pair
+
+    deferred = Pair.draft_deferred
+    monkeypatch.setattr(Pair, "draft_deferred", lambda self: True)
+    fake_cli.reply_len = 6
+    result = invoke("generate", "hi", "--target", fake_cli.target, "--draft", fake_cli.draft, "--drafter", "ngram",
+                    "-n", "4", "--stats")
+    assert result.exit_code == 0, result.output
+    assert fake_cli.loaded[-1].draft_model is None and "draft model not loaded)" in result.stderr
+    assert result.stderr.rstrip().endswith("runs on: target CPU, draft model not loaded (CPU if it is)")
+    result = invoke("chat", "--target", fake_cli.target, "--draft", fake_cli.draft, "--drafter", "ngram",
+                    "-n", "4", "--stats", input="hi\n")
+    assert result.exit_code == 0, result.output
+    assert "runs on: target CPU, draft model not loaded (CPU if it is)" in result.stderr
+    monkeypatch.setattr(Pair, "draft_deferred", deferred)  # nothing saved: loaded, and named where it runs
+    result = invoke("generate", "hi", "--target", fake_cli.target, "--draft", fake_cli.draft, "-n", "4", "--stats")
+    assert result.stderr.rstrip().endswith("runs on: target CPU, draft CPU")
