@@ -265,6 +265,16 @@ def test_chat_through_a_pipe_has_no_colour_codes(fake_cli, tmp_path):
     assert fake_cli.loaded[0].target_ctx.closed  # the pair is closed on the way out
 
 
+def test_chat_at_gamma_0_loads_no_draft_as_generate_does(fake_cli):
+    # was: the draft loaded and never used, named in the banner and in --stats as running on the CPU
+    # beside "drafter: none (target only)"
+    fake_cli.reply_len = 6
+    code, out, err = chat_in_process(fake_cli, "Hi\n", "-n", "4", "--gamma", "0", "--drafter", "auto", "--stats")
+    assert code == 0, err
+    assert fake_cli.loaded[-1].draft_path is None and "fake-instruct.gguf + no draft." in err
+    assert "drafter: none (target only)" in err and err.rstrip().endswith("runs on: target CPU")
+
+
 def test_chat_tells_when_the_context_is_full_and_goes_on(fake_cli):
     # Without -n an answer may fill the context; replies of the fake never end.
     code, out, err = chat_in_process(fake_cli, "Count from 1 to 500, separated by commas.\nGo on.\n/stats\n/exit\n",

@@ -39,7 +39,7 @@ def chat(system, show_drafts, show_stats, as_json, **options):
     Example: localspec chat --system "You are a terse Python expert" --temperature 0.3
     """
     config = generation_config(options)
-    pair = load_pair(options)
+    pair = load_pair(options, with_draft=config.gamma != 0)  # --gamma 0 drafts nothing, as in generate
     try:
         session = Chat(pair, config, system)
         session.prompt([{"role": "user", "content": "hi"}])  # no chat template: a one-line error, now
