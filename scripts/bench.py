@@ -322,6 +322,7 @@ class Runs:
     prompt_tokens: list[int] = field(default_factory=list)  # localspec's count per prompt
     llamacpp_prompt_tokens: dict[int, int] = field(default_factory=dict)  # llama.cpp's count per prompt
     trackers: dict[str, dict] = field(default_factory=dict)  # label -> the planner's measurements (run_localspec)
+    placement: dict[str, str] = field(default_factory=dict)  # role -> where it ran, as Pair.placement says
 
 
 def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path],
@@ -331,7 +332,8 @@ def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths
     (--warm), after each localspec scenario learnt its plans on them (warm_plans)."""
     chat = args.chat or args.prompt_set in ("edit", "copy", "mixed")
     prompts = [pair.prompt_tokens(t, chat) for t in texts]
-    runs = Runs({sc.label: [] for sc in scenarios}, prompt_tokens=[len(p) for p in prompts])
+    runs = Runs({sc.label: [] for sc in scenarios}, prompt_tokens=[len(p) for p in prompts],
+                placement=dict(pair.placement))
     tool = llamacpp_tool(args.llamacpp_bin)
     if tool is None and any(sc.engine == "llamacpp" for sc in scenarios):
         runs.notes.append(f"llama.cpp scenarios skipped: no llama-speculative-simple in {args.llamacpp_bin}; "
@@ -958,7 +960,7 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
     title = (f"{target.name} + {draft.name}, {args.prompt_set if args.prompts is None else args.prompts.name} "
              f"prompts, T={args.temperature}{f' top-k {args.top_k}' if args.temperature else ''}, "
              f"{len(runs.prompt_tokens)} prompts x {args.max_tokens} tokens x {args.rounds} rounds, "
-             f"{where_text(args)}, {args.threads or default_threads()} threads, {p_min_text(args)}")
+             f"{where_text(args, runs.placement)}, {args.threads or default_threads()} threads, {p_min_text(args)}")
     args.out.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
     notes = (runs.notes + order_notes(len(runs.results), len(runs.prompt_tokens) * args.rounds)
@@ -969,7 +971,7 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
         text += "\n\nllama.cpp, e.g.: `" + next(iter(runs.commands.values())) + "`"
     report = {
         "title": title, "target": str(target), "draft": str(draft), "temperature": args.temperature,
-        "top_k": args.top_k, "p_min": p_min_text(args), "gpu": args.gpu, "rpc": args.rpc,
+        "top_k": args.top_k, "p_min": p_min_text(args), "gpu": args.gpu, "placement": runs.placement, "rpc": args.rpc,
         "threads": args.threads or default_threads(),
         "prompt_set": args.prompt_set, "prompts_file": str(args.prompts) if args.prompts else None,
         "scenarios": [sc.label for sc in scenarios], "rounds": args.rounds, "prompts": len(runs.prompt_tokens),
@@ -988,11 +990,17 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
     return text
 
 
-def where_text(args) -> str:
-    """Where the models ran."""
+def where_text(args, placement: dict[str, str]) -> str:
+    """Where the models ran, as the loaded pair placed them (Pair.placement), not as --gpu asked:
+    a build without GPU offload, or a machine without a GPU, runs every layer on the CPU. (Which of
+    the two is not told apart: llama.cpp's llama_supports_gpu_offload is true for a CPU build with
+    RPC, and false for a CUDA build on a machine without a GPU.)"""
+    draft = "CPU" if placement.get("draft", "CPU") == "CPU" else "GPU"
     if args.rpc:
-        return f"target over RPC ({args.rpc}), draft on the {'GPU' if args.gpu else 'CPU'}"
-    return "GPU" if args.gpu else "CPU"
+        return f"target over RPC ({args.rpc}), draft on the {draft}"
+    if any(place != "CPU" for place in placement.values()):
+        return "GPU"
+    return "CPU (--gpu, but llama.cpp finds no GPU here: a CPU-only build, or no GPU)" if args.gpu else "CPU"
 
 
 def p_min_text(args) -> str:

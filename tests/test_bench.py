@@ -254,6 +254,7 @@ class RecordingPair:
         self.draft_ctx = DraftCache()
         self.held: list[int] = []  # what the draft's cache held as each generation began
         self.seeds: list[int | None] = []  # each generation's seed
+        self.placement = {"target": "CPU", "draft": "CPU"}  # where Pair says each model runs
 
     def prompt_tokens(self, text: str, chat: bool) -> list[int]:
         return [1, 2, 3]
@@ -702,3 +703,17 @@ def test_an_empty_target_only_beside_a_draft_that_wrote_leaves_that_ratio_undefi
     assert by["model gamma=auto"]["tokens_per_s"] == pytest.approx(12.0)
     assert by["model gamma=auto"]["ratio"] is None and by["model gamma=auto"]["ratio_with_draft_prefill"] is None
     assert "| model gamma=auto | 12.0 |  |  |" in bench.markdown(rows)
+
+
+def test_the_title_says_where_the_layers_ran_not_what_gpu_asked():
+    # was: "GPU" from --gpu alone, on a build of llama.cpp without GPU offload, where every layer ran
+    # on the CPU (as the CLI's loading line and --stats already said)
+    gpu = bench.parse_args(["--gpu"])
+    assert bench.where_text(gpu, {"target": "CPU", "draft": "CPU"}) == \
+        "CPU (--gpu, but llama.cpp finds no GPU here: a CPU-only build, or no GPU)"
+    assert bench.where_text(gpu, {"target": "CUDA0", "draft": "CUDA0"}) == "GPU"
+    assert bench.where_text(bench.parse_args([]), {"target": "CPU", "draft": "CPU"}) == "CPU"
+    rpc = bench.parse_args(["--gpu", "--rpc", "h:1"])
+    assert bench.where_text(rpc, {"target": "RPC0[h:1]", "draft": "CPU"}) == "target over RPC (h:1), draft on the CPU"
+    assert bench.where_text(rpc, {"target": "RPC0[h:1]", "draft": "CUDA0"}) == \
+        "target over RPC (h:1), draft on the GPU"
