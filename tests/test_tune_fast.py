@@ -82,3 +82,21 @@ def test_progress_off_a_terminal_is_a_line_per_message(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stderr", Terminal())
     run_and_leave_out()  # on a terminal the bar stays, redrawn in place
     assert "\rcandidates:" in sys.stderr.getvalue() and "measured ngram\n" in sys.stderr.getvalue()
+
+
+def test_the_readmes_tune_lines_leave_the_tests_models_without_a_profile(tmp_path):
+    # was: `LOCALSPEC_MODELS=$M localspec tune -m $M/…f16.gguf`: tune saves its pick beside the file -m
+    # names, so the tests' models folder got a profile that every later `localspec generate -m
+    # $M/…f16.gguf` took --draft/--drafter/--gamma/--p-min from. A link in a scratch folder keeps it there.
+    import os
+    import re
+
+    from localspec import profile
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"localspec tune\b[^\n]*?\s(?:-m|--target|--model)\s+(\S+)", readme)
+    assert targets and not [t for t in targets if t.startswith("$M/")], targets
+    (tmp_path / "M").mkdir(), (tmp_path / "S").mkdir()
+    (tmp_path / "M" / "t.gguf").write_bytes(b"GGUF")
+    os.symlink(tmp_path / "M" / "t.gguf", tmp_path / "S" / "t.gguf")
+    assert profile.profile_path(tmp_path / "S" / "t.gguf") == tmp_path / "S" / "t.gguf.tune.json"
