@@ -40,13 +40,19 @@ VARIANTS = {"target-only": (["--target-only"], {}),
             "auto, warm": ([], {})}
 
 
+# Every process without the target's tune profile: beside the target (a `localspec tune` run left one
+# there), it would fill --draft/--drafter/--gamma/--p-min, and "auto" would silently be the profile's
+# pick. As a variable, not --no-profile: a --against checkout without the flag ignores it.
+NO_PROFILE = {"LOCALSPEC_PROFILE": "0"}
+
+
 def run(prompt: str, flags: list[str], env: dict, args) -> tuple[dict, float]:
     """One process's stats and its wall seconds. A variant whose env sets PYTHONPATH (--against)
     runs from there: `python -m` puts the working directory first on the module path."""
     cmd = [sys.executable, "-m", "localspec", "generate", prompt, "--json", "--temperature", str(args.temperature),
            "-n", str(args.max_tokens), "--threads", str(args.threads), *args.extra.split(), *flags]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600,
+    out = subprocess.run(cmd, env={**os.environ, **NO_PROFILE, **env}, capture_output=True, text=True, timeout=600,
                          cwd=env.get("PYTHONPATH"))
     wall = time.perf_counter() - t0
     if out.returncode:  # with --json the error is a JSON object on stdout, the rest on stderr

@@ -493,6 +493,8 @@ def test_fresh_processes_of_another_checkout_run_beside_from_their_own_code_and_
     assert len(stores) == 1 and stores != {os.environ.get("LOCALSPEC_MODELS")}
     assert all("PYTHONPATH" not in env or env["PYTHONPATH"] == os.environ.get("PYTHONPATH")
                for _, env, cwd in calls if cwd is None)
+    # no process takes a tune profile that a `localspec tune` left beside the target: "auto" is auto
+    assert all(env["LOCALSPEC_PROFILE"] == "0" for _, env, _ in calls)
     out = capsys.readouterr().out
     assert "| auto, warm, before | 400 | 12.0 | 1.20x |" in out and "| auto, warm | 400 | 11.0 | 1.10x |" in out
 
