@@ -482,21 +482,44 @@ def test_a_defaults_seed_of_minus_one_is_a_random_seed_for_every_command(tmp_pat
     assert seen[0].seed >= 0 and f"seed {seen[0].seed} (drawn for --seed -1" in result.stderr
 
 
-@pytest.mark.parametrize("line, command, fragment", [
-    ("max-tokens = -1", "tune", "max-tokens = -1: --max-tokens must be >= 2 (got -1)"),
-    ("budget = 0", "tune", "budget = 0: --budget must be > 0 seconds (got 0.0)"),
+KEEP_IT = "; or, to keep it for the other commands, give {command} its own {key} in a [{command}] table"
+CORRECT_IT = "; correct it in [defaults]: no command that takes {key} takes this value"
+
+
+@pytest.mark.parametrize("line, command, fragment, fix", [
+    ("max-tokens = -1", "tune", "max-tokens = -1: --max-tokens must be >= 2 (got -1)", KEEP_IT),
+    # tune alone has --budget: there are no other commands to keep it for
+    ("budget = 0", "tune", "budget = 0: --budget must be > 0 seconds (got 0.0)", CORRECT_IT),
 ])
 def test_a_defaults_value_one_command_refuses_is_that_commands_error_alone(tmp_path, monkeypatch, fake_cli,
-                                                                           line, command, fragment):
+                                                                           line, command, fragment, fix):
     # each [defaults] key was checked for every command that has the flag, whichever ran: tune's
     # budget = 0 stopped generate, and the error named no fix
     config = tmp_path / "config.toml"
     config.write_text(f"[defaults]\n{line}\n")
     monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
     assert show("generate", "--no-profile")  # taken (or, for a flag it lacks, left to the others)
-    fix = f"; or, to keep it for the other commands, give {command} its own {line.split(' ')[0]} in a [{command}] table"
+    fix = fix.format(command=command, key=line.split(" ")[0])
     assert_one_line_error(invoke(command, "-m", fake_cli.target), f"{config}: [defaults] {fragment}", fix)
     assert_one_line_error(invoke("config", "show", command), f"{config}: [defaults] {fragment}", fix)
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ('top-k = "x"', "Invalid value for '--top-k': 'x' is not a valid integer"),
+    ("temperature = -1", "temperature must be"),
+])
+def test_a_defaults_value_every_command_refuses_says_to_correct_it_not_to_keep_it(tmp_path, monkeypatch, fake_cli,
+                                                                                line, fragment):
+    # was: "...; or, to keep it for the other commands, give generate its own top-k in a [generate]
+    # table", though every other command refuses it as well
+    config = tmp_path / "config.toml"
+    config.write_text(f"[defaults]\n{line}\n")
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
+    fix = CORRECT_IT.format(key=line.split(" ")[0])
+    for command in ("generate", "chat", "serve", "tune"):
+        result = invoke(command, "-m", fake_cli.target, input="")
+        assert_one_line_error(result, f"{config}: [defaults] {line}: {fragment}", fix)
+        assert "to keep it" not in result.output
 
 
 def test_a_defaults_max_tokens_of_minus_one_runs_generate_to_the_end(tmp_path, monkeypatch, fake_cli):

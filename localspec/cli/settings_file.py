@@ -70,7 +70,8 @@ def default_map(group: click.Group, path: Path, name: str) -> dict:
     out = {}
     for command in COMMANDS:
         tables = ("defaults", command) if command == name else (command,)
-        values = _values(group.commands[command], {table: data.get(table, {}) for table in tables}, path)
+        others = [group.commands[other] for other in COMMANDS if other != command]
+        values = _values(group.commands[command], {table: data.get(table, {}) for table in tables}, path, others)
         if command == name:
             out = values
     defaults = data.get("defaults", {})  # every command's keys are gathered only where [defaults] is set
@@ -82,10 +83,11 @@ def default_map(group: click.Group, path: Path, name: str) -> dict:
     return out
 
 
-def _values(command: click.Command, tables: dict[str, dict], path: Path) -> dict:
+def _values(command: click.Command, tables: dict[str, dict], path: Path, others: list[click.Command] = ()) -> dict:
     """{parameter name: value} of command from tables ({table: its settings}, [defaults] first), each
     checked (_as_flag, _check). A key of [defaults] that command has no flag for is another command's,
-    one its own table sets is not its value; an error in one names the fix of giving it its own."""
+    one its own table sets is not its value; an error in one names the fix: giving command its own,
+    where one of the others would take the value, else correcting it."""
     if not any(tables.values()):  # nothing set for it: no checks to make (most runs, no file)
         return {}
     params, defaults, values = _settings(command), _checked_defaults(command), {}
@@ -105,9 +107,26 @@ def _values(command: click.Command, tables: dict[str, dict], path: Path) -> dict
             except click.ClickException as e:
                 if table != "defaults":
                     raise
+                if not _suits_another(others, key, value):
+                    raise click.ClickException(f"{e.message}; correct it in [defaults]: no command that takes "
+                                               f"{key} takes this value") from None
                 raise click.ClickException(f"{e.message}; or, to keep it for the other commands, give "
                                            f"{command.name} its own {key} in a [{command.name}] table") from None
     return values
+
+
+def _suits_another(others: list[click.Command], key: str, value) -> bool:
+    """Whether one of the other commands that has the setting key would take value from [defaults]."""
+    for other in others:
+        param, off = _settings(other).get(_as_key(key), (None, False))
+        if param is None:
+            continue
+        try:
+            _check(other, param, _as_flag(param, value, key, key if off else None), _checked_defaults(other), key)
+        except click.ClickException:
+            continue
+        return True
+    return False
 
 
 def _settings(command: click.Command) -> dict[str, tuple[click.Parameter, bool]]:
