@@ -221,7 +221,7 @@ def test_every_bad_flag_value_names_the_commands_own_help(command, flags):
 
 @pytest.mark.parametrize("line, end", [
     ("[tune]\nctx-size = -3", "-3 is not in the range x>=0"),  # a shared flag ended "; see --help"
-    ("[serve]\nport = 0", "0 is not in the range 1<=x<=65535"),  # serve's own, with click's full stop
+    ("[serve]\nport = 0", "0 is not a port number: give a whole number from 1 to 65535"),  # serve's own
 ])
 def test_a_config_files_bad_value_ends_alike_for_every_flag(tmp_path, monkeypatch, line, end):
     config = tmp_path / "config.toml"
@@ -720,8 +720,19 @@ def test_a_bad_value_names_the_flag_or_the_variable_it_came_from(tmp_path, monke
     config.write_text("[serve]\nport = 0\n")
     monkeypatch.setenv("LOCALSPEC_CONFIG", str(config))
     in_file = invoke("serve")
-    assert_one_line_error(in_file, f"{config}: [serve] port = 0: Invalid value for '--port': 0 is not in the range")
+    assert_one_line_error(in_file, f"{config}: [serve] port = 0: Invalid value for '--port': 0 is not a port number")
     assert "LOCALSPEC_PORT" not in in_file.output
+
+
+@pytest.mark.parametrize("value, said", [("x", "'x'"), ("1.5", "'1.5'"), ("0", "0"), ("65536", "65536")])
+def test_a_port_that_is_not_one_is_said_to_be_not_a_port_number(value, said):
+    # was: "'x' is not a valid integer range" (click's IntRange, by its type's name), and for 0 "0 is
+    # not in the range 1<=x<=65535"
+    fix = f"{said} is not a port number: give a whole number from 1 to 65535"
+    assert_one_line_error(invoke("serve", env={"LOCALSPEC_PORT": value}),
+                          f"Invalid value for 'LOCALSPEC_PORT' (the environment variable for '--port'): {fix}")
+    assert_one_line_error(invoke("serve", "--port", value), f"Invalid value for '--port': {fix}")
+    assert_one_line_error(invoke("rpc-server", "--port", value), f"Invalid value for '--port': {fix}")
 
 
 def test_an_on_off_variable_lists_the_values_it_takes_readably():

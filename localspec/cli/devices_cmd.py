@@ -15,7 +15,7 @@ import click
 from .. import devices as dv
 from ..placement import describe, split_names
 from . import cli
-from .options import JsonErrors, shared, user_errors
+from .options import JsonErrors, Port, shared, user_errors
 
 LOOPBACK_HINT = "the RPC protocol has no authentication: anyone who can reach the port can use this machine's devices and their memory"
 
@@ -43,7 +43,7 @@ def devices_command(rpc, as_json):
 
 @cli.command("rpc-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(1, 65535), default=50052, show_default=True)
+@click.option("--port", type=Port(), default=50052, show_default=True)
 @shared("threads")  # as generate's: -1 or 0 the default, as in llama.cpp
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
               help="Folder where the server keeps tensors it received, so a reload sends only their hashes.")

@@ -218,6 +218,21 @@ class EnvvarOption(click.Option):
         return f"'{given}' (the environment variable for {flag})"
 
 
+class Port(click.ParamType):
+    """A TCP port to listen on, 1-65535; a bad one is said to be not a port number, not (click's
+    IntRange) "not a valid integer range"."""
+    name = "port"
+
+    def convert(self, value, param, ctx):
+        try:
+            port = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a port number: give a whole number from 1 to 65535", param, ctx)
+        if not 1 <= port <= 65535:
+            self.fail(f"{port} is not a port number: give a whole number from 1 to 65535", param, ctx)
+        return port
+
+
 class GpuLayers(click.ParamType):
     """Layers on the GPU: N >= 0, or -1 for every layer (llama.cpp's -ngl -1), read as ALL_LAYERS."""
     name = "N"

@@ -10,7 +10,7 @@ from .. import devices
 from ..placement import split_names
 from ..session import Reply
 from . import cli
-from .options import EnvvarOption, generation_config, load_pair, model_options, answer_options, user_errors
+from .options import EnvvarOption, Port, generation_config, load_pair, model_options, answer_options, user_errors
 
 
 @cli.command()
@@ -18,7 +18,7 @@ from .options import EnvvarOption, generation_config, load_pair, model_options, 
 @answer_options
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="LOCALSPEC_HOST", show_envvar=True,
               cls=EnvvarOption, help="Address to listen on; 0.0.0.0 opens the server to your network.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, envvar="LOCALSPEC_PORT",
+@click.option("--port", type=Port(), default=8080, show_default=True, envvar="LOCALSPEC_PORT",
               show_envvar=True, cls=EnvvarOption)
 @click.option("--api-key", envvar="LOCALSPEC_API_KEY", show_envvar=True, cls=EnvvarOption,
               help="Require 'Authorization: Bearer KEY' on every request.")
