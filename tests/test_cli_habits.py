@@ -735,6 +735,18 @@ def test_a_port_that_is_not_one_is_said_to_be_not_a_port_number(value, said):
     assert_one_line_error(invoke("rpc-server", "--port", value), f"Invalid value for '--port': {fix}")
 
 
+@pytest.mark.parametrize("command, flag, least", [
+    ("generate", "--ctx", 0), ("generate", "--threads", -1), ("serve", "--max-queue", 0),
+    ("serve", "--max-body", 1), ("tune", "--n-prompts", 1), ("rpc-server", "--threads", -1),
+])
+@pytest.mark.parametrize("value", ["x", "1.5"])
+def test_a_whole_number_flag_given_no_whole_number_says_what_is_wanted(command, flag, least, value):
+    # was: "'x' is not a valid integer range" (click's IntRange, by its type's name)
+    result = invoke(command, flag, value)
+    assert_one_line_error(result, "Invalid value for", f"{value!r} is not a whole number: give one >= {least}")
+    assert "integer range" not in result.output
+
+
 def test_an_on_off_variable_lists_the_values_it_takes_readably():
     # was: "'maybe' is not a valid boolean. Recognized values: , 0, 1, f, false, ...": click's empty first
     # entry, which an empty variable never reaches (click takes it as unset); a blank one read as off

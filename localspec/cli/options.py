@@ -233,6 +233,23 @@ class Port(click.ParamType):
         return port
 
 
+class WholeNumber(click.IntRange):
+    """A whole number >= minimum (--ctx, --threads, --max-queue, ...); one that is not a number says
+    what is wanted, not (click's IntRange, by its type's name) "not a valid integer range". One below
+    the minimum keeps click's "-3 is not in the range x>=0"; --help shows INTEGER and [x>=0]."""
+    name = "integer"
+
+    def __init__(self, minimum: int):
+        super().__init__(min=minimum)
+
+    def convert(self, value, param, ctx):
+        try:
+            int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a whole number: give one >= {self.min}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class GpuLayers(click.ParamType):
     """Layers on the GPU: N >= 0, or -1 for every layer (llama.cpp's -ngl -1), read as ALL_LAYERS."""
     name = "N"
@@ -312,9 +329,9 @@ FLAGS = {
     "tensor_split": flag("-ts", "--tensor-split", type=TensorSplit(),
                          help="The target's share of layers per device, in --device-target order, e.g. 3,1 "
                          "(default: by free memory)."),
-    "threads": flag("-t", "--threads", type=click.IntRange(-1), default=LOAD["threads"],
+    "threads": flag("-t", "--threads", type=WholeNumber(-1), default=LOAD["threads"],
                     help="CPU threads (default, or -1 or 0: all cores, at most 8)."),
-    "ctx": flag("-c", "--ctx", "--ctx-size", type=click.IntRange(0), default=LOAD["n_ctx"],
+    "ctx": flag("-c", "--ctx", "--ctx-size", type=WholeNumber(0), default=LOAD["n_ctx"],
                 help="Context size in tokens (0: the length the model was trained for, as llama.cpp takes it)."),
     "gamma": flag("-g", "--gamma", "--draft-max", type=AutoOr(int, "auto|N", "a whole number"), default="auto",
                   help="Draft tokens per step: auto (cost model), or N (0: no speculation)."),

@@ -10,7 +10,7 @@ from .. import devices
 from ..placement import split_names
 from ..session import Reply
 from . import cli
-from .options import EnvvarOption, Port, generation_config, load_pair, model_options, answer_options, user_errors
+from .options import EnvvarOption, Port, WholeNumber, generation_config, load_pair, model_options, answer_options, user_errors
 
 
 @cli.command()
@@ -22,9 +22,9 @@ from .options import EnvvarOption, Port, generation_config, load_pair, model_opt
               show_envvar=True, cls=EnvvarOption)
 @click.option("--api-key", envvar="LOCALSPEC_API_KEY", show_envvar=True, cls=EnvvarOption,
               help="Require 'Authorization: Bearer KEY' on every request.")
-@click.option("--max-queue", type=click.IntRange(0), default=8, show_default=True,
+@click.option("--max-queue", type=WholeNumber(0), default=8, show_default=True,
               help="Requests that may wait while one generates; more are answered 503.")
-@click.option("--max-body", type=click.IntRange(1), default=4 << 20, show_default=True,
+@click.option("--max-body", type=WholeNumber(1), default=4 << 20, show_default=True,
               help="Largest request body (bytes); larger ones are answered 413.")
 @click.option("--cors-origin", "cors_origins", multiple=True, callback=lambda ctx, param, values: check_origins(values),
               help="Browser origin allowed to call the API (repeatable); '*': any. Default: this machine's pages.")

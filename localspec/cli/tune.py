@@ -12,7 +12,7 @@ from .. import devices, models
 from ..placement import check_names, split_names
 from ..session import LoadOptions
 from . import cli
-from .options import FLAGS, JsonErrors, shared, tune_options, user_errors
+from .options import FLAGS, JsonErrors, shared, tune_options, user_errors, WholeNumber
 
 
 @cli.command(cls=JsonErrors)
@@ -26,7 +26,7 @@ from .options import FLAGS, JsonErrors, shared, tune_options, user_errors
                "auto runs with p-min auto)."})
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path),
               help='Calibration prompts: a JSONL file of {"prompt": ...} (default: 8 HumanEval prompts).')
-@click.option("--n-prompts", type=click.IntRange(1), default=8, show_default=True)
+@click.option("--n-prompts", type=WholeNumber(1), default=8, show_default=True)
 @shared("max_tokens", max_tokens={"default": 64, "help": "Tokens generated per prompt."})
 @click.option("--gamma-max", type=int, default=8, show_default=True, help="The longest draft tried.")
 @click.option("--budget", type=float, default=600, show_default=True, help="Seconds the whole run may take.")
