@@ -155,6 +155,14 @@ class Pair:
         ctx = self.draft_ctx
         return ctx.model if ctx is not None and getattr(ctx, "loaded", True) else None
 
+    def placement_now(self) -> dict[str, str]:
+        """Where each model runs, as --json and the server's /v1/models say it: placement, except that a
+        draft left unloaded (draft_deferred) runs nowhere yet: 'not loaded (CPU if it is)', as --stats
+        says it. Same keys and string values either way."""
+        if self.draft_path is None or self.draft_model is not None:
+            return dict(self.placement)
+        return {**self.placement, "draft": f"not loaded ({self.placement['draft']} if it is)"}
+
     def _plan_key(self) -> dict:
         o = self.options
         gpu = gpu_offload_supported() and bool(local_devices() or o.rpc)  # an RPC build alone offloads nothing

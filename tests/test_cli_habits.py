@@ -951,6 +951,12 @@ def test_stats_name_a_draft_left_unloaded_as_not_loaded_not_as_running_somewhere
                     "-n", "4", "--stats", input="hi\n")
     assert result.exit_code == 0, result.output
     assert "runs on: target CPU, draft model not loaded (CPU if it is)" in result.stderr
+    result = invoke("generate", "hi", "--target", fake_cli.target, "--draft", fake_cli.draft, "--drafter", "ngram",
+                    "-n", "4", "--json")
+    # was: "draft": "CPU" in --json while --stats said the draft was not loaded
+    assert json.loads(result.stdout)["placement"] == {"target": "CPU", "draft": "not loaded (CPU if it is)"}
     monkeypatch.setattr(Pair, "draft_deferred", deferred)  # nothing saved: loaded, and named where it runs
     result = invoke("generate", "hi", "--target", fake_cli.target, "--draft", fake_cli.draft, "-n", "4", "--stats")
     assert result.stderr.rstrip().endswith("runs on: target CPU, draft CPU")
+    result = invoke("generate", "hi", "--target", fake_cli.target, "--draft", fake_cli.draft, "-n", "4", "--json")
+    assert json.loads(result.stdout)["placement"] == {"target": "CPU", "draft": "CPU"}

@@ -9,7 +9,7 @@ import json
 import time
 
 import pytest
-from fakes import fake_pair
+from fakes import fake_contexts, fake_pair
 
 from localspec.sampling import SamplingParams
 from localspec.server import create_app
@@ -340,3 +340,22 @@ def test_p_min_takes_auto_as_gamma_does(http):
     error = r.json()["error"]
     assert r.status_code == 400 and error["param"] == "p_min"
     assert error["message"] == 'p_min must be a number in [0, 1) or "auto" (got "sometimes")'
+
+
+def test_models_say_a_draft_left_unloaded_is_not_loaded(tmp_path, monkeypatch):
+    # was: "placement": {"target": "CPU", "draft": "CPU"} for a draft that saved measurements had left
+    # unloaded, while `serve --stats` said "draft model not loaded"
+    from localspec.context import LazyContext
+    from localspec.session import LoadOptions, Pair
+
+    monkeypatch.setattr(Pair, "draft_deferred", lambda self: True)
+    target_path, draft_path = model_files(tmp_path)
+    target, draft = fake_contexts(n_ctx=1024, target_path=target_path, draft_path=draft_path)
+    pair = Pair.from_contexts(target, LazyContext(lambda: draft, 1024, draft_path), LoadOptions(n_ctx=1024))
+    with TestClient(create_app(pair, DEFAULTS, api_key=None)) as http:
+        card = http.get("/v1/models").json()["data"][0]
+        assert card["draft"] == "fake-draft.gguf"
+        assert card["placement"] == {"target": "CPU", "draft": "not loaded (CPU if it is)"}
+        assert http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 4}).status_code == 200
+        # the model drafter asked for it: loaded, and named where it runs
+        assert http.get("/v1/models").json()["data"][0]["placement"] == {"target": "CPU", "draft": "CPU"}

@@ -162,7 +162,7 @@ def answer_json(pair: Pair, reply: Reply, config: GenerationConfig) -> str:
     return json.dumps({"text": reply.text, "finish_reason": reply.finish_reason,
                        "target": str(pair.target_model.path),
                        "draft": str(pair.draft_path) if pair.draft_path else None,
-                       "draft_reason": pair.draft_reason, "placement": pair.placement,
+                       "draft_reason": pair.draft_reason, "placement": pair.placement_now(),
                        "settings": settings(config), "stats": reply.stats.to_dict()})
 
 

@@ -97,7 +97,7 @@ class Server:
         path, pair = self.pair.target_model.path, self.pair
         return {"id": self.model_id, "object": "model", "created": int(path.stat().st_mtime),
                 "owned_by": "localspec", "target": path.name, "n_ctx": pair.target_ctx.n_ctx,
-                "draft": pair.draft_path.name if pair.draft_path else None, "placement": pair.placement}
+                "draft": pair.draft_path.name if pair.draft_path else None, "placement": pair.placement_now()}
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """x-localspec-* headers naming the pair."""
