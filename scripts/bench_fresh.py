@@ -128,17 +128,38 @@ def main() -> None:
     print("\n" + decode_table(runs))
     print("\n" + beside_table(runs))
     print("\n" + spent_table(runs))
+    for note in empty_baseline_notes(runs):
+        print(f"\n- {note}")
 
 
 class Speed(NamedTuple):
     """A variant's processes over one of their times: tokens, seconds, tok/s, the ratio to
-    target-only's and its interval (empty for target-only)."""
+    target-only's (None where target-only generated nothing) and its interval (empty for target-only)."""
 
     tokens: int
     seconds: float
     rate: float
-    ratio: float
+    ratio: float | None
     span: str
+
+
+def times(ratio: float | None) -> str:
+    """A ratio as the tables print it: '1.02x', or nothing where it is undefined."""
+    return "" if ratio is None else f"{ratio:.2f}x"
+
+
+def empty_baseline_notes(runs: dict[str, list[Process]]) -> list[str]:
+    """Why the ratio columns are empty where target-only's every reply was (the tiny models can end
+    each prose prompt at once), as bench.py says it; and how many processes the table of processes
+    side by side leaves out for an empty target-only process beside them."""
+    base = runs["target-only"]
+    if not sum(p.tokens for p in base):
+        return ["target-only generated no tokens (every reply empty): its speed is 0, so no ratio "
+                "to it is defined and those columns are empty"]
+    empty = {(p.prompt, p.round) for p in base if not p.tokens}
+    left = sum((p.prompt, p.round) in empty for name, procs in runs.items() if name != "target-only" for p in procs)
+    return [f"{left} auto processes left out of the side-by-side table: the target-only process beside "
+            "each generated no tokens"] if left else []
 
 
 def speeds(runs: dict[str, list[Process]], time: str) -> dict[str, Speed]:
@@ -154,7 +175,7 @@ def speeds(runs: dict[str, list[Process]], time: str) -> dict[str, Speed]:
     out = {}
     for name, (n, s) in totals.items():
         span = interval_text(paired_interval(pairs[name], pairs["target-only"])) if name != "target-only" else ""
-        out[name] = Speed(n, s, n / s, n / s / (n0 / s0), span)
+        out[name] = Speed(n, s, n / s, n / s / (n0 / s0) if n0 else None, span)
     return out
 
 
@@ -169,8 +190,8 @@ def speed_table(runs: dict[str, list[Process]]) -> str:
     loop, wall = speeds(runs, "seconds"), speeds(runs, "wall")
     for name in runs:
         a, w = loop[name], wall[name]
-        lines.append(f"| {name} | {a.tokens} | {a.rate:.1f} | {a.ratio:.2f}x | {a.span} | {w.seconds:.1f} | "
-                     f"{w.rate:.1f} | {w.ratio:.2f}x | {w.span} |")
+        lines.append(f"| {name} | {a.tokens} | {a.rate:.1f} | {times(a.ratio)} | {a.span} | {w.seconds:.1f} | "
+                     f"{w.rate:.1f} | {times(w.ratio)} | {w.span} |")
     return "\n".join(lines)
 
 
@@ -183,18 +204,21 @@ def decode_table(runs: dict[str, list[Process]]) -> str:
     lines = [f"| variant | decode s | tok/s over decoding | vs target-only | {INTERVAL:.0%} interval |",
              "|" + "---|" * 5]
     for name, d in speeds(runs, "decode").items():
-        lines.append(f"| {name} | {d.seconds:.1f} | {d.rate:.1f} | {d.ratio:.2f}x | {d.span} |")
+        lines.append(f"| {name} | {d.seconds:.1f} | {d.rate:.1f} | {times(d.ratio)} | {d.span} |")
     return "\n".join(lines)
 
 
 def beside_table(runs: dict[str, list[Process]]) -> str:
     """The spread between processes, apart from what the draft costs: each auto process against the
-    target-only process of the same prompt and round, grouped by whether it loaded the draft."""
+    target-only process of the same prompt and round, grouped by whether it loaded the draft; not
+    beside a target-only process that generated nothing (empty_baseline_notes counts them)."""
     base = {(p.prompt, p.round): p.tokens / p.seconds for p in runs["target-only"]}
     beside: dict[tuple[str, bool], list[float]] = {}
     for name, procs in runs.items():
         if name != "target-only":
             for p in procs:
+                if not base[p.prompt, p.round]:
+                    continue
                 key = name, bool(p.stats.get("draft_loaded"))
                 beside.setdefault(key, []).append(p.tokens / p.seconds / base[p.prompt, p.round])
     lines = ["| variant | draft loaded | processes | mean vs the target-only process beside it | range |",

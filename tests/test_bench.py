@@ -467,6 +467,36 @@ def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own
     assert "| target-only | 0.00% | 0.00% | 0.20% |" in out
 
 
+@pytest.mark.parametrize("empty_prompts", [{"p0", "p1"}, {"p0"}])
+def test_fresh_processes_beside_an_empty_target_only_leave_its_ratios_undefined_and_say_so(
+        monkeypatch, capsys, empty_prompts):
+    # The tiny models can end each prose prompt at once: target-only's speed was 0, and its ratios (and
+    # the side-by-side table's, for one empty target-only process) divided by zero, as bench.py did
+    # before ca0028a. The tables keep every row and speed, the undefined ratios empty, with a note.
+    fresh = load_script("bench_fresh")
+
+    def run(prompt, flags, env, args):  # target-only ends at once on the empty prompts; auto writes 100
+        tokens = 0 if flags and prompt in empty_prompts else 100
+        return {"time_s": {"total": 10.0, "decode": 9.0}, "generated_tokens": tokens, "draft_loaded": True}, 11.0
+
+    monkeypatch.setattr(fresh, "run", run)
+    monkeypatch.setattr("localspec.prompts.load_prompts", lambda path, n: ["p0", "p1"][:n])
+    monkeypatch.setattr(sys, "argv", ["bench_fresh.py", "--rounds", "1", "--n-prompts", "2"])
+    fresh.main()
+    out = capsys.readouterr().out
+    if len(empty_prompts) == 2:
+        assert "| auto, warm | 200 | 10.0 |  |  | 22.0 | 9.1 |  |  |" in out
+        assert "| target-only | 0 | 0.0 |  |  | 22.0 | 0.0 |  |  |" in out
+        assert "| auto, cold | 18.0 | 11.1 |  |  |" in out
+        assert "every reply empty): its speed is 0, so no ratio to it is defined and those columns are empty" in out
+        assert "| auto, cold | yes |" not in out
+    else:  # one empty target-only process: the ratio of the sums stands, the pair beside it is left out
+        assert "| auto, warm | 200 | 10.0 | 2.00x |" in out
+        assert "| auto, cold | yes | 1 | 1.00x | 1.00–1.00x |" in out
+        assert "- 2 auto processes left out of the side-by-side table: the target-only process beside each " \
+               "generated no tokens" in out
+
+
 def test_fresh_processes_of_another_checkout_run_beside_from_their_own_code_and_plans(monkeypatch, capsys, tmp_path):
     # --against: a fourth variant, auto with warm start from another checkout, in the same run. It
     # runs from that checkout's directory (python -m puts it first on the module path) with a plan
