@@ -946,11 +946,11 @@ def test_stats_name_a_draft_left_unloaded_as_not_loaded_not_as_running_somewhere
                     "-n", "4", "--stats")
     assert result.exit_code == 0, result.output
     assert fake_cli.loaded[-1].draft_model is None and "draft model not loaded)" in result.stderr
-    assert result.stderr.rstrip().endswith("runs on: target CPU, draft model not loaded (CPU if it is)")
+    assert result.stderr.rstrip().endswith("runs on: target CPU, draft not loaded (CPU if it is)")
     result = invoke("chat", "--target", fake_cli.target, "--draft", fake_cli.draft, "--drafter", "ngram",
                     "-n", "4", "--stats", input="hi\n")
     assert result.exit_code == 0, result.output
-    assert "runs on: target CPU, draft model not loaded (CPU if it is)" in result.stderr
+    assert "runs on: target CPU, draft not loaded (CPU if it is)" in result.stderr
     result = invoke("generate", "hi", "--target", fake_cli.target, "--draft", fake_cli.draft, "--drafter", "ngram",
                     "-n", "4", "--json")
     # was: "draft": "CPU" in --json while --stats said the draft was not loaded

@@ -475,12 +475,10 @@ def load_pair(options: dict, with_draft: bool = True, on_server_lost=devices.exi
 
 
 def where(pair: Pair) -> str:
-    """'runs on: target RPC0[10.0.0.2:50052], draft CPU', for --stats; a draft left unloaded (saved
-    measurements say it does not pay here: Pair.draft_deferred) runs nowhere, and is said to be not
-    loaded, as the speculation line of the stats says it."""
-    resting = pair.draft_path is not None and pair.draft_model is None
-    return "runs on: " + ", ".join(f"draft model not loaded ({place} if it is)" if role == "draft" and resting
-                                   else f"{role} {place}" for role, place in pair.placement.items())
+    """'runs on: target RPC0[10.0.0.2:50052], draft CPU', for --stats, from Pair.placement_now (--json's
+    and the server's words): a draft left unloaded (saved measurements say it does not pay here:
+    Pair.draft_deferred) is said to be not loaded, as the speculation line of the stats says it."""
+    return "runs on: " + ", ".join(f"{role} {place}" for role, place in pair.placement_now().items())
 
 
 def loading_line(target: Path, draft: Path | None, load: LoadOptions) -> str:
