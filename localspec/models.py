@@ -236,13 +236,18 @@ def pair_names(target: str | None) -> tuple[str, str | None]:
     return target, next((d for t, d in catalog.pairs.values() if t == target), None)
 
 
+def names_no_draft(draft) -> bool:
+    """Whether a --draft value (a name, a path or None) is 'none', in any case: no draft model."""
+    return draft is not None and str(draft).lower() == "none"
+
+
 def pair_files(target: str | None, draft: str | None) -> tuple[Path, Path | None]:
     """--target/--draft (names, paths or 'none'; None: the catalog's choice) -> file paths, pulling
     catalog models if missing."""
     target, default_draft = pair_names(target)
     draft = default_draft if draft is None else draft
     target_path = resolve_model(target)
-    if draft is None or draft.lower() == "none":
+    if draft is None or names_no_draft(draft):
         return target_path, None
     return target_path, resolve_model(draft)
 

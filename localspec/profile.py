@@ -204,7 +204,7 @@ def merge_profile(choice: Choice, given: dict, explicit: set[str]) -> tuple[dict
 
 def _same_draft(given: str | None, draft: Path | None) -> bool:
     """Whether the user's draft (a name or path; 'none' matches no draft) names the profile's draft file."""
-    if given is None or str(given).lower() == "none":
+    if given is None or models.names_no_draft(given):
         return draft is None
     if draft is None:
         return False

@@ -674,14 +674,15 @@ def ratio_to(row: dict, base: dict) -> tuple[float | None, tuple[float, float] |
     return row["tokens_per_s"] / base["tokens_per_s"], span
 
 
+EMPTY_BASELINE = ("target-only generated no tokens (every reply empty): its speed is 0, so no ratio to it is "
+                  "defined and those columns are empty")
+
+
 def empty_baseline_notes(rows: list[dict]) -> list[str]:
     """Why the ratio columns are empty where target-only's every reply was (the tiny models can end
     each prose prompt at once)."""
     base = baseline(rows)
-    if base is None or base["tokens_per_s"]:
-        return []
-    return ["target-only generated no tokens (every reply empty): its speed is 0, so no ratio "
-            "to it is defined and those columns are empty"]
+    return [] if base is None or base["tokens_per_s"] else [EMPTY_BASELINE]
 
 
 # --- the report ---------------------------------------------------------------------------------------

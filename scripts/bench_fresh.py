@@ -152,10 +152,11 @@ def empty_baseline_notes(runs: dict[str, list[Process]]) -> list[str]:
     """Why the ratio columns are empty where target-only's every reply was (the tiny models can end
     each prose prompt at once), as bench.py says it; and how many processes the table of processes
     side by side leaves out for an empty target-only process beside them."""
+    from bench import EMPTY_BASELINE
+
     base = runs["target-only"]
     if not sum(p.tokens for p in base):
-        return ["target-only generated no tokens (every reply empty): its speed is 0, so no ratio "
-                "to it is defined and those columns are empty"]
+        return [EMPTY_BASELINE]
     empty = {(p.prompt, p.round) for p in base if not p.tokens}
     left = sum((p.prompt, p.round) in empty for name, procs in runs.items() if name != "target-only" for p in procs)
     return [f"{left} auto processes left out of the side-by-side table: the target-only process beside "

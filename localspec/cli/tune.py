@@ -55,7 +55,7 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
         tuning.check_plot(plot)
     options = dataclasses.replace(  # the flags by name: tune_options reads its own
         tune_options(locals()), load=tune_load(ctx, threads, ngl_target, device_target, device_draft, rpc),
-        drafts=tuple(given_draft(name) for name in drafts if name.lower() != "none"))  # as --draft none: no draft
+        drafts=tuple(given_draft(name) for name in drafts if not models.names_no_draft(name)))  # as --draft none
     if seed == -1:  # as generate reports a seed it drew, so that the run can be repeated
         click.echo(f"localspec tune: seed {options.seed} (drawn for --seed -1; --seed {options.seed} repeats it)",
                    err=True)
