@@ -218,18 +218,25 @@ class EnvvarOption(click.Option):
         return f"'{given}' (the environment variable for {flag})"
 
 
+def whole_number(kind: click.ParamType, value, param, ctx, wanted: str) -> int:
+    """value as an int, the one place the integer flags parse one; a value that is not a whole number
+    fails as `{value!r} is not {wanted}` (wanted: what to give instead)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        kind.fail(f"{value!r} is not {wanted}", param, ctx)
+
+
 class Port(click.ParamType):
     """A TCP port to listen on, 1-65535; a bad one is said to be not a port number, not (click's
     IntRange) "not a valid integer range"."""
     name = "port"
+    WANTED = "a port number: give a whole number from 1 to 65535"
 
     def convert(self, value, param, ctx):
-        try:
-            port = int(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a port number: give a whole number from 1 to 65535", param, ctx)
+        port = whole_number(self, value, param, ctx, self.WANTED)
         if not 1 <= port <= 65535:
-            self.fail(f"{port} is not a port number: give a whole number from 1 to 65535", param, ctx)
+            self.fail(f"{port} is not {self.WANTED}", param, ctx)
         return port
 
 
@@ -243,11 +250,8 @@ class WholeNumber(click.IntRange):
         super().__init__(min=minimum)
 
     def convert(self, value, param, ctx):
-        try:
-            int(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a whole number: give one >= {self.min}", param, ctx)
-        return super().convert(value, param, ctx)
+        return super().convert(whole_number(self, value, param, ctx, f"a whole number: give one >= {self.min}"),
+                               param, ctx)
 
 
 class GpuLayers(click.ParamType):
@@ -255,10 +259,7 @@ class GpuLayers(click.ParamType):
     name = "N"
 
     def convert(self, value, param, ctx):
-        try:
-            layers = int(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a whole number", param, ctx)
+        layers = whole_number(self, value, param, ctx, "a whole number")
         if layers < -1:
             self.fail(f"{value} layers: give 0 or more, or -1 (or {ALL_LAYERS}) for every layer", param, ctx)
         return ALL_LAYERS if layers == -1 else layers
