@@ -93,21 +93,46 @@ class GenerationConfig:
 
     def _check_types(self) -> None:
         """GenerationError for a field of the wrong type (the library's callers; the CLI and the server
-        convert theirs): a comparison would raise a TypeError naming neither the field nor the fix."""
-        for name, fix in (("max_tokens", "a whole number >= 1"), ("gamma", "a whole number >= 0, or None for auto"),
-                          ("seed", "a whole number >= 0, or None for a random one"),
-                          ("gamma_max", "a whole number >= 0"), ("ngram_gamma_max", "a whole number >= 0"),
-                          ("logprobs", "a whole number 0..20, or None")):
-            value = getattr(self, name)
-            if not (value is None and "None" in fix or is_whole(value)):
-                raise GenerationError(f"{name} must be {fix} (got {value!r})")
-        if self.p_min is not None and not is_real(self.p_min):
-            raise GenerationError(f"p_min must be a number in [0, 1), or None for auto (got {self.p_min!r})")
-        if not isinstance(self.sampling, SamplingParams):
-            raise GenerationError(f"sampling must be a SamplingParams (got {self.sampling!r:.60}); e.g. "
-                                  "SamplingParams(temperature=0)")
-        if isinstance(self.stop, str) or not all(isinstance(s, str) for s in self.stop):
-            raise GenerationError(f"stop must be a tuple of strings (got {self.stop!r:.60}); e.g. stop=('\\n\\n',)")
+        convert theirs), as check_types words it."""
+        check_types(self, (
+            ("max_tokens", is_whole, "a whole number >= 1", ""),
+            ("gamma", optional(is_whole), "a whole number >= 0, or None for auto", ""),
+            ("seed", optional(is_whole), "a whole number >= 0, or None for a random one", ""),
+            ("gamma_max", is_whole, "a whole number >= 0", ""),
+            ("ngram_gamma_max", is_whole, "a whole number >= 0", ""),
+            ("logprobs", optional(is_whole), "a whole number 0..20, or None", ""),
+            ("p_min", optional(is_real), "a number in [0, 1), or None for auto", ""),
+            ("sampling", instance(SamplingParams), "a SamplingParams", "; e.g. SamplingParams(temperature=0)"),
+            ("stop", several(str), "a tuple of strings", "; e.g. stop=('\\n\\n',)")),
+            lambda message, field, rule: GenerationError(message))
+
+
+def check_types(obj, checks, error) -> None:
+    """The one rule for a library caller's field of the wrong type, GenerationConfig's and TuneOptions':
+    a comparison would raise a TypeError naming neither the field nor the fix, and a string for a tuple
+    would be read letter by letter. checks: (field, test(value) -> bool, what it must be, an example);
+    the first that fails raises error(message, field, rule), its message
+    "{field} must be {what} (got {value!r:.60}){example}" and its rule the part after the field."""
+    for field, test, what, example in checks:
+        value = getattr(obj, field)
+        if not test(value):
+            rule = f"must be {what} (got {value!r:.60})"
+            raise error(f"{field} {rule}{example}", field, rule)
+
+
+def optional(test):
+    """test, or None."""
+    return lambda value: value is None or test(value)
+
+
+def instance(kind):
+    """An instance of kind."""
+    return lambda value: isinstance(value, kind)
+
+
+def several(kind):
+    """A tuple (or list) of kind: not one string, which would be read letter by letter."""
+    return lambda values: isinstance(values, (tuple, list)) and all(isinstance(v, kind) for v in values)
 
 
 def rows_on_backend(ctx, config: GenerationConfig | None = None, greedy: bool = False) -> bool:

@@ -661,6 +661,9 @@ def test_top_probability_peaked_and_flat():
     ({"sampling": {"temperature": 0}}, "sampling must be a SamplingParams"),
     ({"stop": "cache"}, "stop must be a tuple of strings (got 'cache')"),
     ({"stop": (None,)}, "stop must be a tuple of strings"),
+    ({"stop": 5}, "stop must be a tuple of strings (got 5)"),  # was: TypeError 'int' object is not iterable
+    ({"stop": {"a": 1}}, "stop must be a tuple of strings"),  # was: taken, its keys the stop strings
+    ({"max_tokens": "x" * 200}, f"max_tokens must be a whole number >= 1 (got {'x' * 200!r:.60})"),  # as tune cuts it
     ({"sampling": SamplingParams(temperature="0.5")}, "temperature must be a number (got '0.5')"),
     ({"sampling": SamplingParams(top_p=None)}, "top_p must be a number (got None)"),
 ])

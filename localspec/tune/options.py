@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import GenerationConfig
+from ..config import GenerationConfig, check_types, instance, optional, several
 from ..costmodel import FALLBACK_P_MIN
 from ..llama import QUANT_TYPES
 from ..planner import p_min_of
@@ -75,31 +75,23 @@ class TuneOptions:
         return self
 
     def _check_types(self) -> None:
-        """TuneError for a field of the wrong type, as GenerationConfig._check_types (the library's
-        callers; the CLI converts its flags): a comparison would raise a TypeError naming neither the
-        field nor the fix, and a string for a tuple would be read letter by letter."""
-        for name, fix in (("max_tokens", "a whole number >= 2"), ("gamma_max", "a whole number in 1..64"),
-                          ("seed", "a whole number >= 0"), ("confirm", "a whole number >= 0"),
-                          ("passes", "a whole number >= 1")):
-            self._check(name, is_whole(getattr(self, name)), fix)
-        self._check("budget_s", self.budget_s is None or is_real(self.budget_s),
-                    "a number of seconds > 0, or None for no limit")
-        self._check("p_min", is_real(self.p_min), "a number in [0, 1)")
-        self._check("chat", self.chat is None or isinstance(self.chat, bool),
-                    "True, False, or None for the target's own choice")
-        self._check("sampling", isinstance(self.sampling, SamplingParams), "a SamplingParams",
-                    "; e.g. SamplingParams(temperature=0)")
-        self._check("load", isinstance(self.load, LoadOptions), "a LoadOptions", "; e.g. LoadOptions(n_ctx=4096)")
-        self._check("quants", _several(self.quants, str), "a tuple of quantization types", "; e.g. quants=('Q4_0',)")
-        self._check("devices", self.devices is None or _several(self.devices, str),
-                    "a tuple of 'cpu' and 'gpu', or None for each this machine has", "; e.g. devices=('gpu',)")
-        self._check("drafts", _several(self.drafts, (str, Path)), "a tuple of paths",
-                    "; e.g. drafts=(Path('d.gguf'),)")
-
-    def _check(self, name: str, ok: bool, rule: str, example: str = "") -> None:
-        if not ok:
-            rule = f"must be {rule} (got {getattr(self, name)!r:.60})"
-            raise TuneError(f"{name} {rule}{example}", name, rule)
+        """TuneError for a field of the wrong type, as config.check_types words it for GenerationConfig
+        too (the library's callers; the CLI converts its flags)."""
+        check_types(self, (
+            ("max_tokens", is_whole, "a whole number >= 2", ""),
+            ("gamma_max", is_whole, "a whole number in 1..64", ""),
+            ("seed", is_whole, "a whole number >= 0", ""),
+            ("confirm", is_whole, "a whole number >= 0", ""),
+            ("passes", is_whole, "a whole number >= 1", ""),
+            ("budget_s", optional(is_real), "a number of seconds > 0, or None for no limit", ""),
+            ("p_min", is_real, "a number in [0, 1)", ""),
+            ("chat", optional(instance(bool)), "True, False, or None for the target's own choice", ""),
+            ("sampling", instance(SamplingParams), "a SamplingParams", "; e.g. SamplingParams(temperature=0)"),
+            ("load", instance(LoadOptions), "a LoadOptions", "; e.g. LoadOptions(n_ctx=4096)"),
+            ("quants", several(str), "a tuple of quantization types", "; e.g. quants=('Q4_0',)"),
+            ("devices", optional(several(str)), "a tuple of 'cpu' and 'gpu', or None for each this machine has",
+             "; e.g. devices=('gpu',)"),
+            ("drafts", several((str, Path)), "a tuple of paths", "; e.g. drafts=(Path('d.gguf'),)")), TuneError)
 
     def config(self, gamma: int | None, seed: int) -> GenerationConfig:
         """The generation config of one real run at a fixed γ, with this p-min; None: auto γ with p-min
@@ -111,8 +103,3 @@ class TuneOptions:
     def fixed_p_min(self) -> float:
         """The p-min a fixed-γ candidate drafts with: generate's rule (p_min_of) for its config."""
         return p_min_of(self.config(1, self.seed))
-
-
-def _several(values, kind) -> bool:
-    """values is a tuple (or list) of kind: not one string, which would be read letter by letter."""
-    return isinstance(values, (tuple, list)) and all(isinstance(v, kind) for v in values)
