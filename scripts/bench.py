@@ -63,6 +63,7 @@ from localspec.llama import LlamaError, default_threads
 from localspec import prompts as prompt_files
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
+from script_args import Parser
 from localspec.config import GenerationConfig
 from localspec.stats import GenerationStats, pooled_verify
 from localspec.tracker import CostTracker
@@ -77,7 +78,7 @@ GAMMA_MAX = GenerationConfig().gamma_max  # what auto may draft from a draft mod
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pair", help="catalog pair (default: the catalog's default)")
     ap.add_argument("--target"), ap.add_argument("--draft")
     ap.add_argument("--prompts", type=Path, help="JSONL file of {\"prompt\": ...} (default: HumanEval)")

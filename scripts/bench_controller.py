@@ -37,6 +37,7 @@ from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.speculative import Finished, SpeculativeDecoder  # noqa: E402
 
 from bench_fakes import RowsContext, light_models  # noqa: E402
+from script_args import Parser  # noqa: E402
 
 PROMPT = "def quicksort(arr):\n    \"\"\"Sort a list of integers in ascending order.\"\"\"\n"
 
@@ -98,7 +99,7 @@ def measure(target, draft, timer, temperature: float, path: str, args) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # its first paragraph, rewrapped
+    parser = Parser(description=__doc__.split("\n\n")[0])  # its first paragraph, rewrapped
     parser.add_argument("--temperatures", default="0,1", help="comma-separated (default 0,1)")
     parser.add_argument("--paths", default="numpy,backend", help="numpy, backend or both (default)")
     parser.add_argument("--tokens", type=int, default=400, help="tokens per generation (default 400)")

@@ -35,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets and the reply order)
+from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import LoadOptions, Pair  # noqa: E402
@@ -173,7 +174,7 @@ def report(records: list[dict], drafters: Sequence[str]) -> str:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_one_process_args(ap, "copy", 4, 160)
     ap.add_argument("--drafters", default="ngram,hybrid", help="comma-separated: ngram, hybrid")
     ap.add_argument("--cap", type=int, default=GenerationConfig().ngram_gamma_max,

@@ -51,6 +51,7 @@ from localspec.session import make_sources  # noqa: E402
 from localspec.speculative import Finished, SpeculativeDecoder  # noqa: E402
 
 from bench_fakes import TimedRows, light_models, parse_curve  # noqa: E402
+from script_args import Parser  # noqa: E402
 
 SCENARIOS = {"plain": (), "ngram": ("ngram",), "model": ("model",), "hybrid": ("ngram", "model")}
 
@@ -133,7 +134,7 @@ def curve_arg(text: str) -> list[tuple[int, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # its first paragraph, rewrapped
+    parser = Parser(description=__doc__.split("\n\n")[0])  # its first paragraph, rewrapped
     parser.add_argument("--plain-ms", type=float, default=1.0, help="a target decode (default 1.0)")
     parser.add_argument("--row-ms", type=float, default=0.1, help="more per verify row (default 0.1)")
     parser.add_argument("--curve", type=curve_arg, help="the target's decode ms by rows, ROWS:MS,... "

@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from script_args import Parser  # scripts/, beside this file
+
 VARIANTS = {"target-only": (["--target-only"], {}),
             "auto, cold": ([], {"LOCALSPEC_WARM_START": "0"}),
             "auto, warm": ([], {})}
@@ -93,7 +95,7 @@ class Process(NamedTuple):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=Path, default=Path(__file__).parent / "prompts/prose.jsonl")
     ap.add_argument("--n-prompts", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)

@@ -27,13 +27,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets, the reply order and the paired interval)
+from script_args import Parser  # noqa: E402
 from localspec import config as this_config, sampling as this_sampling, session as this_session  # noqa: E402
 
 OTHER = "localspec_other"  # the name the other checkout's package is imported under
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--other", type=Path, required=True, help="another checkout of localspec (its localspec/ is used)")
     bench.add_one_process_args(ap, "mixed", 8, 96)
     ap.add_argument("--drafter", choices=["model", "hybrid", "ngram"], default="model")

@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import bench  # noqa: E402
 import delay_proxy  # noqa: E402
+from script_args import Parser  # noqa: E402
 
 
 def free_port() -> int:
@@ -121,7 +122,7 @@ def summary_row(rtt_ms: float, temperature: float, report: dict, llama_bench_tps
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rtt-ms", default="0,2,10")
     ap.add_argument("--temperatures", default="0,1")
     ap.add_argument("--n-prompts", type=int, default=3)

@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE.parent))
 import bench  # noqa: E402  (the one model resolver of its scripts)
 import delay_proxy  # noqa: E402
 from bench_rpc import free_port, wait_listening  # noqa: E402
+from script_args import Parser  # noqa: E402
 from localspec.session import LoadOptions, Pair  # noqa: E402
 
 PROMPT = list(range(1000, 1060))  # any 60 tokens: costs, not text, are measured
@@ -101,7 +102,7 @@ def measure(pair: Pair, widths: list[int], reps: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", required=True, help="a .gguf path or a model's name, as bench.py takes it")
     ap.add_argument("--draft", required=True, help="a .gguf path or a model's name, as bench.py takes it")
     ap.add_argument("--rtt-ms", type=float, default=10.0, help="round-trip time the proxy adds")

@@ -19,6 +19,8 @@ import socket
 import threading
 import time
 
+from script_args import Parser  # scripts/, beside this file
+
 CHUNK = 1 << 16
 
 
@@ -96,7 +98,7 @@ def start_in_thread(listen_port: int, host: str, port: int, rtt_s: float) -> thr
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--listen", type=int, required=True, help="loopback port to listen on")
     ap.add_argument("--upstream", required=True, help="HOST:PORT to forward to")
     ap.add_argument("--rtt-ms", type=float, required=True, help="round-trip time to add, in milliseconds")

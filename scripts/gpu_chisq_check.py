@@ -14,7 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
-_ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+from script_args import Parser  # noqa: E402
+_ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 _ap.add_argument("ngl", type=int, help="layers on the GPU (999: all; 0: the CPU)")
 _ap.add_argument("n", type=int, help="seeds a side")
 _ap.add_argument("backend", nargs="?", default="0", choices=["0", "1"], metavar="backend",

@@ -21,7 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
-_ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+from script_args import Parser  # noqa: E402
+_ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 _ap.add_argument("ngl", type=int, nargs="?", default=999, help="layers on the GPU (default 999: all; 0: the CPU)")
 NGL = _ap.parse_args().ngl  # before the imports below: --help answers at once
 

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from plannersim import COPY, EPYC_TILED, H200_LIGHT, PROSE, curve, generate  # noqa: E402
+from script_args import Parser  # noqa: E402
 
 CURVES = {"epyc": EPYC_TILED, "h200": H200_LIGHT}
 SETS = {"copy": COPY, "prose": PROSE}
@@ -60,7 +61,7 @@ def summary(name: str, values) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # its first paragraph, rewrapped
+    parser = Parser(description=__doc__.split("\n\n")[0])  # its first paragraph, rewrapped
     parser.add_argument("--curve", choices=sorted(CURVES), default="epyc")
     parser.add_argument("--set", choices=sorted(SETS), default="copy")
     parser.add_argument("--seeds", type=int, default=40)

@@ -26,10 +26,11 @@ from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 
 from bench import load_prompt_file, smol_path
+from script_args import Parser
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", help="catalog name or .gguf path (default: the default pair's target)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--prompts", type=Path, help="JSONL of {\"prompt\": ...} (default: tune's 8 HumanEval prompts)")

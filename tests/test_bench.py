@@ -613,6 +613,30 @@ def test_a_scripts_help_gives_its_docstrings_first_sentence_whole(name, monkeypa
     assert first.endswith(".") and first in " ".join(capsys.readouterr().out.split())
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--n-prompts", "x"], "argument --n-prompts: 'x' is not a whole number: give one like 8"),
+    (["--temperature", "hot"], "argument --temperature: 'hot' is not a number: give one like 0.5"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_a_scripts_bad_argument_is_one_line_naming_the_value_and_the_fix(args, said, monkeypatch, capsys):
+    # was argparse's usage block (ten lines for bench.py) then "invalid int value: 'x'", naming no fix
+    monkeypatch.setattr(sys, "argv", ["bench.py"])
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(args)
+    assert e.value.code == 2
+    assert capsys.readouterr().err == f"bench.py: error: {said}; see `bench.py --help`\n"
+
+
+PARSERS = sorted(p.stem for p in (ROOT / "scripts").glob("*.py") if "add_argument(" in p.read_text())
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_every_scripts_parser_is_the_one_line_one(name):
+    # each built argparse.ArgumentParser itself, so each printed the usage block for a mistake
+    text = (ROOT / "scripts" / f"{name}.py").read_text()
+    assert "argparse.ArgumentParser(" not in text and "from script_args import Parser" in text
+
+
 @pytest.mark.parametrize("name, usage", [("gpu_exactness_check", "[ngl]"), ("gpu_chisq_check", "ngl n [backend]")])
 def test_the_gpu_checks_answer_help_and_a_bad_argument_in_their_usage(name, usage):
     # both read sys.argv by hand: --help was int('--help'), a ValueError traceback, and
