@@ -8,6 +8,7 @@ model's final path: downloads and conversions go to a temporary file beside it, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -125,13 +126,23 @@ def _catalog_fix() -> str:
 def checkout_store(package: Path = PACKAGE) -> Path | None:
     """The models/ folder of the source checkout the package sits in (a pyproject.toml naming the
     project localspec, and models/ beside it), else None: installed, site-packages is no store."""
-    root = package.parent
+    pyproject, store = package.parent / "pyproject.toml", package.parent / "models"
     try:
-        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        seen = pyproject.stat()
+    except OSError:
         return None
-    store = root / "models"
-    return store if isinstance(project, dict) and project.get("name") == "localspec" and store.is_dir() else None
+    return store if _names_localspec(pyproject, seen.st_mtime_ns, seen.st_size) and store.is_dir() else None
+
+
+@functools.lru_cache(maxsize=8)
+def _names_localspec(pyproject: Path, mtime_ns: int, size: int) -> bool:
+    """Whether pyproject.toml names the project localspec: parsed once per version of the file (its
+    mtime and size), not on each store_dir(), which the server asks for on every request (warmstart.save)."""
+    try:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return isinstance(project, dict) and project.get("name") == "localspec"
 
 
 def default_store() -> Path:

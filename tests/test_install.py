@@ -111,6 +111,23 @@ def test_a_checkout_is_told_by_its_pyproject_and_models_folder(tmp_path):
     assert models.checkout_store(package) is None
 
 
+def test_the_checkouts_pyproject_is_parsed_once_per_version_not_per_request(monkeypatch, tmp_path):
+    # store_dir() read and parsed pyproject.toml on each call (0.2 ms), and the server calls it on
+    # every request (warmstart.save); a changed file is still read again
+    package = tmp_path / "repo" / "localspec"
+    package.mkdir(parents=True)
+    (tmp_path / "repo" / "models").mkdir()
+    pyproject = tmp_path / "repo" / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "localspec"\n')
+    parsed = []
+    real = models.tomllib.loads
+    monkeypatch.setattr(models.tomllib, "loads", lambda text: parsed.append(text) or real(text))
+    assert [models.checkout_store(package) for _ in range(3)] == [tmp_path / "repo" / "models"] * 3
+    assert len(parsed) == 1
+    pyproject.write_text('[project]\nname = "something-else"\n')
+    assert models.checkout_store(package) is None and len(parsed) == 2
+
+
 def test_installed_the_store_is_per_user(monkeypatch, tmp_path):
     monkeypatch.delenv("LOCALSPEC_MODELS")
     monkeypatch.setattr(models, "checkout_store", lambda: None)
