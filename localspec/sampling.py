@@ -64,7 +64,12 @@ class SamplingParams:
 
 def is_whole(value) -> bool:
     """An int that is not a bool (True would read as 1)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    return whole_type(type(value))
+
+
+def whole_type(kind: type) -> bool:
+    """The type of a whole number: int or a numpy integer, not bool."""
+    return issubclass(kind, (int, np.integer)) and not issubclass(kind, (bool, np.bool_))
 
 
 def is_real(value) -> bool:

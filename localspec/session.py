@@ -24,7 +24,7 @@ from .context import SAMPLED_ROWS_MAX, Context, LazyContext
 from .llama import Model, common_prefix_len, gpu_offload_supported, threads_of
 from .placement import Placement, place_pair
 from .planner import CostTracker, source_names, worth_preparing
-from .sampling import is_whole
+from .sampling import is_whole, whole_type
 from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
 from .treeplan import MAX_BRANCHES
@@ -69,6 +69,13 @@ def rows_on_gpu(placed: Placement, n_gpu_layers: int, n_layer: int) -> bool:
     with the chain against 123 ms with numpy reading the row (scripts/bench_rpc.py, README), likely
     because the chain's results are read back in round trips of their own (not traced)."""
     return placed.where != "CPU" and not placed.remote and n_gpu_layers > n_layer
+
+
+def token_ids(prompt: Sequence[int], n_vocab: int) -> bool:
+    """Whether every entry of prompt is a whole number in 0..n_vocab-1: each type once, then the least
+    and the greatest, in C (a Python test per token took 6.6 ms on a 32k-token prompt)."""
+    kinds_whole = all(whole_type(kind) for kind in set(map(type, prompt)))
+    return kinds_whole and (len(prompt) == 0 or 0 <= min(prompt) and max(prompt) < n_vocab)
 
 
 class Pair:
@@ -236,10 +243,10 @@ class Pair:
         for a token id the target's vocabulary lacks (llama.cpp's decode only fails, 'code -1')."""
         self._open()
         n_vocab = self.target_model.n_vocab
-        for i, t in enumerate(prompt):
-            if not is_whole(t) or not 0 <= t < n_vocab:
-                raise GenerationError(f"prompt[{i}] = {t!r} is not a token id of the target's vocabulary "
-                                      f"(0..{n_vocab - 1}); give token ids, e.g. from pair.prompt_tokens(text, chat)")
+        if not token_ids(prompt, n_vocab):  # then find the first bad one, to name it
+            i, t = next((i, t) for i, t in enumerate(prompt) if not is_whole(t) or not 0 <= t < n_vocab)
+            raise GenerationError(f"prompt[{i}] = {t!r} is not a token id of the target's vocabulary "
+                                  f"(0..{n_vocab - 1}); give token ids, e.g. from pair.prompt_tokens(text, chat)")
         check_fits(len(prompt), self.target_ctx.n_ctx)
 
     def stream(self, prompt: Sequence[int], config: GenerationConfig,
