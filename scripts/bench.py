@@ -323,7 +323,10 @@ class Runs:
     prompt_tokens: list[int] = field(default_factory=list)  # localspec's count per prompt
     llamacpp_prompt_tokens: dict[int, int] = field(default_factory=dict)  # llama.cpp's count per prompt
     trackers: dict[str, dict] = field(default_factory=dict)  # label -> the planner's measurements (run_localspec)
-    placement: dict[str, str] = field(default_factory=dict)  # role -> where it ran, as Pair.placement says
+    # role -> where it ran, as Pair.placement says (where each model runs once loaded); not placement_now,
+    # which, read before the first generation, calls a deferred draft "not loaded" though the model
+    # scenarios load it, and which where_text would read as a GPU
+    placement: dict[str, str] = field(default_factory=dict)
 
 
 def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths: tuple[Path, Path],
