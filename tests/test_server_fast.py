@@ -223,9 +223,17 @@ def test_a_body_nested_too_deeply_is_told_so_not_called_bad_utf8(http):
 
 
 def test_unknown_routes_and_methods_get_openai_style_errors(http):
-    for method, path, status in (("GET", "/v1/nothing", 404), ("GET", "/v1/chat/completions", 405)):
+    # Each named the request and no fix ("Method Not Allowed: GET /v1/chat/completions"), and a 405
+    # came without the Allow header Starlette had set
+    for method, path, status, fix in (("GET", "/v1/nothing", 404, "POST /v1/chat/completions, POST /v1/completions"),
+                                      ("POST", "/v1/embeddings", 404, "GET /v1/models"),
+                                      ("GET", "/v1/chat/completions", 405, "this route takes POST"),
+                                      ("POST", "/v1/models", 405, "this route takes GET")):
         r = http.request(method, path)
-        assert r.status_code == status and r.json()["error"]["message"].endswith(path)
+        message = r.json()["error"]["message"]
+        assert r.status_code == status and f"{method} {path};" in message and fix in message, r.text
+    r = http.request("DELETE", "/v1/chat/completions")
+    assert r.headers["allow"] == "POST" and r.json()["error"]["message"].endswith("this route takes POST")
 
 
 def test_bad_requests_through_the_openai_client(client):

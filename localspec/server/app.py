@@ -262,6 +262,11 @@ def unreadable_body(cause: BaseException | None) -> ApiError:
     return ApiError(400, f"the request body could not be parsed as JSON ({why}); {fix}", None, "invalid_body")
 
 
+# What a 404 names: the routes a client may have meant
+ROUTES = ("POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics "
+          "and the web chat at GET /")
+
+
 def add_error_handlers(app: FastAPI) -> None:
     """Every error in OpenAI's shape: ours, request validation (400) and routing (404, 405, 413)."""
 
@@ -279,7 +284,14 @@ def add_error_handlers(app: FastAPI) -> None:
             return ApiError(413, e.detail, None, "request_too_large").response()
         if e.status_code == 400 and str(e.detail).startswith("There was an error parsing the body"):
             return unreadable_body(e.__cause__).response()
-        return ApiError(e.status_code, f"{e.detail}: {request.method} {request.url.path}").response()
+        where = f"{e.detail}: {request.method} {request.url.path}"
+        if e.status_code == 405:  # Starlette names the route's methods in Allow, which the answer keeps
+            allow = (e.headers or {}).get("Allow", "")
+            return ApiError(405, f"{where}; this route takes {allow.replace(', ', ' or ')}", None,
+                            None, e.headers).response()
+        if e.status_code == 404:
+            return ApiError(404, f"{where}; this server answers {ROUTES}").response()
+        return ApiError(e.status_code, where, None, None, e.headers).response()
 
 
 def bind(host: str, port: int) -> socket.socket:
