@@ -291,6 +291,23 @@ def test_a_body_that_is_not_an_object_names_the_fix(http):
         assert "None" not in error["message"] and "JSON object" in error["message"], error
 
 
+@pytest.mark.parametrize("path, extra, param, fragment", [
+    ("/v1/chat/completions", {"stop": ["a", 3]}, "stop", 'a string or a list of at most 4 strings (got ["a", 3])'),
+    ("/v1/chat/completions", {"stop": 5}, "stop", "a string or a list of at most 4 strings (got 5)"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": ["hi"]}]}, "messages[0].content",
+     'a list of text parts ({"type": "text", "text": ...}) (got ["hi"])'),
+    ("/v1/completions", {"prompt": [1, "a"]}, "prompt", "a string, or a list of token ids"),
+    ("/v1/chat/completions", {"gamma": 1.5}, "gamma", 'a whole number >= 0 or "auto" (got 1.5)'),
+    ("/v1/chat/completions", {"p_min": [0.5]}, "p_min", 'a number in [0, 1) or "auto"'),
+])
+def test_a_field_of_several_types_names_them_all(http, path, extra, param, fragment):
+    # pydantic's first error names the union's first member: stop ["a", 3] was told "should be a valid
+    # string", and content ["hi"] the same, though each takes a list
+    body = {"messages": QUESTION, **extra} if path == "/v1/chat/completions" else {"prompt": "hi", **extra}
+    error = error_of(http.post(path, json=body), 400, param)
+    assert fragment in error["message"] and "valid string" not in error["message"], error
+
+
 def test_harmless_fields_are_accepted(client):
     no_calls = {"role": "assistant", "content": "Paris.", "tool_calls": []}  # as some clients send every reply
     resp = client.chat.completions.create(model=MODEL, messages=[*QUESTION, no_calls, *QUESTION], max_tokens=4,

@@ -31,8 +31,8 @@ from .metrics import Metrics
 from .middleware import MAX_BODY, Guard
 from .outage import Outage, inherited_socket
 from .responses import Shape, collect
-from .types import ApiError, ChatRequest, CompletionRequest, Options, check_supported, check_text, message_dicts, \
-    request_config
+from .types import EITHER, ApiError, ChatRequest, CompletionRequest, Options, check_supported, check_text, \
+    message_dicts, request_config
 from .web import Live, add_web_routes
 from .worker import Worker
 
@@ -218,7 +218,7 @@ def client_param(loc) -> str | None:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part != "body" and re.fullmatch(r"[A-Za-z_]\w*", part) and part not in TYPE_TAGS:
+        elif part != "body" and not is_type_tag(part):
             out += f".{part}" if out else part
     return out or None
 
@@ -226,8 +226,27 @@ def client_param(loc) -> str | None:
 TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "bytes"}
 
 
-def validation_error(err: dict) -> ApiError:
-    """One of pydantic's errors as the client can act on it."""
+def is_type_tag(part: str) -> bool:
+    """Whether a location's part is pydantic's tag of a union member ("str", "list[str]"), not a field."""
+    return part in TYPE_TAGS or not re.fullmatch(r"[A-Za-z_]\w*", part)
+
+
+def union_error(errors: list[dict]) -> ApiError | None:
+    """The 400 for a field of several JSON types (types.EITHER) given none of them, naming them all:
+    pydantic's first error names the first only ("stop: Input should be a valid string" for ["a", 3])."""
+    loc = tuple(errors[0].get("loc", ()))
+    at = next((i for i, part in enumerate(loc) if isinstance(part, str) and is_type_tag(part)), None)
+    if at is None or loc[at - 1] not in EITHER:
+        return None
+    value = next((e.get("input") for e in errors if len(e["loc"]) == at + 1 and tuple(e["loc"][:at]) == loc[:at]),
+                 errors[0].get("input"))  # a member's error at the field itself holds the whole value
+    param = client_param(loc[:at])
+    return ApiError(400, f"{param} must be {EITHER[loc[at - 1]]} (got {as_json(value)})", param, "invalid_value")
+
+
+def validation_error(errors: list[dict]) -> ApiError:
+    """pydantic's first error as the client can act on it."""
+    err = errors[0]
     if err.get("type") == "json_invalid":
         detail = err.get("ctx", {}).get("error", "")
         return ApiError(400, f"the request body is not valid JSON ({detail}); send a JSON object")
@@ -242,7 +261,8 @@ def validation_error(err: dict) -> ApiError:
                         f"chat, prompt for completions); got {got}", None, "invalid_body")
     if err.get("type") == "missing":
         return ApiError(400, f"{param} is required", param, "missing")
-    return ApiError(400, f"{param}: {err.get('msg')} (got {as_json(err.get('input'))})", param, "invalid_value")
+    return union_error(errors) or ApiError(400, f"{param}: {err.get('msg')} (got {as_json(err.get('input'))})", param,
+                                           "invalid_value")
 
 
 def as_json(value, limit: int = 60) -> str:
@@ -276,7 +296,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request, e: RequestValidationError):
-        return validation_error(e.errors()[0]).response()
+        return validation_error(e.errors()).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, e: StarletteHTTPException):

@@ -46,6 +46,15 @@ UNSUPPORTED = {
 }
 
 
+# What a field of several JSON types takes, as its type error names them (pydantic's names only the first)
+EITHER = {
+    "stop": f"a string or a list of at most {MAX_STOP} strings",
+    "prompt": "a string, or a list of token ids (whole numbers)",
+    "content": 'a string or a list of text parts ({"type": "text", "text": ...})',
+    "gamma": 'a whole number >= 0 or "auto"',
+    "p_min": 'a number in [0, 1) or "auto"',
+}
+
 # An assistant message's calls: refused as tools and functions are (the chat template would drop them)
 MESSAGE_CALLS = ("tool_calls", "function_call")
 
