@@ -133,7 +133,10 @@ def test_seed_reproducibility(client):
     ({"model": MODEL, "messages": QUESTION, "n": 2}, 400, "n", "n must be 1"),
     ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages[0].role", '(got "wizard")'),
     ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
-     "messages[0].content", "non-text"),
+     "messages[0].content", 'content[0] is a non-text part (type "image_url"); this server takes text only: send'),
+    # it was called "a non-text content part" too, though it holds text: its "type" is missing
+    ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"text": "b"}]}]},
+     400, "messages[0].content", 'content[1] has no "type"'),
     ({"model": "gpt-4o", "messages": QUESTION}, 404, "model", "gpt-4o"),
 ])
 def test_bad_requests_get_openai_style_errors(http, body, status, param, fragment):

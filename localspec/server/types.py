@@ -215,8 +215,12 @@ def message_dicts(messages: list[Message]) -> list[dict]:
                            f"messages[{i}].content", "missing")
         content = m.content or ""
         if isinstance(content, list):
-            if any(part.get("type") != "text" for part in content):
-                raise ApiError(400, f"messages[{i}] has a non-text content part; this server takes text only",
+            bad = next((j for j, part in enumerate(content) if part.get("type") != "text"), None)
+            if bad is not None:
+                kind = content[bad].get("type")
+                what = "has no \"type\"" if kind is None else f"is a non-text part (type {json.dumps(kind):.60})"
+                raise ApiError(400, f"messages[{i}].content[{bad}] {what}; this server takes text only: send the "
+                               "text as a string or as {\"type\": \"text\", \"text\": ...} parts",
                                f"messages[{i}].content")
             if not all(isinstance(part.get("text"), str) for part in content):
                 raise ApiError(400, f"messages[{i}] has a text part without a string \"text\"; give each part "
