@@ -417,6 +417,19 @@ def test_cors_origin_flag(tmp_path):
         assert "access-control-allow-origin" not in r.headers
 
 
+
+def test_a_refused_cors_preflight_is_openai_shaped_and_names_the_fix(tmp_path):
+    # Starlette answered a plain-text 400 "Disallowed CORS origin", naming neither the origin nor --cors-origin
+    with TestClient(make_app(tmp_path)) as bare:
+        for origin, method, fixes in (("http://evil.example", "POST", ("--cors-origin http://evil.example",)),
+                                      ("http://localhost:3000", "PUT", ("method PUT", "send GET or POST"))):
+            r = bare.options("/v1/chat/completions", headers={"Origin": origin, "Access-Control-Request-Method": method})
+            error = error_of(r, 400, None)
+            assert error["code"] == "cors_refused" and all(fix in error["message"] for fix in fixes), error
+        r = bare.options("/v1/chat/completions", headers={"Origin": "http://localhost:3000",
+                                                          "Access-Control-Request-Method": "POST"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
+
 # --- 5. logprobs -----------------------------------------------------------------------------------------
 
 def chat_logprobs(client, **kwargs):

@@ -16,7 +16,6 @@ from typing import Callable
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -28,7 +27,7 @@ from ..llama import LlamaError
 from ..session import Pair, check_messages
 from .logprobs import Logprobs
 from .metrics import Metrics
-from .middleware import MAX_BODY, Guard
+from .middleware import MAX_BODY, Cors, Guard
 from .outage import Outage, inherited_socket
 from .responses import Shape, collect
 from .types import EITHER, ApiError, ChatRequest, CompletionRequest, Options, check_supported, check_text, \
@@ -144,7 +143,7 @@ def create_app(pair: Pair, defaults: GenerationConfig = GenerationConfig(), api_
     app.state.server = server
     app.add_middleware(Guard, headers=server.headers(), api_key=api_key, max_body=max_body)
     # Outermost: answers preflights (which carry no key) and adds Access-Control-* to every answer.
-    app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins),
+    app.add_middleware(Cors, allow_origins=list(cors_origins),
                        allow_origin_regex=None if cors_origins else LOCAL_ORIGINS, allow_methods=["GET", "POST"],
                        allow_headers=["*"], expose_headers=["x-localspec-target", "x-localspec-draft",
                                                             "x-localspec-version", "Retry-After"], max_age=600)

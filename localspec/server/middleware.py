@@ -1,13 +1,17 @@
 """ASGI middleware (plain ASGI rather than BaseHTTPMiddleware, which would get in the way of
 streaming): the API key, the x-localspec-* headers, the request-body limit, and a 500 for a crash
-that still passes through the CORS middleware outside it."""
+that still passes through the CORS middleware outside it; and that CORS middleware, whose refusals
+are in OpenAI's shape."""
 
 from __future__ import annotations
 
 import hmac
 import logging
 
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
 
 from .types import ApiError
 from .web import is_public
@@ -81,3 +85,24 @@ class Guard:
     def authorized(self, header: bytes) -> bool:
         scheme, _, key = header.decode("latin-1").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), self.api_key.encode())
+
+
+class Cors(CORSMiddleware):
+    """Starlette's CORS middleware, whose refused preflight (a plain-text 400, "Disallowed CORS origin")
+    is answered in OpenAI's shape, naming what was refused and the fix."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        origin, method = request_headers["origin"], request_headers["access-control-request-method"]
+        why = []
+        if not self.is_allowed_origin(origin=origin):
+            why.append(f"the origin {origin} may not call this server; restart it with --cors-origin {origin} "
+                       "(or --cors-origin '*' for any origin)")
+        if method not in self.allow_methods:
+            why.append(f"the method {method} is not one this API takes; send GET or POST")
+        if not why:  # what else Starlette refuses: a page's ask for private network access
+            why.append("private network access (Access-Control-Request-Private-Network) is not granted")
+        headers = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
+        return ApiError(400, "CORS preflight refused: " + "; ".join(why), None, "cors_refused", headers).response()
