@@ -109,6 +109,7 @@ def test_a_chunked_body_over_the_limit_is_413_too(tmp_path):
         assert "content-length" not in r.request.headers
         error = error_of(r, 413, None)
         assert error["code"] == "request_too_large" and "8192 bytes" in error["message"]
+        assert error["message"].startswith("the request body is over this server's limit"), error  # was "holds more, over"
 
 
 def test_serve_binds_the_port_before_loading_and_passes_the_new_flags(fake_cli, monkeypatch):

@@ -63,8 +63,8 @@ class Guard:
         return None
 
     def too_large(self, size: int | None) -> ApiError:
-        what = f"{size} bytes" if size is not None else "more"
-        return ApiError(413, f"the request body holds {what}, over this server's limit of {self.max_body} bytes; "
+        held = f"holds {size} bytes, over" if size is not None else "is over"  # None: sent without Content-Length
+        return ApiError(413, f"the request body {held} this server's limit of {self.max_body} bytes; "
                         "send a shorter prompt, or restart the server with a larger --max-body", None,
                         "request_too_large")
 
