@@ -194,6 +194,25 @@ def test_chat_template_and_system_prompt(fake_cli):
     assert chat["stats"]["prompt_tokens"] == 1 + 14 + 7 + 3
 
 
+def test_an_empty_raw_reply_from_a_model_with_a_chat_template_suggests_chat(fake_cli, monkeypatch):
+    # An instruct model given the bare prompt can end its turn at once: the user saw an empty line and
+    # nothing else. The fakes' reply ends 3 tokens after the last control token: the raw prompt's BOS is
+    # further back than that, so EOS comes first; the chat template's "<|im_start|>assistant\n" leaves room.
+    fake_cli.reply_len = 3
+    common = ["Write a haiku about the sea", "--target", str(fake_cli.target), "--draft", "none", "-n", "8"]
+    hint = "the model ended its reply at once; an instruct or chat model may need --chat"
+    raw = invoke("generate", *common, "--raw")
+    assert raw.exit_code == 0 and raw.stdout == "\n", raw.output
+    assert [line for line in raw.stderr.splitlines() if "--chat" in line] == [f"localspec: {hint} (its chat "
+                                                                             "template around the prompt)"]
+    chat = invoke("generate", *common)  # the default for this model
+    assert chat.exit_code == 0 and chat.stdout.strip() and hint not in chat.stderr, chat.output
+    import fakes
+    monkeypatch.setattr(fakes.FakeModel, "chat_template", lambda self: None)  # no template: --chat cannot help
+    bare = invoke("generate", *common, "--raw")
+    assert bare.exit_code == 0 and bare.stdout == "\n" and hint not in bare.stderr, bare.output
+
+
 @pytest.mark.parametrize("flags, fragments", [
     (["--temperature", "-1"], ["temperature", "-1"]),
     (["--top-p", "1.5"], ["top_p", "1.5"]),

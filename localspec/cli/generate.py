@@ -44,6 +44,10 @@ def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json
         use_chat = pair.is_instruct() if chat is None else chat
         tokens = pair.prompt_tokens(prompt, use_chat, system)
         reply = stream_reply(pair.stream(tokens, config), echo=not as_json, colour=use_colour(show_drafts))
+        if not use_chat and reply.stats.generated == 0 and reply.finish_reason == "stop" \
+                and pair.target_model.chat_template() is not None:  # its end-of-turn token came first
+            click.echo("localspec: the model ended its reply at once; an instruct or chat model may need --chat "
+                       "(its chat template around the prompt)", err=True)
         report(pair, reply, config if as_json else None, show_stats)
     finally:
         pair.close()
