@@ -56,7 +56,7 @@ def test_every_drafter_keeps_the_target_only_text(args, drafter):
 
 @pytest.mark.parametrize("flags, fragment", [(["--threads", "-2"], "-2 is not in the range x>=-1"),
                                              (["-ngl", "-5"], "-5 layers: give 0 or more, or -1"),
-                                             (["-ngld", "x"], "'x' is not a whole number")])
+                                             (["-ngld", "x"], "'x' is not a whole number: give 0 or more, or -1")])
 def test_negative_threads_and_layers_are_refused(args, flags, fragment):
     # they were accepted silently; -1 keeps llama.cpp's meaning (the default threads, every layer)
     assert_one_line_error(invoke("generate", "hi", *args, "-n", "2", *flags), fragment)

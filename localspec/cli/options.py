@@ -257,11 +257,12 @@ class WholeNumber(click.IntRange):
 class GpuLayers(click.ParamType):
     """Layers on the GPU: N >= 0, or -1 for every layer (llama.cpp's -ngl -1), read as ALL_LAYERS."""
     name = "N"
+    WANTED = f"give 0 or more, or -1 (or {ALL_LAYERS}) for every layer"
 
     def convert(self, value, param, ctx):
-        layers = whole_number(self, value, param, ctx, "a whole number")
+        layers = whole_number(self, value, param, ctx, f"a whole number: {self.WANTED}")
         if layers < -1:
-            self.fail(f"{value} layers: give 0 or more, or -1 (or {ALL_LAYERS}) for every layer", param, ctx)
+            self.fail(f"{value} layers: {self.WANTED}", param, ctx)
         return ALL_LAYERS if layers == -1 else layers
 
 
