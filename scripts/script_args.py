@@ -9,15 +9,24 @@ import argparse
 class Parser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line ("bench.py: error: argument --n-prompts: 'x' is not
     a whole number: give one like 8; see `bench.py --help`"); type=int and type=float are read by
-    whole_number and number, which say what to give."""
+    whole_number and number, which say what to give. Only argparse's own errors, raised in parse_args,
+    point at --help: a script's check of what it parsed (`ap.error(...)` after it) names its own fix."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.register("type", int, whole_number)
         self.register("type", float, number)
+        self.parsing = False
+
+    def parse_args(self, args=None, namespace=None):
+        self.parsing = True
+        try:
+            return super().parse_args(args, namespace)
+        finally:
+            self.parsing = False
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+        self.exit(2, f"{self.prog}: error: {message}" + (f"; see `{self.prog} --help`" if self.parsing else "") + "\n")
 
 
 def whole_number(text: str) -> int:
