@@ -17,6 +17,9 @@ SOURCES = ("store", "lmstudio", "ollama", "hf-cache", "extra")
 GGUF_MAGIC = b"GGUF"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_REGISTRY = "registry.ollama.ai"
+# A model's file in Ollama's blobs folder (a layer's digest names it too): sha256-<hex>, or
+# sha256:<hex> as Ollama named blobs before 0.1.x (and a manifest's digest always reads).
+OLLAMA_BLOB = re.compile(r"sha256[-:][0-9a-f]{64}")
 # Where Linux's service install of Ollama keeps its models (the `ollama` user's home).
 OLLAMA_SYSTEM_DIR = Path("/usr/share/ollama/.ollama/models")
 SPLIT_TAIL = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)  # model-00002-of-00003.gguf
@@ -173,7 +176,7 @@ def _ollama_blob(root: Path, manifest: Path) -> Path | None:
         digest = next(layer["digest"] for layer in layers if layer.get("mediaType") == OLLAMA_MODEL_LAYER)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration):
         return None
-    if not isinstance(digest, str) or not re.fullmatch(r"sha256[:-][0-9a-f]{64}", digest):
+    if not isinstance(digest, str) or not OLLAMA_BLOB.fullmatch(digest):
         return None  # never a path built from something else
     for name in (f"sha256-{digest[7:]}", f"sha256:{digest[7:]}"):  # older Ollama versions used ':'
         if (root / "blobs" / name).is_file():

@@ -9,7 +9,6 @@ and evaluate only the rest, so a new turn costs its new tokens, not the conversa
 from __future__ import annotations
 
 import json
-import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from . import models, warmstart
 from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import Drafter, ModelDrafter, NGramDrafter
+from .discovery import OLLAMA_BLOB
 from .devices import keep_alive, local_devices, rpc_endpoints
 from .context import SAMPLED_ROWS_MAX, Context, LazyContext
 from .llama import Model, common_prefix_len, gpu_offload_supported, threads_of
@@ -29,7 +29,6 @@ from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
 from .treeplan import MAX_BRANCHES
 
-OLLAMA_BLOB = re.compile(r"sha256-[0-9a-f]{64}")  # how Ollama names a model's file in its store
 
 
 @dataclass(frozen=True)

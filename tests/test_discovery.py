@@ -305,3 +305,13 @@ def test_an_ollama_blob_with_a_chat_template_is_chatted_with(smol_path, tmp_path
         kinds[path.name] = pair.is_instruct()
         pair.close()
     assert kinds == {blob.name: True, "tiny.gguf": False}
+
+
+def test_an_old_ollama_stores_blob_is_chatted_with_too(monkeypatch):
+    # Ollama before 0.1.x named its blobs sha256:<hex>: discovery found them, but such a model ran raw
+    from fakes import FakeModel, fake_pair
+
+    monkeypatch.setattr(FakeModel, "meta", lambda self, key: None)  # no general.name to go by
+    names = ("sha256-" + "ab" * 32, "sha256:" + "cd" * 32, "tiny.gguf")
+    kinds = {name: fake_pair(draft=False, target_path=name).is_instruct() for name in names}
+    assert kinds == {names[0]: True, names[1]: True, "tiny.gguf": False}
