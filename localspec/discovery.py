@@ -192,25 +192,39 @@ def _ollama_name(host: str, namespace: str, name: str, tag: str) -> str:
 
 
 def _hf_cache_models(cache: Path) -> list[Found]:
-    """GGUF files in the hub cache's model repos, named repo_id/path-in-repo; where several revisions
-    hold a file, the one `main` points to (else the newest) is taken."""
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
+    """GGUF files in the hub cache's model repos (models--org--repo/snapshots/<rev>/...), named
+    repo_id/path-in-repo; where several revisions hold a file, the one `main` points to (else the
+    newest) is taken, unless its blob was deleted. Read here file by file: huggingface_hub's
+    scan_cache_dir leaves out a whole repo when one of its links is broken."""
+    chosen: dict[str, tuple[tuple[bool, bool, float], Path]] = {}
+    for repo in sorted(cache.glob("models--*")):
+        repo_id = repo.name.removeprefix("models--").replace("--", "/")
+        main = _read_ref(repo / "refs" / "main")
+        for snapshot in sorted((repo / "snapshots").glob("*")):
+            for path in gguf_files(snapshot):
+                if not is_model_file(path.name):
+                    continue
+                name = f"{repo_id}/{path.relative_to(snapshot).as_posix()}"
+                rank = (path.exists(), snapshot.name == main, _mtime(path))  # a broken link last
+                if name not in chosen or rank > chosen[name][0]:
+                    chosen[name] = (rank, path)
+    return [f for name, (_, path) in sorted(chosen.items()) if is_gguf(path) for f in _found(name, path, "hf-cache")]
 
+
+def _read_ref(path: Path) -> str | None:
+    """The revision a hub cache ref file holds, or None."""
     try:
-        info = scan_cache_dir(cache)
-    except (CacheNotFound, ValueError):
-        return []
-    chosen: dict[str, Path] = {}
-    for repo in sorted(info.repos, key=lambda r: r.repo_id):
-        if repo.repo_type != "model":
-            continue
-        for revision in sorted(repo.revisions, key=lambda r: ("main" in r.refs, r.last_modified)):
-            for file in revision.files:  # a later (preferred) revision overwrites an earlier one
-                inside = file.file_path.relative_to(revision.snapshot_path).as_posix()
-                if is_model_file(file.file_name):
-                    chosen[f"{repo.repo_id}/{inside}"] = file.file_path
-    return [f for name, path in sorted(chosen.items()) if is_gguf(path) for f in _found(name, path, "hf-cache")]
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _mtime(path: Path) -> float:
+    """When path's file (its blob) was written; 0 for a broken link."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _unique(found: Iterable[Found]) -> list[Found]:

@@ -189,6 +189,21 @@ def test_hugging_face_hub_cache(monkeypatch, tmp_path):
     assert discovery.find_models(all_sources=True) == []
 
 
+def test_a_deleted_blob_hides_only_its_own_file(monkeypatch, tmp_path):
+    # huggingface_hub's scan_cache_dir drops a whole repo for one broken link: every model in it was
+    # "Unknown model" after one of its blobs was deleted
+    cache = tmp_path / "hf" / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    kept = hf_cached(cache, "org/Smol-GGUF", "smol-Q4_K_M.gguf", b"kept")
+    hf_cached(cache, "org/Smol-GGUF", "smol-Q8_0.gguf", b"deleted").resolve().unlink()
+    older = hf_cached(cache, "org/Smol-GGUF", "smol-F16.gguf", b"older", revision="c" * 40, ref="v1")
+    hf_cached(cache, "org/Smol-GGUF", "smol-F16.gguf", b"newer").resolve().unlink()  # main's copy deleted
+    assert named(discovery.find_models(all_sources=True)) == [("org/Smol-GGUF/smol-F16.gguf", "hf-cache"),
+                                                              ("org/Smol-GGUF/smol-Q4_K_M.gguf", "hf-cache")]
+    assert models.resolve_model("org/Smol-GGUF/smol-Q4_K_M.gguf") == kept
+    assert models.resolve_model("smol-F16") == older  # the copy still on disk
+
+
 def test_extra_folders_and_unreadable_entries(monkeypatch, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     first = gguf(a / "one.gguf")
