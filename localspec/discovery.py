@@ -22,7 +22,7 @@ OLLAMA_REGISTRY = "registry.ollama.ai"
 OLLAMA_BLOB = re.compile(r"sha256[-:][0-9a-f]{64}")
 # Where Linux's service install of Ollama keeps its models (the `ollama` user's home).
 OLLAMA_SYSTEM_DIR = Path("/usr/share/ollama/.ollama/models")
-SPLIT_TAIL = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)  # model-00002-of-00003.gguf
+SPLIT_TAIL = re.compile(r"-(\d{5})-of-(\d{5})(\.gguf)$", re.IGNORECASE)  # model-00002-of-00003.gguf
 LISTED_IN_ERRORS = 8  # at most this many other apps' models named in an unknown-model error
 
 
@@ -34,7 +34,7 @@ class Found:
                  # (ollama), 'org/repo/x.gguf' (hf-cache, the repo id and the file in it)
     path: Path
     source: str  # one of SOURCES
-    size: int    # bytes
+    size: int    # bytes (of every part, for a split model)
 
 
 def find_models(all_sources: bool = False) -> list[Found]:
@@ -117,6 +117,24 @@ def is_model_file(name: str) -> bool:
             and not (split and split.group(1) != "00001"))
 
 
+def split_parts(path: Path) -> list[Path]:
+    """The files of the split model whose part path is (model-00001-of-00003.gguf: parts 1 to 3, as
+    llama.cpp names them beside the first), or [path] for a model in one file."""
+    split = SPLIT_TAIL.search(path.name)
+    if not split:
+        return [path]
+    stem, count, ext = path.name[:split.start()], split.group(2), split.group(3)
+    return [path.with_name(f"{stem}-{i:05d}-of-{count}{ext}") for i in range(1, int(count) + 1)]
+
+
+def model_size(path: Path) -> int:
+    """The bytes of a model: of all the parts present for a split model (llama.cpp loads them
+    together), not of its first file alone. OSError when path cannot be read."""
+    size = Path(path).stat().st_size
+    parts = split_parts(Path(path))
+    return size if len(parts) == 1 else sum(p.stat().st_size for p in parts if p.is_file())
+
+
 def gguf_files(folder: Path) -> list[Path]:
     """The .gguf files under folder, recursively (symlinked folders followed once; hidden entries,
     such as the store's temporary downloads, skipped), sorted."""
@@ -144,7 +162,7 @@ def _folder_models(folder: Path, source: str) -> list[Found]:
 def _found(name: str, path: Path, source: str) -> list[Found]:
     """[Found] for a readable file, [] for one that vanished or cannot be read."""
     try:
-        return [Found(name, path, source, path.stat().st_size)]
+        return [Found(name, path, source, model_size(path))]
     except OSError:
         return []
 

@@ -57,7 +57,7 @@ def compatible_drafts(target: Path, all_sources: bool = False) -> list[Path]:
     from .llama import LlamaError, Model
 
     target = Path(target)
-    size = target.stat().st_size
+    size = discovery.model_size(target)
     found = [f for f in discovery.find_models(all_sources) if f.size < size and not _same_file(f.path, target)]
     if not found:
         return []

@@ -128,6 +128,21 @@ def test_lm_studio_folders(isolated_store, monkeypatch, tmp_path):
     assert models.resolve_model("lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M") == shadow  # the store comes first
 
 
+def test_a_split_model_is_listed_once_at_the_size_of_all_its_parts(isolated_store):
+    # llama.cpp loads the parts beside the first; the list gave the first part's size (54 MiB of 94)
+    home = Path(os.environ["HOME"])
+    folder = home / ".lmstudio/models/pub/Big-GGUF"
+    first = gguf(folder / "big-Q4_K_M-00001-of-00003.gguf", size=100)
+    gguf(folder / "big-Q4_K_M-00002-of-00003.gguf", size=30)
+    gguf(folder / "big-Q4_K_M-00003-of-00003.gguf", size=20)
+    found = discovery.find_models(all_sources=True)
+    assert [(f.name, f.size) for f in found] == [("pub/Big-GGUF/big-Q4_K_M-00001-of-00003.gguf", 150)]
+    assert models.resolve_model("big-Q4_K_M-00001-of-00003") == first
+    assert discovery.split_parts(first)[1:] == [folder / "big-Q4_K_M-00002-of-00003.gguf",
+                                                folder / "big-Q4_K_M-00003-of-00003.gguf"]
+    assert discovery.model_size(gguf(isolated_store / "one.gguf", size=7)) == 7
+
+
 def test_ollama_store_by_name_and_tag(monkeypatch, tmp_path):
     root = Path(os.environ["HOME"]) / ".ollama" / "models"
     one_b = ollama_model(root, "llama3.2", "1b", b"one")

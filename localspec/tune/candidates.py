@@ -12,6 +12,7 @@ from .. import models
 from ..compat import first_difference
 from ..context import Context
 from ..devices import local_devices
+from ..discovery import model_size
 from ..llama import QUANT_TYPES, LlamaError, Model, quant_name
 from ..placement import draft_placement
 from ..session import LoadOptions
@@ -110,7 +111,7 @@ def _usable_drafts(target: Path, files: Sequence[Path],
     """(path, quant) of each file that can draft for target; a 'name: reason' line for each other
     (the target's own file only where given names it as a draft: in the store it is no news)."""
     usable, skipped = [], []
-    size = target.stat().st_size
+    size = model_size(target)
     t = Model(target, vocab_only=True)
     try:
         for path in files:
@@ -118,7 +119,7 @@ def _usable_drafts(target: Path, files: Sequence[Path],
                 if path in given:
                     skipped.append(f"{path.name}: it is the target itself; give a smaller model of the same vocabulary")
                 continue
-            if path.stat().st_size >= size:
+            if model_size(path) >= size:
                 skipped.append(f"{path.name}: not smaller than the target")
                 continue
             problem, quant = _judge_draft(t, path)
