@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
 from . import models
+from .llama import SPLIT_TAIL, split_parts
 
 SOURCES = ("store", "lmstudio", "ollama", "hf-cache", "extra")
 GGUF_MAGIC = b"GGUF"
@@ -22,7 +23,6 @@ OLLAMA_REGISTRY = "registry.ollama.ai"
 OLLAMA_BLOB = re.compile(r"sha256[-:][0-9a-f]{64}")
 # Where Linux's service install of Ollama keeps its models (the `ollama` user's home).
 OLLAMA_SYSTEM_DIR = Path("/usr/share/ollama/.ollama/models")
-SPLIT_TAIL = re.compile(r"-(\d{5})-of-(\d{5})(\.gguf)$", re.IGNORECASE)  # model-00002-of-00003.gguf
 LISTED_IN_ERRORS = 8  # at most this many other apps' models named in an unknown-model error
 
 
@@ -115,16 +115,6 @@ def is_model_file(name: str) -> bool:
     split = SPLIT_TAIL.search(name)
     return (name.lower().endswith(".gguf") and not name.startswith(".") and not name.lower().startswith("mmproj")
             and not (split and split.group(1) != "00001"))
-
-
-def split_parts(path: Path) -> list[Path]:
-    """The files of the split model whose part path is (model-00001-of-00003.gguf: parts 1 to 3, as
-    llama.cpp names them beside the first), or [path] for a model in one file."""
-    split = SPLIT_TAIL.search(path.name)
-    if not split:
-        return [path]
-    stem, count, ext = path.name[:split.start()], split.group(2), split.group(3)
-    return [path.with_name(f"{stem}-{i:05d}-of-{count}{ext}") for i in range(1, int(count) + 1)]
 
 
 def model_size(path: Path) -> int:

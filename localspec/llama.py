@@ -12,6 +12,7 @@ import codecs
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import threading
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 import numpy as np
 
 GGUF_MAGIC = b"GGUF"
+SPLIT_TAIL = re.compile(r"-(\d{5})-of-(\d{5})(\.gguf)$", re.IGNORECASE)  # model-00002-of-00003.gguf
 _SILENT_LOG = lc.llama_log_callback(lambda level, text, user_data: None)
 _backend_ready = False
 # Set by devices.add_rpc_servers: the devices a Model offloads to when none are named, so that RPC
@@ -94,6 +96,34 @@ def check_gguf_file(path: Path) -> None:
         raise LlamaError(f"Not a GGUF file: {path} (starts with {magic!r}); give a .gguf model file")
 
 
+def split_parts(path: Path) -> list[Path]:
+    """The files of the split model whose part path is (model-00001-of-00003.gguf: parts 1 to 3, named
+    as llama.cpp's llama_split_path names them beside the first), or [path] for a model in one file."""
+    path = Path(path)
+    split = SPLIT_TAIL.search(path.name)
+    if not split:
+        return [path]
+    stem, count, ext = path.name[:split.start()], split.group(2), split.group(3)
+    return [path.with_name(f"{stem}-{i:05d}-of-{count}{ext}") for i in range(1, int(count) + 1)]
+
+
+def load_failure(path: Path) -> str:
+    """Why llama.cpp may have refused path, and the fix: a split model given by a later part, or one
+    with parts missing beside the first, else a damaged file."""
+    parts = split_parts(path)
+    missing = [p.name for p in parts if not p.is_file()]
+    if len(parts) > 1 and path.name != parts[0].name:
+        why = (f"it is part {parts.index(path) + 1} of a model split in {len(parts)} files; "
+               f"give its first part, {parts[0]}")
+    elif missing:
+        why = (f"it is the first of {len(parts)} parts of a split model, and {', '.join(missing)} "
+               f"{'is' if len(missing) == 1 else 'are'} missing beside it; download every part")
+    else:
+        why = ("the file is truncated or corrupt, or its architecture is unsupported; download it again "
+               "(a catalog model: `localspec models pull NAME`)")
+    return f"llama.cpp could not load {path}: {why}"
+
+
 class Model:
     """A loaded GGUF model and its vocabulary."""
 
@@ -122,10 +152,7 @@ class Model:
             params.progress_callback = progress
             self.ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.ptr:
-            raise LlamaError(
-                f"llama.cpp could not load {self.path}: the file is truncated or corrupt, or its "
-                "architecture is unsupported; download it again (a catalog model: `localspec models pull NAME`)"
-            )
+            raise LlamaError(load_failure(self.path))
         self.vocab = lc.llama_model_get_vocab(self.ptr)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
         self.n_layer = lc.llama_model_n_layer(self.ptr)

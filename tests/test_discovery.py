@@ -143,6 +143,23 @@ def test_a_split_model_is_listed_once_at_the_size_of_all_its_parts(isolated_stor
     assert discovery.model_size(gguf(isolated_store / "one.gguf", size=7)) == 7
 
 
+def test_a_split_model_missing_a_part_or_given_by_a_later_part_says_which_and_the_fix(tmp_path):
+    # llama.cpp loads a split model from its first part and opens the rest beside it; either mistake
+    # read "the file is truncated or corrupt ... download it again", naming neither the part nor the fix
+    from localspec.llama import LlamaError, Model
+
+    first = gguf(tmp_path / "big-Q4_K_M-00001-of-00003.gguf", b"\x03\x00\x00\x00")
+    second = gguf(tmp_path / "big-Q4_K_M-00002-of-00003.gguf", b"\x03\x00\x00\x00")
+    with pytest.raises(LlamaError) as e:
+        Model(first, vocab_only=True)
+    assert str(e.value) == (f"llama.cpp could not load {first}: it is the first of 3 parts of a split model, and "
+                            "big-Q4_K_M-00003-of-00003.gguf is missing beside it; download every part")
+    with pytest.raises(LlamaError) as e:
+        Model(second, vocab_only=True)
+    assert str(e.value) == (f"llama.cpp could not load {second}: it is part 2 of a model split in 3 files; "
+                            f"give its first part, {first}")
+
+
 def test_ollama_store_by_name_and_tag(monkeypatch, tmp_path):
     root = Path(os.environ["HOME"]) / ".ollama" / "models"
     one_b = ollama_model(root, "llama3.2", "1b", b"one")
