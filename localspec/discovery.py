@@ -260,12 +260,20 @@ def lookup(name: str) -> Path | None:
         for forms in (_name_forms, _file_forms):
             hits = list({os.path.realpath(f.path): f for f in found if name in forms(f)}.values())  # files, not names
             if len(hits) > 1:
-                matches = ", ".join(f"{f.name} ({f.source})" for f in hits)
-                raise models.ModelError(f"Model name '{name}' is ambiguous: it matches {matches}; "
-                                        "give one of these names, or a path")
+                raise models.ModelError(_ambiguous(name, hits))
             if hits:
                 return hits[0].path
     return None
+
+
+def _ambiguous(name: str, hits: list[Found]) -> str:
+    """The error for a name that matches several files: their names, or, where two files share a name
+    (the same file name in two of $LOCALSPEC_MODEL_DIRS, or in both LM Studio folders), their paths."""
+    if len({f.name for f in hits}) == len(hits):
+        matches = ", ".join(f"{f.name} ({f.source})" for f in hits)
+        return f"Model name '{name}' is ambiguous: it matches {matches}; give one of these names, or a path"
+    matches = ", ".join(f"{f.path} ({f.source})" for f in hits)
+    return f"Model name '{name}' is ambiguous: it matches {matches}; give the path of the one you mean"
 
 
 def _name_forms(f: Found) -> set[str]:

@@ -113,6 +113,18 @@ def test_an_ambiguous_stem_lists_the_matches(isolated_store):
     assert models.resolve_model("b/model") == b
 
 
+def test_one_file_name_in_two_folders_is_told_apart_by_path(monkeypatch, tmp_path):
+    # both were listed as dup.gguf, and the error said "give one of these names": the one name both have
+    a, b = gguf(tmp_path / "a" / "dup.gguf"), gguf(tmp_path / "b" / "dup.gguf")
+    monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", os.pathsep.join([str(a.parent), str(b.parent)]))
+    for name in ("dup", "dup.gguf"):
+        with pytest.raises(models.ModelError) as e:
+            models.resolve_model(name)
+        assert str(e.value) == (f"Model name '{name}' is ambiguous: it matches {a} (extra), {b} (extra); "
+                                "give the path of the one you mean")
+    assert models.resolve_model(str(b)) == b
+
+
 def test_lm_studio_folders(isolated_store, monkeypatch, tmp_path):
     home = Path(os.environ["HOME"])
     new = gguf(home / ".lmstudio/models/lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf")
