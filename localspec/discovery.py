@@ -142,11 +142,12 @@ def gguf_files(folder: Path) -> list[Path]:
 
 def _folder_models(folder: Path, source: str) -> list[Found]:
     """The models under a plain folder, named by their path inside it."""
-    out = []
-    for path in gguf_files(folder):
-        if is_model_file(path.name) and is_gguf(path):
-            out += _found(path.relative_to(folder).as_posix(), path, source)
-    return out
+    return [f for name, path in _folder_files(folder) if is_gguf(path) for f in _found(name, path, source)]
+
+
+def _folder_files(folder: Path) -> list[tuple[str, Path]]:
+    """(name, path) of each file under folder named as a model, GGUF or not."""
+    return [(path.relative_to(folder).as_posix(), path) for path in gguf_files(folder) if is_model_file(path.name)]
 
 
 def _found(name: str, path: Path, source: str) -> list[Found]:
@@ -157,7 +158,7 @@ def _found(name: str, path: Path, source: str) -> list[Found]:
         return []
 
 
-def _guarded(scan: Callable[[Path], list[Found]], folder: Path) -> list[Found]:
+def _guarded(scan: Callable[[Path], list], folder: Path) -> list:
     """scan(folder), or [] when the folder is missing or cannot be read."""
     try:
         return scan(folder) if folder.is_dir() else []
@@ -169,27 +170,35 @@ def _ollama_models(root: Path) -> list[Found]:
     """Ollama's models: manifests/<registry>/<namespace>/<name>/<tag> is JSON whose layer of media type
     application/vnd.ollama.image.model is a GGUF blob, blobs/sha256-<hex>. Named as `ollama list`
     names them: name:tag (registry.ollama.ai/library), else namespace/name:tag, else host/ns/name:tag."""
-    manifests, out = root / "manifests", []
-    for manifest in sorted(manifests.glob("*/*/*/*")):
-        blob = _ollama_blob(root, manifest)
-        if blob is not None and is_gguf(blob):
-            out += _found(_ollama_name(*manifest.relative_to(manifests).parts), blob, "ollama")
-    return out
+    usable = [(name, blob) for name, blob, _ in _ollama_manifests(root) if blob and is_gguf(blob)]
+    return [f for name, blob in usable for f in _found(name, blob, "ollama")]
 
 
-def _ollama_blob(root: Path, manifest: Path) -> Path | None:
-    """The model layer's blob named by a manifest file, or None (not a file, not JSON, no model layer)."""
+def _ollama_manifests(root: Path) -> list[tuple[str, Path | None, str]]:
+    """(name, model blob, problem) of each manifest: the blob is None, and problem says why, where the
+    manifest cannot be read, is not JSON, has no model layer, or names a blob that is missing."""
+    manifests = root / "manifests"
+    return [(_ollama_name(*m.relative_to(manifests).parts), *_ollama_blob(root, m))
+            for m in sorted(manifests.glob("*/*/*/*")) if not m.is_dir()]
+
+
+def _ollama_blob(root: Path, manifest: Path) -> tuple[Path | None, str]:
+    """(the model layer's blob named by a manifest file, "") or (None, why not)."""
     try:
         layers = json.loads(manifest.read_text())["layers"]
         digest = next(layer["digest"] for layer in layers if layer.get("mediaType") == OLLAMA_MODEL_LAYER)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration):
-        return None
-    if not isinstance(digest, str) or not OLLAMA_BLOB.fullmatch(digest):
-        return None  # never a path built from something else
+    except OSError as e:
+        return None, f"its manifest {manifest} cannot be read ({e.strerror or e})"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, f"its manifest {manifest} is not a manifest Ollama writes (not JSON, or no layers)"
+    except StopIteration:
+        return None, f"its manifest {manifest} has no model layer ({OLLAMA_MODEL_LAYER})"
+    if not isinstance(digest, str) or not OLLAMA_BLOB.fullmatch(digest):  # never a path built from something else
+        return None, f"its manifest {manifest} names its model by {digest!r}, not a sha256 digest"
     for name in (f"sha256-{digest[7:]}", f"sha256:{digest[7:]}"):  # older Ollama versions used ':'
         if (root / "blobs" / name).is_file():
-            return root / "blobs" / name
-    return None
+            return root / "blobs" / name, ""
+    return None, f"its model file, blob sha256-{digest[7:]}, is missing from {root / 'blobs'}"
 
 
 def _ollama_name(host: str, namespace: str, name: str, tag: str) -> str:
@@ -204,6 +213,11 @@ def _hf_cache_models(cache: Path) -> list[Found]:
     repo_id/path-in-repo; where several revisions hold a file, the one `main` points to (else the
     newest) is taken, unless its blob was deleted. Read here file by file: huggingface_hub's
     scan_cache_dir leaves out a whole repo when one of its links is broken."""
+    return [f for name, path in _hf_cache_files(cache) if is_gguf(path) for f in _found(name, path, "hf-cache")]
+
+
+def _hf_cache_files(cache: Path) -> list[tuple[str, Path]]:
+    """(name, path) of each file in the hub cache named as a model, GGUF or not (_hf_cache_models), sorted."""
     chosen: dict[str, tuple[tuple[bool, bool, float], Path]] = {}
     for repo in sorted(cache.glob("models--*")):
         repo_id = repo.name.removeprefix("models--").replace("--", "/")
@@ -216,7 +230,7 @@ def _hf_cache_models(cache: Path) -> list[Found]:
                 rank = (path.exists(), snapshot.name == main, _mtime(path))  # a broken link last
                 if name not in chosen or rank > chosen[name][0]:
                     chosen[name] = (rank, path)
-    return [f for name, (_, path) in sorted(chosen.items()) if is_gguf(path) for f in _found(name, path, "hf-cache")]
+    return [(name, path) for name, (_, path) in sorted(chosen.items())]
 
 
 def _read_ref(path: Path) -> str | None:
@@ -263,7 +277,53 @@ def lookup(name: str) -> Path | None:
                 raise models.ModelError(_ambiguous(name, hits))
             if hits:
                 return hits[0].path
+    problem = _why_unlisted(name)
+    if problem:
+        raise models.ModelError(problem)
     return None
+
+
+def _why_unlisted(name: str) -> str | None:
+    """Why a model file or Ollama model called name is on the machine but not listed, and the fix (a
+    failed download saved as a web page, an empty or unreadable file, a deleted blob, a broken Ollama
+    manifest); None when nothing has that name."""
+    def named(f: Found) -> bool:
+        return name in _name_forms(f) | _file_forms(f)
+
+    plain = [(models.store_dir(), "store"), *((d, "lmstudio") for d in lmstudio_dirs()),
+             *((d, "extra") for d in extra_dirs())]
+    for folder, source in plain:
+        for fname, path in _folder_files(folder):
+            if named(Found(fname, path, source, 0)) and not is_gguf(path):
+                return f"Model '{name}' is {path}, which {_file_problem(path)}"
+    for root in ollama_dirs():
+        for oname, blob, problem in _guarded(_ollama_manifests, root):
+            if named(Found(oname, root, "ollama", 0)) and (problem or not is_gguf(blob)):
+                problem = problem or f"its model file {blob} is not a GGUF file"
+                return f"Ollama's model {oname} cannot be used: {problem}; run `ollama pull {oname}`"
+    for hname, path in _guarded(_hf_cache_files, hf_cache_dir()):
+        if named(Found(hname, path, "hf-cache", 0)) and not is_gguf(path):
+            org, repo, inside = hname.split("/", 2)
+            download = f"`hf download {org}/{repo} {inside}`"
+            return f"Model '{name}' is {path} in the Hugging Face cache, which {_file_problem(path, download)}"
+    return None
+
+
+def _file_problem(path: Path, download: str = "") -> str:
+    """What is wrong with a .gguf file that is no GGUF model, and the fix: 'is empty (...); ...'."""
+    again = f"download it again{f' ({download})' if download else ''}"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except FileNotFoundError:
+        return f"is a link to a file that was deleted; {again}"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e}); check its permissions, or run as a user who can read it"
+    if not head:
+        return f"is empty (0 bytes: an interrupted download?); {again}, or delete it"
+    if head.lstrip()[:1] == b"<":
+        return f"is a web page, not a GGUF model (a failed download?); {again}, or delete it"
+    return f"is not a GGUF model (it starts with {head[:4]!r}, not b'GGUF'); {again}, or delete it"
 
 
 def _ambiguous(name: str, hits: list[Found]) -> str:

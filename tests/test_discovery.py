@@ -265,6 +265,51 @@ def test_extra_folders_and_unreadable_entries(monkeypatch, tmp_path):
     assert len(discovery.find_models(all_sources=True)) == 2  # never a crash
 
 
+def test_a_model_on_the_machine_that_cannot_be_used_says_why_and_the_fix(isolated_store, monkeypatch, tmp_path):
+    # each was left out of the list, and its name read "Unknown model", naming neither file nor fix
+    extra = tmp_path / "downloads"
+    monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", str(extra))
+    page = extra / "Qwen-Q4_K_M.gguf"
+    page.parent.mkdir(parents=True)
+    page.write_text("<!DOCTYPE html><html>Not Found</html>")  # what a failed download saved
+    empty = isolated_store / "sub" / "empty.gguf"
+    empty.parent.mkdir(parents=True)
+    empty.write_bytes(b"")
+    other = extra / "other.gguf"
+    other.write_bytes(b"GGML old")
+    root = Path(os.environ["HOME"]) / ".ollama" / "models"
+    ollama_model(root, "llama3.2", "1b", b"x").unlink()  # its blob deleted
+    (root / "manifests/registry.ollama.ai/library/broken").mkdir(parents=True)
+    (root / "manifests/registry.ollama.ai/library/broken/latest").write_text("{not json")
+    cache = tmp_path / "hf" / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    hf_cached(cache, "org/Smol-GGUF", "smol-Q8_0.gguf", b"x").resolve().unlink()
+    blobs, manifests = root / "blobs", root / "manifests/registry.ollama.ai/library"
+    link = cache / "models--org--Smol-GGUF/snapshots" / ("a" * 40) / "smol-Q8_0.gguf"
+    expected = {
+        "Qwen-Q4_K_M": f"Model 'Qwen-Q4_K_M' is {page}, which is a web page, not a GGUF model (a failed download?); "
+                       "download it again, or delete it",
+        "sub/empty": f"Model 'sub/empty' is {empty}, which is empty (0 bytes: an interrupted download?); "
+                     "download it again, or delete it",
+        "other.gguf": f"Model 'other.gguf' is {other}, which is not a GGUF model (it starts with b'GGML', not "
+                      "b'GGUF'); download it again, or delete it",
+        "llama3.2:1b": f"Ollama's model llama3.2:1b cannot be used: its model file, blob sha256-"
+                       f"{hashlib.sha256(b'GGUFx').hexdigest()}, is missing from {blobs}; "
+                       "run `ollama pull llama3.2:1b`",
+        "broken": f"Ollama's model broken:latest cannot be used: its manifest {manifests}/broken/latest is not a "
+                  "manifest Ollama writes (not JSON, or no layers); run `ollama pull broken:latest`",
+        "smol-Q8_0": f"Model 'smol-Q8_0' is {link} in the Hugging Face cache, which is a link to a file that was "
+                     "deleted; download it again (`hf download org/Smol-GGUF smol-Q8_0.gguf`)",
+    }
+    for name, message in expected.items():
+        with pytest.raises(models.ModelError) as e:
+            models.resolve_model(name)
+        assert str(e.value) == message, name
+    assert discovery.find_models(all_sources=True) == []
+    with pytest.raises(models.ModelError, match="^Unknown model 'nothing'"):
+        models.resolve_model("nothing")
+
+
 def test_unknown_name_says_what_is_installed_and_what_can_be_pulled(isolated_store, tmp_path, monkeypatch):
     write_catalog(tmp_path, monkeypatch)
     gguf(isolated_store / "fake.gguf", size=10)
