@@ -86,14 +86,23 @@ def amx_guard() -> bool:
 
 def check_gguf_file(path: Path) -> None:
     """Raise LlamaError unless path is an existing file that starts with the GGUF magic."""
-    if path.is_dir():
-        raise LlamaError(f"{path} is a directory, not a model file; give the path of a .gguf file in it")
-    if not path.is_file():
-        raise LlamaError(f"Model file not found: {path}; check the path or run `localspec models pull`")
-    with open(path, "rb") as f:
-        magic = f.read(4)
+    try:
+        if path.is_dir():
+            raise LlamaError(f"{path} is a directory, not a model file; give the path of a .gguf file in it")
+        if not path.is_file():
+            raise LlamaError(f"Model file not found: {path}; check the path or run `localspec models pull`")
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:  # the file, or a folder above it, that this user may not read
+        raise LlamaError(unreadable(path, e)) from None
     if magic != GGUF_MAGIC:
         raise LlamaError(f"Not a GGUF file: {path} (starts with {magic!r}); give a .gguf model file")
+
+
+def unreadable(path: Path, e: OSError) -> str:
+    """The error for a model file that cannot be read (its permissions, or its folder's)."""
+    return (f"Cannot read {path} ({e.strerror or e}); check its permissions and its folder's, or run as a "
+            "user who can read it")
 
 
 def split_parts(path: Path) -> list[Path]:

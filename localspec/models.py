@@ -203,9 +203,15 @@ def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> Path:
     from . import discovery
 
     path = Path(name_or_path).expanduser()
-    if path.is_file():
-        return path
-    if path.is_dir() and _explicit_path(name_or_path):
+    try:
+        if path.is_file():
+            return path
+        is_dir = path.is_dir()
+    except OSError as e:  # a folder on the way that this user may not read
+        from .llama import unreadable
+
+        raise ModelError(unreadable(path, e)) from None
+    if is_dir and _explicit_path(name_or_path):
         raise ModelError(f"{path} is a directory, not a model file; give the path of a .gguf file in it")
     catalog = load_catalog()
     if name_or_path in catalog.models:

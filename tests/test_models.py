@@ -325,6 +325,42 @@ def test_a_directory_given_as_a_model_is_named_as_one(tmp_path):
         check_gguf_file(tmp_path)
 
 
+def test_a_model_file_that_cannot_be_read_says_so_and_the_fix(tmp_path, monkeypatch):
+    # "[Errno 13] Permission denied: '...'" was all: a file of mode 000, or one in a folder this user
+    # may not enter (pathlib's is_file raises then). Root reads everything, so the denials are simulated
+    import builtins
+
+    from localspec.llama import LlamaError, check_gguf_file
+
+    in_locked_folder, locked = tmp_path / "locked" / "x.gguf", tmp_path / "mode-000.gguf"
+    locked.write_bytes(b"GGUF")
+    real_stat, real_open = os.stat, builtins.open
+
+    def denied(path):
+        return PermissionError(13, "Permission denied", str(path))
+
+    def fake_stat(path, *args, **kwargs):
+        if Path(path) == in_locked_folder:
+            raise denied(path)
+        return real_stat(path, *args, **kwargs)
+
+    def fake_open(path, *args, **kwargs):
+        if Path(path) in (in_locked_folder, locked):
+            raise denied(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", fake_stat)
+    monkeypatch.setattr(builtins, "open", fake_open)
+    fix = "(Permission denied); check its permissions and its folder's, or run as a user who can read it"
+    with pytest.raises(models.ModelError) as e:
+        models.resolve_model(str(in_locked_folder))
+    assert str(e.value) == f"Cannot read {in_locked_folder} {fix}"
+    for path in (in_locked_folder, locked):
+        with pytest.raises(LlamaError) as e:
+            check_gguf_file(path)
+        assert str(e.value) == f"Cannot read {path} {fix}"
+
+
 def test_models_check_of_a_catalog_model_not_installed_says_so_and_downloads_nothing(tmp_path, monkeypatch):
     # `models check` pulled a missing catalog model (1.1 GB from its PyPI packs) before checking it
     from clitools import invoke
