@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -965,3 +966,22 @@ def test_stats_name_a_draft_left_unloaded_as_not_loaded_not_as_running_somewhere
     assert result.stderr.rstrip().endswith("runs on: target CPU, draft CPU")
     result = invoke("generate", "hi", "--target", fake_cli.target, "--draft", fake_cli.draft, "-n", "4", "--json")
     assert json.loads(result.stdout)["placement"] == {"target": "CPU", "draft": "CPU"}
+
+
+def test_tune_names_the_room_it_needs_by_field_to_the_library_and_by_flag_to_the_cli(fake_cli, monkeypatch):
+    # a library caller with TuneOptions and LoadOptions was told to raise --ctx, --max-tokens, --gamma-max
+    from localspec.session import LoadOptions
+    from localspec.tune import TuneError, TuneOptions, tuner
+
+    monkeypatch.setattr(tuner, "Pair", fake_cli.load)
+    options = TuneOptions(max_tokens=8, gamma_max=4, budget_s=None, chat=False, load=LoadOptions(n_ctx=16))
+    with pytest.raises(TuneError) as e:
+        tuner.run_tune(fake_cli.target, options, ["def fibonacci(n): return n if n < 2 else the sum"], log=print)
+    assert re.fullmatch(r"load\.n_ctx must be >= (\d+) \(got 16\): calibration prompt 1 has \d+ tokens, and 8 "
+                        r"generated plus a draft of up to 4 need 13 more; or lower max_tokens or gamma_max",
+                        str(e.value)), str(e.value)
+    result = invoke("tune", "--target", fake_cli.target, "--ctx", "16", "-n", "8", "--gamma-max", "4", "--raw")
+    assert result.exit_code == 1 and "Traceback" not in result.output  # after the "calibrating ..." line
+    assert re.fullmatch(r"Error: --ctx must be >= \d+ \(got 16\): calibration prompt 1 has \d+ tokens, and 8 "
+                        r"generated plus a draft of up to 4 need 13 more; or lower --max-tokens or --gamma-max",
+                        result.output.splitlines()[-1]), result.output

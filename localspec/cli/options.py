@@ -3,6 +3,7 @@ commands turn them into a GenerationConfig, LoadOptions and a loaded Pair."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -403,14 +404,14 @@ TUNE_FLAGS = ("temperature", "top_k", "top_p", "min_p", "p_min", "max_tokens", "
               "chat", "quants")
 # TuneOptions' fields as tune's flags name them, for its errors (TuneError.field)
 TUNE_FIELD_FLAGS = {"max_tokens": "--max-tokens", "gamma_max": "--gamma-max", "budget_s": "--budget",
-                    "seed": "--seed", "p_min": "--p-min"}
+                    "seed": "--seed", "p_min": "--p-min", "load.n_ctx": "--ctx"}
 
 
 def tune_options(options: dict):
     """The TuneOptions tune's flags in `options` describe, checked (TuneError naming the bad flag and
     value): no draft resolved and no device or server reached (tune adds those); --seed -1 drawn here."""
     from ..costmodel import FALLBACK_P_MIN
-    from ..tune import TuneError, TuneOptions, parse_quants
+    from ..tune import TuneOptions, parse_quants
 
     p_min, seed = options["p_min"], seed_from(options["seed"])  # -1: a random seed, as generate takes it
     tune = TuneOptions(
@@ -418,12 +419,23 @@ def tune_options(options: dict):
         max_tokens=options["max_tokens"], p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: a fixed γ's
         gamma_max=options["gamma_max"], budget_s=options["budget"], chat=options["chat"],
         seed=secrets.randbits(32) if seed is None else seed, quants=parse_quants(options["quants"]))
-    try:
+    with flags_named():
         return tune.validate()
-    except TuneError as e:  # worded for the library: the field's name and the fix in Python
-        if e.field not in TUNE_FIELD_FLAGS:
+
+
+@contextlib.contextmanager
+def flags_named():
+    """Re-raise a TuneError about TuneOptions fields (worded for the library: the fields' names and the
+    fix in Python) naming tune's flags instead."""
+    from ..tune import TuneError
+
+    try:
+        yield
+    except TuneError as e:
+        if e.field not in TUNE_FIELD_FLAGS or not set(e.lower) <= TUNE_FIELD_FLAGS.keys():
             raise
-        raise TuneError(f"{TUNE_FIELD_FLAGS[e.field]} {e.rule}") from None
+        lower = " or ".join(TUNE_FIELD_FLAGS[name] for name in e.lower)
+        raise TuneError(f"{TUNE_FIELD_FLAGS[e.field]} {e.rule}" + (f"; or lower {lower}" if lower else "")) from None
 
 
 def check_before_load(options: dict) -> None:

@@ -18,11 +18,13 @@ DERIVED_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")
 class TuneError(ValueError):
     """A user-facing tune problem; str() is one line naming the value and the fix. One about a
     TuneOptions field names the field, as GenerationConfig's errors do (`seed must be >= 0 (got -3)`);
-    its `field` and `rule` let the CLI name the flag instead (`--seed must be >= 0 (got -3)`)."""
+    its `field` and `rule` let the CLI name the flag instead (`--seed must be >= 0 (got -3)`), and
+    `lower`, the fields whose lowering would do too (`; or lower max_tokens or gamma_max`)."""
 
-    def __init__(self, message: str, field: str | None = None, rule: str | None = None):
+    def __init__(self, message: str, field: str | None = None, rule: str | None = None,
+                 lower: tuple[str, ...] = ()):
         super().__init__(message)
-        self.field, self.rule = field, rule
+        self.field, self.rule, self.lower = field, rule, lower
 
 
 def parse_quants(text: str) -> tuple[str, ...]:

@@ -93,12 +93,16 @@ class Tuner:
         return row
 
     def _check_room(self, prompts: list[list[int]]) -> None:
+        """TuneError, naming the TuneOptions fields (the CLI names its flags: TUNE_FIELD_FLAGS), unless
+        each prompt leaves room for max_tokens and a last draft of gamma_max."""
         n_ctx, need = self.pair.target_ctx.n_ctx, self.options.max_tokens + self.options.gamma_max + 1
         for i, p in enumerate(prompts, 1):
             if len(p) + need > n_ctx:
-                raise TuneError(f"calibration prompt {i} has {len(p)} tokens; with --max-tokens "
-                                f"{self.options.max_tokens} and --gamma-max {self.options.gamma_max} it needs "
-                                f"--ctx {len(p) + need} or more (have {n_ctx})")
+                rule = (f"must be >= {len(p) + need} (got {n_ctx}): calibration prompt {i} has {len(p)} tokens, "
+                        f"and {self.options.max_tokens} generated plus a draft of up to {self.options.gamma_max} "
+                        f"need {need} more")
+                lower = ("max_tokens", "gamma_max")
+                raise TuneError(f"load.n_ctx {rule}; or lower {' or '.join(lower)}", "load.n_ctx", rule, lower)
 
     # -- phases 2 and 3
     def measure(self, cand: Candidate) -> Row:
