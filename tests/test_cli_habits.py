@@ -311,6 +311,21 @@ def test_models_list_all_names_the_source(isolated_store, tmp_path, monkeypatch)
     assert every.exit_code == 0 and "llama3.2:1b  [ollama]" in every.output
 
 
+def test_an_empty_store_points_at_the_models_other_apps_hold(isolated_store):
+    # `ollama list` shows Ollama's models only; told only to pull, a user whose models LM Studio or
+    # Ollama had downloaded was sent to download them again
+    import os
+    from pathlib import Path
+
+    from test_discovery import gguf, ollama_model
+
+    ollama_model(Path(os.environ["HOME"]) / ".ollama/models", "llama3.2", "1b", b"x")
+    gguf(Path(os.environ["HOME"]) / ".lmstudio/models/publisher/repo/theirs.gguf")
+    plain = invoke("models", "list")
+    assert plain.exit_code == 0 and "2 elsewhere on this machine (lmstudio, ollama)" in plain.output
+    assert "`localspec models list --all`" in plain.output and "`localspec models pull`" in plain.output
+
+
 def test_a_target_without_draft_names_the_chosen_draft(fake_cli):
     result = invoke("generate", "hi", "--raw", "--target", str(fake_cli.target), "-n", "4", "--json")
     out = json.loads(result.stdout)

@@ -34,7 +34,7 @@ def models_list(all_sources):
 
     found = find_models(all_sources)
     if not found:
-        click.echo(f"No models in {models.store_dir()}; run `localspec models pull`.")
+        click.echo(_none_listed(() if all_sources else find_models(True)))
     for f in found:
         try:
             info = model_info(f.path)
@@ -42,6 +42,18 @@ def models_list(all_sources):
         except USER_ERRORS as e:
             detail = f"(cannot read: {e})"
         click.echo(f"{f.name}  [{f.source}]  {f.size / 2**20:,.0f} MiB  {detail}  {f.path}")
+
+
+def _none_listed(elsewhere) -> str:
+    """What `models list` says when it lists nothing: the store is empty, and where other apps'
+    folders hold models (elsewhere: those found), that `--all` lists them. Told only to pull, a
+    user whose models LM Studio or Ollama had downloaded was sent to download them again."""
+    empty = f"No models in {models.store_dir()}"
+    if not elsewhere:
+        return f"{empty}; run `localspec models pull`."
+    sources = ", ".join(dict.fromkeys(f.source for f in elsewhere))
+    return (f"{empty}; {len(elsewhere)} elsewhere on this machine ({sources}): `localspec models list --all` "
+            "lists them, each by a NAME that works as --target/--draft; or run `localspec models pull`.")
 
 
 @models_group.command("pull")
