@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from . import models
 from .llama import SPLIT_TAIL, split_parts
@@ -268,19 +268,30 @@ def lookup(name: str) -> Path | None:
     Tried in turn, the first that matches wins: store models by their listed name (with or without
     .gguf), store models by file name or stem, other apps' models by their listed name (an Ollama
     name without a tag means :latest), then by file name or stem. ModelError when the first that
-    matches matches several files."""
+    matches matches several files. Last, an Ollama name in another case ('Llama3.2:1B'), as Ollama
+    matches names itself."""
     for scan in (store_models, other_models):
         found = scan()
         for forms in (_name_forms, _file_forms):
-            hits = list({os.path.realpath(f.path): f for f in found if name in forms(f)}.values())  # files, not names
-            if len(hits) > 1:
-                raise models.ModelError(_ambiguous(name, hits))
-            if hits:
-                return hits[0].path
+            path = _one(name, found, lambda f, forms=forms: name in forms(f))
+            if path is not None:
+                return path
+    folded = name.casefold()
+    path = _one(name, found, lambda f: f.source == "ollama" and folded in {n.casefold() for n in _name_forms(f)})
+    if path is not None:
+        return path
     problem = _why_unlisted(name)
     if problem:
         raise models.ModelError(problem)
     return None
+
+
+def _one(name: str, found: Sequence[Found], named: Callable[[Found], bool]) -> Path | None:
+    """The file of found that named picks (None: none); ModelError where it picks several."""
+    hits = list({os.path.realpath(f.path): f for f in found if named(f)}.values())  # files, not names
+    if len(hits) > 1:
+        raise models.ModelError(_ambiguous(name, hits))
+    return hits[0].path if hits else None
 
 
 def _why_unlisted(name: str) -> str | None:

@@ -212,6 +212,19 @@ def test_ollama_tags_of_one_blob_are_each_listed_and_resolved():
         assert models.resolve_model(name) == blob
 
 
+def test_an_ollama_name_in_another_case_resolves_as_ollama_takes_it():
+    # `ollama run Llama3.2:1B` runs llama3.2:1b; here it was "Unknown model"
+    root = Path(os.environ["HOME"]) / ".ollama" / "models"
+    one_b = ollama_model(root, "llama3.2", "1b", b"one")
+    latest = ollama_model(root, "llama3.2", "latest", b"latest")
+    mine = ollama_model(root, "coder", "q4_K_M", b"user", namespace="someone")
+    assert models.resolve_model("Llama3.2:1B") == one_b
+    assert models.resolve_model("LLAMA3.2") == latest
+    assert models.resolve_model("Someone/Coder:q4_k_m") == mine
+    with pytest.raises(models.ModelError, match="Unknown model"):
+        models.resolve_model("Llama3.3:1B")
+
+
 def test_hugging_face_hub_cache(monkeypatch, tmp_path):
     cache = tmp_path / "hf" / "hub"
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # read now, not when huggingface_hub was imported
