@@ -12,10 +12,9 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Sequence
 
 from . import models
-from .llama import SPLIT_TAIL, split_parts
+from .llama import GGUF_MAGIC, SPLIT_TAIL, split_parts
 
 SOURCES = ("store", "lmstudio", "ollama", "hf-cache", "extra")
-GGUF_MAGIC = b"GGUF"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_REGISTRY = "registry.ollama.ai"
 # A model's file in Ollama's blobs folder (a layer's digest names it too): sha256-<hex>, or
@@ -276,7 +275,7 @@ def lookup(name: str) -> Path | None:
             path = _one(name, found, lambda f, forms=forms: name in forms(f))
             if path is not None:
                 return path
-    folded = name.casefold()
+    folded = name.casefold()  # found: the other apps' models, the loop's last scan
     path = _one(name, found, lambda f: f.source == "ollama" and folded in {n.casefold() for n in _name_forms(f)})
     if path is not None:
         return path
