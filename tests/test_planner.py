@@ -63,6 +63,59 @@ def test_a_long_copy_draft_is_not_chosen_for_its_luckiest_deep_positions():
     assert float(np.mean([set_ratio(r[1:]) for r in runs])) >= 1.35
 
 
+def test_a_well_judged_copy_bucket_is_cautious_about_its_rate_not_each_unreached_position():
+    # 900 guesses of a copy judged, all but one accepted, the drafts 32 long with a few reaching 64:
+    # past 64 no position was judged. The cautious estimate of a 128-token draft is what the
+    # bucket's rate makes likely at worst, not one prior-weighted error at each unreached position
+    # (72 of the 122 tokens: probes past the positions reached were priced out of the budget).
+    tracker = CostTracker()
+    for n in range(28):
+        tracker.record_acceptance(32, 32 if n else 31, bucket=5)
+    for _ in range(3):
+        tracker.record_acceptance(64, 64, bucket=5)
+    point = tracker.estimate(5).tokens(128)[128]
+    cautious = tracker.estimate(5).tokens(128, tracker.cautious_acceptance(5))[128]
+    assert cautious >= 0.75 * point and point >= 110
+    assert all(c < a for c, a in zip(tracker.cautious_acceptance(5), tracker.acceptance(5)))  # still below
+
+
+COPY_SET = [  # the light pair's copy set as bench.py runs it: 4 replies, one leaves its copy twice
+    ([Region(5, 0, 0, False, 0.0, 0.3), Region(155, 1, 2, True, 0.9995, 0.85)], ()),
+    ([Region(5, 0, 0, False, 0.0, 0.3), Region(155, 1, 2, True, 0.9995, 0.85)], ()),
+    ([Region(5, 0, 0, False, 0.0, 0.3), Region(87, 1, 2, True, 0.9995, 0.85)], (91,)),
+    ([Region(5, 0, 0, False, 0.0, 0.3), Region(143, 1, 2, True, 0.9995, 0.85)], (57, 112)),
+]
+
+
+def test_copies_settle_on_wide_drafts_whatever_a_noisy_wide_verify_measured(monkeypatch):
+    # The copy set, 3 rounds in one process, on the EPYC's tiled curve with 8% noise on each verify:
+    # a row keeps getting cheaper up to 128, so the widest draft a copy offers pays best. One wide
+    # verify measured slow, beyond it the curve's slope priced every wider draft as losing, and
+    # the cautious estimate priced a probe past the positions reached at a tenth of its tokens: a run
+    # could keep drafting 31-62 tokens a step (1.87x on average over these seeds, 1.68x the least).
+    import plannersim
+    bad: set[int] = set()
+    accepted = plannersim._accepted
+
+    def leaving(n, drafter, world, luck):  # the reply leaves its copy at the positions in `bad`
+        k = accepted(n, drafter, world, luck)
+        return min([k] + [p - world.pos for p in bad if drafter is not None and drafter.name == "ngram"
+                          and world.pos <= p < world.pos + k])
+    monkeypatch.setattr(plannersim, "_accepted", leaving)
+    ratios = []
+    for s in range(20):
+        rng, trackers, plain, spent = np.random.default_rng(s), {}, 0.0, 0.0
+        for rnd in range(3):
+            for p, (regions, leaves) in enumerate(COPY_SET):
+                bad.clear()
+                bad.update(leaves)
+                r = generate(regions, ["ngram"], trackers, lambda k: curve(EPYC_TILED)(k) * np.exp(rng.normal(0, 0.08)),
+                             0.35, 1000 * s + 10 * rnd + p)
+                plain, spent = plain + r.tokens * curve(EPYC_TILED)(1), spent + r.seconds
+        ratios.append(plain / spent)
+    assert np.mean(ratios) >= 1.92 and min(ratios) >= 1.75
+
+
 @pytest.mark.parametrize("machine", MACHINES)
 def test_prose_never_costs_more_than_the_exploration_budget(machine):
     # Prose: n-gram guesses accepted 30% of the time, the draft model's 60%. Cold trackers each set,
@@ -75,9 +128,10 @@ def test_prose_never_costs_more_than_the_exploration_budget(machine):
         # ε per drafter, and a little misprediction: a known choice priced on a lucky start (one
         # generation's first four model guesses accepted, where 60% is the truth) loses until
         # the counts catch up; and beyond the floor, what the last probe lost beyond its cautious
-        # prediction (ExploreBudget), in a few replies
+        # prediction (ExploreBudget), in a few replies: at most 0.968 for the lookup alone, where a
+        # 3-token probe that paid (20 ms) funded a 5-token one predicted to lose 62 ms, which lost 79
         floor = 1 - len(kinds) * EXPLORE_FRACTION - 0.01
-        assert np.percentile(ratios, 5) >= floor and min(ratios) >= floor - 0.01, kinds
+        assert np.percentile(ratios, 5) >= floor and min(ratios) >= floor - 0.015, kinds
         assert mean_ratio(runs) >= 0.98, kinds
 
 
@@ -140,9 +194,11 @@ def test_measuring_plain_again_costs_next_to_nothing_where_drafts_pay(monkeypatc
     # on text no draft pays on: a plain step every PLAIN_AGE drafting steps, against none.
     import localspec.planner as planner_module
 
+    # A plain step in PLAIN_AGE + 1 where drafting runs at 1.25x costs about 0.2%: 12 processes
+    # of 3 replies tell that from the seeds' luck
     def ratio(cv, draft, accept):
         rs = []
-        for seed in range(4):
+        for seed in range(12):
             trackers = {}
             rs += [generate([Region(400, 0, 0, False, 0.0, accept)], ["model"], trackers, curve(cv), draft,
                             10 * seed + i).ratio for i in range(3)]
