@@ -18,7 +18,6 @@ from . import models, warmstart
 from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import Drafter, ModelDrafter, NGramDrafter
-from .discovery import OLLAMA_BLOB
 from .devices import keep_alive, local_devices, rpc_endpoints
 from .context import SAMPLED_ROWS_MAX, Context, LazyContext
 from .llama import Model, common_prefix_len, gpu_offload_supported, threads_of
@@ -196,15 +195,12 @@ class Pair:
             return "hybrid" if self.draft_ctx is not None else "ngram"
         return config.drafter
 
-    def is_instruct(self) -> bool:
-        """True when the target has a chat template and calls itself instruct/chat, or is an Ollama
-        model's blob: its file is named by its hash, so there is no name to judge by, and Ollama
-        applies the template of every model that ships one."""
-        m = self.target_model
-        if m.chat_template() is None:
-            return False
-        name = f"{m.meta('general.name') or ''} {m.path.name}".lower()
-        return "instruct" in name or "chat" in name or OLLAMA_BLOB.fullmatch(m.path.name) is not None
+    def chats_by_default(self) -> bool:
+        """True when the target's GGUF has a chat template: a prompt then goes through it unless the
+        caller asks for raw text, as llama-cli (its conversation mode), Ollama and LM Studio do. The
+        model's name is not consulted: gemma-3-1b-it, Qwen3-0.6B and Ollama's hash-named blobs say
+        neither "instruct" nor "chat", and given the bare prompt they answer garbage."""
+        return self.target_model.chat_template() is not None
 
     def __enter__(self) -> Pair:
         return self

@@ -194,6 +194,23 @@ def test_chat_template_and_system_prompt(fake_cli):
     assert chat["stats"]["prompt_tokens"] == 1 + 14 + 7 + 3
 
 
+def test_any_model_with_a_chat_template_chats_by_default(fake_cli, tmp_path, monkeypatch):
+    # gemma-3-1b-it, Qwen3-0.6B or an Ollama blob say neither "instruct" nor "chat" in their names: they
+    # ran raw by default and answered garbage. Now the template alone decides, as in llama-cli and Ollama.
+    import fakes
+    monkeypatch.setattr(fakes.FakeModel, "meta", lambda self, key: None)  # no general.name to go by
+    target = tmp_path / "gemma-3-1b-it.gguf"
+    target.write_bytes(b"GGUF")
+    common = ["Hi", "--target", str(target), "--draft", "none", "--temperature", "0", "-n", "4"]
+    # BOS, <|im_start|>user\nHi<|im_end|>\n, <|im_start|>assistant\n
+    assert generate_json(*common)["stats"]["prompt_tokens"] == 1 + 7 + 3
+    assert generate_json(*common, "--raw")["stats"]["prompt_tokens"] == 3  # BOS, "H", "i"
+    # without a template there is nothing to format with: raw, whatever the name says
+    monkeypatch.setattr(fakes.FakeModel, "chat_template", lambda self: None)
+    instruct = ["Hi", "--target", str(fake_cli.target), "--draft", "none", "--temperature", "0", "-n", "4"]
+    assert generate_json(*instruct)["stats"]["prompt_tokens"] == 3
+
+
 def test_an_empty_raw_reply_from_a_model_with_a_chat_template_suggests_chat(fake_cli, monkeypatch):
     # An instruct model given the bare prompt can end its turn at once: the user saw an empty line and
     # nothing else. The fakes' reply ends 3 tokens after the last control token: the raw prompt's BOS is

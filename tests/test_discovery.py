@@ -407,28 +407,50 @@ def test_a_smaller_model_with_the_same_vocabulary_is_the_draft(smol_path, smol_q
         "no draft model: no installed model smaller than smol-q4_0.gguf shares its vocabulary")
 
 
-def test_an_ollama_blob_with_a_chat_template_is_chatted_with(smol_path, tmp_path):
-    # Ollama names a model's file by its hash, so "instruct" in the name cannot say it is one: it ran raw
-    # (an SmolLM2-Instruct answered "-look-at-the-world" to "hi"); Ollama applies any template it ships
+def without_chat_template(src: Path, dst: Path) -> Path:
+    """A copy of src whose chat template llama.cpp cannot find (its key renamed, same length): a base model."""
+    import shutil
+
+    import gguf as gguf_lib
+
+    shutil.copy(src, dst)
+    reader = gguf_lib.GGUFReader(dst, "r+")
+    key = reader.fields["tokenizer.chat_template"].parts[1]
+    key[-1] = ord("X")  # tokenizer.chat_templatX
+    reader.data.flush()
+    del reader
+    return dst
+
+
+def test_a_gguf_with_a_chat_template_is_chatted_with_whatever_its_name(smol_path, tmp_path):
+    # The name said whether to chat: an Ollama blob is named by its hash, a renamed file (or gemma-3-1b-it,
+    # Qwen3-0.6B) says neither "instruct" nor "chat", and each ran raw (an SmolLM2-Instruct answered
+    # "-look-at-the-world" to "hi"). llama-cli, Ollama and LM Studio apply any template a model ships.
     from localspec.session import LoadOptions, Pair
 
     blob = tmp_path / ("sha256-" + "ab" * 32)
     renamed = tmp_path / "tiny.gguf"  # general.name says "Smollm2 135M ...": no name to go by
     for link in (blob, renamed):
         link.symlink_to(smol_path)
+    base = without_chat_template(smol_path, tmp_path / "smol-instruct-no-template.gguf")
     kinds = {}
-    for path in (blob, renamed):
+    for path in (blob, renamed, base):
         pair = Pair(path, None, LoadOptions(n_ctx=128, threads=1))
-        kinds[path.name] = pair.is_instruct()
+        kinds[path.name] = pair.chats_by_default()
         pair.close()
-    assert kinds == {blob.name: True, "tiny.gguf": False}
+    # a GGUF without a template has nothing to format a prompt with: raw, though its name says instruct
+    assert kinds == {blob.name: True, "tiny.gguf": True, base.name: False}
 
 
-def test_an_old_ollama_stores_blob_is_chatted_with_too(monkeypatch):
-    # Ollama before 0.1.x named its blobs sha256:<hex>: discovery found them, but such a model ran raw
+def test_a_model_chats_by_default_when_it_has_a_template_and_only_then(monkeypatch):
+    # Ollama before 0.1.x named its blobs sha256:<hex>; neither blob name nor "tiny" says instruct
     from fakes import FakeModel, fake_pair
 
     monkeypatch.setattr(FakeModel, "meta", lambda self, key: None)  # no general.name to go by
     names = ("sha256-" + "ab" * 32, "sha256:" + "cd" * 32, "tiny.gguf")
-    kinds = {name: fake_pair(draft=False, target_path=name).is_instruct() for name in names}
-    assert kinds == {names[0]: True, names[1]: True, "tiny.gguf": False}
+    kinds = {name: fake_pair(draft=False, target_path=name).chats_by_default() for name in names}
+    assert kinds == {names[0]: True, names[1]: True, "tiny.gguf": True}
+    # a GGUF without a template (a base model) has nothing to format the prompt with: it runs raw,
+    # its name ("instruct" here) notwithstanding
+    monkeypatch.setattr(FakeModel, "chat_template", lambda self: None)
+    assert not fake_pair(draft=False, target_path="fake-instruct.gguf").chats_by_default()

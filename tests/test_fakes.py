@@ -127,6 +127,6 @@ def test_fake_pair_wraps_both_contexts():
     pair = fake_pair(n_ctx=128)
     assert pair.target_ctx.n_ctx == pair.draft_ctx.n_ctx == 128
     assert pair.target_model is pair.target_ctx.model and pair.draft_model.noise > 0
-    assert pair.is_instruct() and pair.drafter_kind(GenerationConfig()) == "hybrid"
+    assert pair.chats_by_default() and pair.drafter_kind(GenerationConfig()) == "hybrid"
     pair.close()
     assert pair.target_ctx.closed and pair.draft_ctx.closed

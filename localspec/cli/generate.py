@@ -20,7 +20,7 @@ from .options import (GREEN, PLAIN, SHOW_DRAFTS, Escaped, JsonErrors, answer_jso
 @model_options
 @sampling_options
 @click.option("--target-only", is_flag=True, help="Plain decoding with the target alone (same code path, gamma 0).")
-@click.option("--chat/--raw", default=None, help="Apply the GGUF's chat template (default for instruct models).")
+@click.option("--chat/--raw", default=None, help="Apply the GGUF's chat template (default if the model has one).")
 @click.option("--system", type=Escaped(), help="System prompt (with --chat).")
 @SHOW_DRAFTS
 @click.option("--stats", "show_stats", is_flag=True, help="Print a summary of speculation and timing on stderr.")
@@ -41,7 +41,7 @@ def generate(prompt, target_only, chat, system, show_drafts, show_stats, as_json
     config = generation_config(options, gamma=0) if target_only else generation_config(options)
     pair = load_pair(options, with_draft=not target_only and config.gamma != 0)  # --gamma 0 drafts nothing
     try:
-        use_chat = pair.is_instruct() if chat is None else chat
+        use_chat = pair.chats_by_default() if chat is None else chat
         tokens = pair.prompt_tokens(prompt, use_chat, system)
         reply = stream_reply(pair.stream(tokens, config), echo=not as_json, colour=use_colour(show_drafts))
         if not use_chat and reply.stats.generated == 0 and reply.finish_reason == "stop" \

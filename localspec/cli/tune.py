@@ -31,7 +31,7 @@ from .options import FLAGS, JsonErrors, flags_named, shared, tune_options, user_
 @click.option("--gamma-max", type=int, default=8, show_default=True, help="The longest draft tried.")
 @click.option("--budget", type=float, default=600, show_default=True, help="Seconds the whole run may take.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG of speedup vs gamma per candidate.")
-@click.option("--chat/--raw", default=None, help="Calibrate through the chat template (default for instruct models).")
+@click.option("--chat/--raw", default=None, help="Calibrate through the chat template (default if the model has one).")
 @shared("ngl_target", "device_target", "device_draft", "rpc", "threads", "ctx", "seed",
         seed={"default": 1, "help": "Seed of the calibration runs' sampling: every candidate is judged on the same "
               "draws (-1: a random one, reported)."})

@@ -142,8 +142,9 @@ class RealRuns:
 
 
 def prompt_tokens(pair: Pair, prompts: Sequence[str], chat: bool | None) -> list[list[int]]:
-    """The prompts as target tokens; chat None: the chat template for instruct targets, as generate does."""
-    chat = pair.is_instruct() if chat is None else chat
+    """The prompts as target tokens; chat None: through the chat template when the target has one, as
+    generate does."""
+    chat = pair.chats_by_default() if chat is None else chat
     return [pair.prompt_tokens(p, chat) for p in prompts]
 
 

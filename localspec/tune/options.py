@@ -47,7 +47,7 @@ class TuneOptions:
     gamma_max: int = 8
     budget_s: float | None = 600.0
     seed: int = 1
-    chat: bool | None = None    # None: the chat template for instruct targets, as generate does
+    chat: bool | None = None    # None: the chat template when the target has one, as generate
     load: LoadOptions = field(default_factory=LoadOptions)
     quants: tuple[str, ...] = DERIVED_QUANTS
     drafts: tuple[Path, ...] = ()  # drafts outside the store to try too
