@@ -16,13 +16,15 @@ class GenerationError(ValueError):
 
 class ContextFull(GenerationError):
     """The prompt leaves no room to generate. Shells map it by type: `param` names the request field
-    (the server sets it as the client sent it), `code` is OpenAI's."""
+    (the server sets it as the client sent it), `code` is OpenAI's. str() is worded for a library
+    caller, `flags` for the CLI and the server it starts, which name --ctx (check_fits words both)."""
 
     code = "context_length_exceeded"
 
-    def __init__(self, message: str, n_tokens: int, n_ctx: int, param: str = "prompt"):
+    def __init__(self, message: str, n_tokens: int, n_ctx: int, param: str = "prompt", flags: str | None = None):
         super().__init__(message)
         self.n_tokens, self.n_ctx, self.param = n_tokens, n_ctx, param
+        self.flags = message if flags is None else flags
 
 
 def seed_from(seed: int | None) -> int | None:
@@ -35,13 +37,21 @@ def seed_from(seed: int | None) -> int | None:
     return seed
 
 
-def check_fits(n_tokens: int, n_ctx: int, fix: str = "raise --ctx or shorten the prompt",
-               what: str = "the prompt") -> None:
-    """Raise ContextFull unless a prompt of n_tokens leaves room for at least one generated token."""
+# How a caller makes room, in the terms it has: a library caller gives the Pair a larger n_ctx in its
+# LoadOptions; a user of the CLI (or of the server it starts) gives a larger --ctx.
+MORE_ROOM = {"library": "raise n_ctx in the Pair's LoadOptions", "flags": "raise --ctx"}
+
+
+def check_fits(n_tokens: int, n_ctx: int, what: str = "the prompt", fix: dict[str, str] | None = None) -> None:
+    """Raise ContextFull unless a prompt of n_tokens leaves room for at least one generated token. fix:
+    what to do, for a library caller and for the CLI (keys as MORE_ROOM's); default: a larger context
+    (MORE_ROOM) or a shorter prompt."""
     if n_tokens >= n_ctx:
         holds = (f"but the context holds {n_ctx}" if n_tokens > n_ctx else
                  f"and the context holds {n_ctx}, none left to generate")  # "3001 ... holds 3001" read as if it fit
-        raise ContextFull(f"{what} has {n_tokens} tokens {holds}; {fix}", n_tokens, n_ctx)
+        fix = fix or {who: f"{room} or shorten the prompt" for who, room in MORE_ROOM.items()}
+        said = {who: f"{what} has {n_tokens} tokens {holds}; {fix[who]}" for who in MORE_ROOM}
+        raise ContextFull(said["library"], n_tokens, n_ctx, flags=said["flags"])
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,9 @@ def test_full_context_ends_with_length_and_keeps_the_conversation():
     assert reply.finish_reason == "length" and reply.context_full and reply.n_ctx == 128
     assert reply.stats.prompt_tokens + reply.stats.generated == 129 and text  # the last token is never evaluated
     assert len(chat.messages) == 2 and chat.messages[1]["content"] == text
-    with pytest.raises(GenerationError, match=r"context holds 128; nothing was dropped"):
+    # worded for a library caller: its Chat's methods and the Pair's LoadOptions, not chat's /save nor --ctx
+    with pytest.raises(GenerationError, match=r"context holds 128; nothing was dropped: save it "
+                       r"\(Chat\.save\(path\)\), then Chat\.reset\(\), or raise n_ctx in the Pair's LoadOptions$"):
         run(chat.send("Go on."))
     assert len(chat.messages) == 2  # the refused turn changed nothing
     chat.reset()
@@ -280,7 +282,8 @@ def test_chat_tells_when_the_context_is_full_and_goes_on(fake_cli):
     code, out, err = chat_in_process(fake_cli, "Count from 1 to 500, separated by commas.\nGo on.\n/stats\n/exit\n",
                                      "--ctx", "128")
     assert code == 0, err
-    assert "[context full" in err and "context holds 128; nothing was dropped" in err
+    assert "[context full" in err and "context holds 128; nothing was dropped: save it (/save FILE), then /reset, " \
+                                      "or restart with a larger --ctx" in err
     assert "conversation: 2 messages" in out and "Traceback" not in err
 
 

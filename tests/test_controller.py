@@ -606,3 +606,17 @@ def test_a_prompt_that_fills_the_context_exactly_says_none_is_left_to_generate()
     with pytest.raises(ContextFull, match=r"has 33 tokens but the context holds 32; raise"):
         check_fits(33, 32)
     check_fits(31, 32)
+
+
+def test_a_full_context_names_load_options_to_the_library_and_ctx_to_the_cli():
+    # a Python caller was told to "raise --ctx", a flag it does not have: it loads the Pair with LoadOptions
+    from fakes import fake_pair
+    from localspec.config import ContextFull
+
+    pair = fake_pair(n_ctx=32, draft=False)
+    prompt = pair.prompt_tokens("word " * 10, chat=False)
+    with pytest.raises(ContextFull) as e:
+        list(pair.stream(prompt, GenerationConfig()))
+    full = f"the prompt has {len(prompt)} tokens but the context holds 32"
+    assert str(e.value) == f"{full}; raise n_ctx in the Pair's LoadOptions or shorten the prompt"
+    assert e.value.flags == f"{full}; raise --ctx or shorten the prompt"

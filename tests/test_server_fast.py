@@ -248,6 +248,7 @@ def test_bad_requests_through_the_openai_client(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL, prompt="word " * 300, max_tokens=4)
     assert e.value.code == "context_length_exceeded" and "context holds 1024" in e.value.message
+    assert e.value.message.endswith("; raise --ctx or shorten the prompt")  # the server's flag, not LoadOptions
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "word " * 300}])
     assert e.value.code == "context_length_exceeded" and e.value.param == "messages"

@@ -14,7 +14,7 @@ from ..session import Chat
 from ..speculative import Piece
 from . import cli
 from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, JsonErrors, answer_json, answer_options,
-                      generation_config, load_pair, model_options, use_colour, user_errors, where)
+                      generation_config, load_pair, model_options, said, use_colour, user_errors, where)
 
 
 CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
@@ -118,9 +118,9 @@ def refused(error: Exception, as_json: bool) -> None:
     """A message the chat could not answer: one line on stderr, or with --json one JSON line on stdout
     as generate --json prints an error, so that every message sent has its line there."""
     if not as_json:
-        click.echo(f"Error: {error}", err=True)
+        click.echo(f"Error: {said(error)}", err=True)
     else:
-        click.echo(json.dumps({"error": {"message": str(error), "type": type(error).__name__}}))
+        click.echo(json.dumps({"error": {"message": said(error), "type": type(error).__name__}}))
 
 
 def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: bool = False) -> None:

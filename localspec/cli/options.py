@@ -18,7 +18,7 @@ import click
 from click.core import ParameterSource
 
 from .. import devices, models
-from ..config import DRAFTERS, GenerationConfig, GenerationError, check_environment, seed_from
+from ..config import DRAFTERS, ContextFull, GenerationConfig, GenerationError, check_environment, seed_from
 from ..llama import LlamaError
 from ..placement import ALL_LAYERS, check_names, split_names
 from ..sampling import SamplingParams
@@ -37,10 +37,16 @@ def user_errors(fn):
         except BrokenPipeError:
             raise
         except USER_ERRORS as e:
-            error = click.ClickException(str(e))
+            error = click.ClickException(said(e))
             error.kind = type(e).__name__
             raise error from None
     return wrapper
+
+
+def said(error: Exception) -> str:
+    """A user error's one line as the CLI says it: a full context names --ctx (ContextFull.flags), not
+    the LoadOptions field a library caller is told of."""
+    return error.flags if isinstance(error, ContextFull) else str(error)
 
 
 class JsonError(click.ClickException):

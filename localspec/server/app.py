@@ -83,7 +83,7 @@ class Server:
             tokens = await run_in_threadpool(prompt)
             check_fits(len(tokens), self.pair.target_ctx.n_ctx)
         except ContextFull as e:  # the param as this client sent it: messages (chat) or prompt
-            raise ApiError(400, str(e), param, e.code) from None
+            raise ApiError(400, e.flags, param, e.code) from None  # the server's --ctx, not LoadOptions
         except (GenerationError, LlamaError) as e:
             raise ApiError(400, str(e), param) from None
         include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
