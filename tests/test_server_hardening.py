@@ -431,6 +431,23 @@ def test_a_refused_cors_preflight_is_openai_shaped_and_names_the_fix(tmp_path):
                                                           "Access-Control-Request-Method": "POST"})
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
 
+
+def test_an_allowed_origin_is_granted_private_network_access(tmp_path):
+    # Chrome's preflight from a public page to a loopback server asks for private network access; Starlette
+    # refused it (a 400) even for an origin given with --cors-origin, so the page could not call the server
+    ask = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Private-Network": "true"}
+    with TestClient(make_app(tmp_path, cors_origins=("https://chat.example",))) as bare:
+        r = bare.options("/v1/chat/completions", headers={"Origin": "https://chat.example", **ask})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://chat.example"
+        assert r.headers["access-control-allow-private-network"] == "true"
+        r = bare.options("/v1/chat/completions", headers={"Origin": "https://chat.example",
+                                                          "Access-Control-Request-Method": "POST"})
+        assert r.status_code == 200 and "access-control-allow-private-network" not in r.headers  # not asked
+        r = bare.options("/v1/chat/completions", headers={"Origin": "https://evil.example", **ask})
+        error = error_of(r, 400, None)  # another origin is still refused, in OpenAI's shape
+        assert error["code"] == "cors_refused" and "--cors-origin https://evil.example" in error["message"], error
+        assert "access-control-allow-private-network" not in r.headers
+
 # --- 5. logprobs -----------------------------------------------------------------------------------------
 
 def chat_logprobs(client, **kwargs):

@@ -17,6 +17,7 @@ from .types import ApiError
 from .web import is_public
 
 log = logging.getLogger("localspec.server")
+PRIVATE_ASK = "access-control-request-private-network"  # a preflight's header, as ASGI spells it
 MAX_BODY = 4 * 1024 * 1024  # --max-body's default: far above any prompt a context of 128k tokens holds
 
 
@@ -88,12 +89,21 @@ class Guard:
 
 
 class Cors(CORSMiddleware):
-    """Starlette's CORS middleware, whose refused preflight (a plain-text 400, "Disallowed CORS origin")
-    is answered in OpenAI's shape, naming what was refused and the fix."""
+    """Starlette's CORS middleware, which grants an allowed origin private network access too, and whose
+    refused preflight (a plain-text 400, "Disallowed CORS origin") is answered in OpenAI's shape, naming
+    what was refused and the fix."""
 
     def preflight_response(self, request_headers: Headers) -> Response:
-        response = super().preflight_response(request_headers)
+        # Chrome's preflight from a page on a public origin to this loopback server asks for private
+        # network access (Access-Control-Request-Private-Network: true). An origin allowed to call the
+        # server is granted it (https://wicg.github.io/private-network-access/). Starlette refuses the ask
+        # unless built with allow_private_network, which releases before 0.51 lack: it judges the rest.
+        private = PRIVATE_ASK in request_headers
+        rest = Headers(raw=[(k, v) for k, v in request_headers.raw if k != PRIVATE_ASK.encode()])
+        response = super().preflight_response(rest)
         if response.status_code != 400:
+            if private:
+                response.headers["Access-Control-Allow-Private-Network"] = "true"
             return response
         origin, method = request_headers["origin"], request_headers["access-control-request-method"]
         why = []
@@ -102,7 +112,5 @@ class Cors(CORSMiddleware):
                        "(or --cors-origin '*' for any origin)")
         if method not in self.allow_methods:
             why.append(f"the method {method} is not one this API takes; send GET or POST")
-        if not why:  # what else Starlette refuses: a page's ask for private network access
-            why.append("private network access (Access-Control-Request-Private-Network) is not granted")
         headers = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
         return ApiError(400, "CORS preflight refused: " + "; ".join(why), None, "cors_refused", headers).response()
