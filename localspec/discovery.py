@@ -173,6 +173,19 @@ def _ollama_models(root: Path) -> list[Found]:
     return [f for name, blob in usable for f in _found(name, blob, "ollama")]
 
 
+def unusable_ollama_models() -> list[tuple[str, str]]:
+    """(name, why it cannot be used and the fix) of each Ollama manifest whose model is not listed: its
+    blob missing or not a GGUF file, or the manifest unreadable. `models list --all` shows them, and a
+    name given as --target is told the same (_why_unlisted)."""
+    out = []
+    for root in ollama_dirs():
+        for name, blob, problem in _guarded(_ollama_manifests, root):
+            if problem or not is_gguf(blob):
+                problem = problem or f"its model file {blob} is not a GGUF file"
+                out.append((name, f"{problem}; run `ollama pull {name}`"))
+    return out
+
+
 def _ollama_manifests(root: Path) -> list[tuple[str, Path | None, str]]:
     """(name, model blob, problem) of each manifest: the blob is None, and problem says why, where the
     manifest cannot be read, is not JSON, has no model layer, or names a blob that is missing."""
@@ -306,11 +319,9 @@ def _why_unlisted(name: str) -> str | None:
         for fname, path in _folder_files(folder):
             if named(Found(fname, path, source, 0)) and not is_gguf(path):
                 return f"Model '{name}' is {path}, which {_file_problem(path)}"
-    for root in ollama_dirs():
-        for oname, blob, problem in _guarded(_ollama_manifests, root):
-            if named(Found(oname, root, "ollama", 0)) and (problem or not is_gguf(blob)):
-                problem = problem or f"its model file {blob} is not a GGUF file"
-                return f"Ollama's model {oname} cannot be used: {problem}; run `ollama pull {oname}`"
+    for oname, why in unusable_ollama_models():
+        if named(Found(oname, Path(), "ollama", 0)):  # by its name: an Ollama model's path names nothing
+            return f"Ollama's model {oname} cannot be used: {why}"
     for hname, path in _guarded(_hf_cache_files, hf_cache_dir()):
         if named(Found(hname, path, "hf-cache", 0)) and not is_gguf(path):
             org, repo, inside = hname.split("/", 2)

@@ -311,6 +311,26 @@ def test_models_list_all_names_the_source(isolated_store, tmp_path, monkeypatch)
     assert every.exit_code == 0 and "llama3.2:1b  [ollama]" in every.output
 
 
+def test_models_list_all_names_an_ollama_model_whose_blob_is_missing(isolated_store):
+    # its manifest was read, its blob not found, and the model silently left out of the list
+    import hashlib
+    import os
+    from pathlib import Path
+
+    from test_discovery import ollama_model
+
+    root = Path(os.environ["HOME"]) / ".ollama/models"
+    ollama_model(root, "llama3.2", "1b", b"x")
+    ollama_model(root, "qwen3", "0.6b", b"y").unlink()  # its blob deleted
+    every = invoke("models", "list", "--all")
+    assert every.exit_code == 0 and "llama3.2:1b  [ollama]" in every.output, every.output
+    lines = [line for line in every.output.splitlines() if line.startswith("qwen3:0.6b")]
+    assert lines == [f"qwen3:0.6b  [ollama]  cannot be used: its model file, blob sha256-"
+                     f"{hashlib.sha256(b'GGUFy').hexdigest()}, is missing from {root / 'blobs'}; "
+                     "run `ollama pull qwen3:0.6b`"], every.output
+    assert "qwen3" not in invoke("models", "list").output  # the store's list names other apps' models not at all
+
+
 def test_an_empty_store_points_at_the_models_other_apps_hold(isolated_store):
     # `ollama list` shows Ollama's models only; told only to pull, a user whose models LM Studio or
     # Ollama had downloaded was sent to download them again

@@ -29,7 +29,7 @@ def models_group():
 def models_list(all_sources):
     """Show the installed GGUF files with size, architecture, quantization and vocabulary size; any
     NAME listed works as --target/--draft."""
-    from ..discovery import find_models
+    from ..discovery import find_models, unusable_ollama_models
     from ..llama import model_info
 
     found = find_models(all_sources)
@@ -42,6 +42,8 @@ def models_list(all_sources):
         except USER_ERRORS as e:
             detail = f"(cannot read: {e})"
         click.echo(f"{f.name}  [{f.source}]  {f.size / 2**20:,.0f} MiB  {detail}  {f.path}")
+    for name, why in unusable_ollama_models() if all_sources else ():  # a deleted blob: not silently left out
+        click.echo(f"{name}  [ollama]  cannot be used: {why}")
 
 
 def _none_listed(elsewhere) -> str:
