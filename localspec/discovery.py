@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Sequence
@@ -118,10 +119,21 @@ def is_model_file(name: str) -> bool:
 
 def model_size(path: Path) -> int:
     """The bytes of a model: of all the parts present for a split model (llama.cpp loads them
-    together), not of its first file alone. OSError when path cannot be read."""
-    size = Path(path).stat().st_size
-    parts = split_parts(Path(path))
-    return size if len(parts) == 1 else sum(p.stat().st_size for p in parts if p.is_file())
+    together), not of its first file alone; each file is stat'ed once. OSError when path cannot be read."""
+    path = Path(path)
+    size = path.stat().st_size
+    # the other parts (split_parts spells '-of-' in lower case: path's own part may differ in case alone)
+    others = [p for p in split_parts(path) if p.name.lower() != path.name.lower()]
+    return size + sum(_file_size(p) for p in others)
+
+
+def _file_size(path: Path) -> int:
+    """A regular file's bytes; 0 for a part that is missing, cannot be read, or is no file."""
+    try:
+        info = path.stat()
+    except OSError:
+        return 0
+    return info.st_size if stat.S_ISREG(info.st_mode) else 0
 
 
 def gguf_files(folder: Path) -> list[Path]:

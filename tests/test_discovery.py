@@ -155,6 +155,24 @@ def test_a_split_model_is_listed_once_at_the_size_of_all_its_parts(isolated_stor
     assert discovery.model_size(gguf(isolated_store / "one.gguf", size=7)) == 7
 
 
+def test_a_models_size_stats_each_of_its_files_once(isolated_store, monkeypatch):
+    # the first part was stat'ed three times and each other part twice (is_file, then stat); each stat is
+    # a round trip where the models lie on a network folder
+    first = gguf(isolated_store / "big-00001-of-00003.gguf", size=100)
+    second = gguf(isolated_store / "big-00002-of-00003.gguf", size=30)  # part 3 not downloaded
+    stats, real_stat = [], os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: stats.append(Path(p).name) or real_stat(p, *a, **k))
+    assert discovery.model_size(first) == 130
+    assert sorted(stats) == sorted([first.name, second.name, "big-00003-of-00003.gguf"])
+    stats.clear()
+    assert discovery.model_size(second) == 130  # given by a later part: the same files
+    assert sorted(stats) == sorted([first.name, second.name, "big-00003-of-00003.gguf"])
+    os.mkfifo(isolated_store / "big-00003-of-00003.gguf")  # a part that is no file counts nothing
+    assert discovery.model_size(first) == 130
+    with pytest.raises(OSError):
+        discovery.model_size(isolated_store / "gone-00001-of-00002.gguf")
+
+
 def test_a_split_model_missing_a_part_or_given_by_a_later_part_says_which_and_the_fix(tmp_path):
     # llama.cpp loads a split model from its first part and opens the rest beside it; either mistake
     # read "the file is truncated or corrupt ... download it again", naming neither the part nor the fix
