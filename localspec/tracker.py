@@ -268,12 +268,17 @@ class CostTracker:
         if counts is None:
             rates = pooled
         else:
-            overall = _overall(self.positions, self.prior_accept, w)
-            rate = _overall(counts, overall, w)
-            rates = counts.rates(rate, _pooling_weight(counts, rate, w)) or pooled
+            rates = counts.rates(*self._pooled(counts)) or pooled
         rates = shifted(rates, self.text_shift)
         self._acceptance_memo[bucket] = key, rates
         return rates
+
+    def _pooled(self, counts: PositionAcceptance) -> tuple[float, float]:
+        """(rate, weight): a bucket's rate over all its positions (smoothed towards all buckets' rate),
+        and the pseudo-observations of it each position's estimate is smoothed with (_pooling_weight)."""
+        w = self.prior_weight
+        rate = _overall(counts, _overall(self.positions, self.prior_accept, w), w)
+        return rate, _pooling_weight(counts, rate, w)
 
     def _acceptance_key(self, counts: PositionAcceptance | None) -> tuple:
         """What acceptance() reads: every count it pools (each record adds to the judged totals) and
@@ -292,16 +297,22 @@ class CostTracker:
         (far less where a copy's few rejections came at a few positions): a lookup that settled on
         31-63 tokens a step never tried a wider one (README, "Copy widths held by a cautious
         estimate"). Each position is still one error below, as if one luck held the whole draft."""
-        rates, w = self.acceptance(bucket), self.prior_weight
+        rates, w = self.acceptance(bucket), self.prior_weight  # (first: it checks the memo's key)
         counts = self.buckets.get(bucket) if bucket is not None else None
+        memo = self._acceptance_memo.get(("cautious", bucket))
+        if memo is not None and memo[0] is rates:  # acceptance() kept its rates: nothing it reads moved
+            return memo[1]
         judged = (counts or self.positions).judged
         judged = [judged[i] if i < len(judged) else 0 for i in range(len(rates))]
         if counts is None:
-            return [max(r - math.sqrt(r * (1 - r) / (j + w)), 0.0) for r, j in zip(rates, judged)]
-        rate = _overall(counts, _overall(self.positions, self.prior_accept, w), w)
-        pooled = _pooling_weight(counts, rate, w)
-        rate_var = rate * (1 - rate) / (sum(counts.judged) + w)  # the bucket rate's own error
-        return [max(r - math.sqrt(_posterior_var(r, rate_var, j, pooled)), 0.0) for r, j in zip(rates, judged)]
+            cautious = [max(r - math.sqrt(r * (1 - r) / (j + w)), 0.0) for r, j in zip(rates, judged)]
+        else:
+            rate, pooled = self._pooled(counts)
+            rate_var = rate * (1 - rate) / (sum(counts.judged) + w)  # the bucket rate's own error
+            cautious = [max(r - math.sqrt(_posterior_var(r, rate_var, j, pooled)), 0.0)
+                        for r, j in zip(rates, judged)]
+        self._acceptance_memo[("cautious", bucket)] = rates, cautious
+        return cautious
 
     def optimistic_acceptance(self, bucket: int | None = None) -> list[float]:
         """Per-position conditional acceptance as high as the counts still allow: each position's

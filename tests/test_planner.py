@@ -79,6 +79,23 @@ def test_a_well_judged_copy_bucket_is_cautious_about_its_rate_not_each_unreached
     assert all(c < a for c, a in zip(tracker.cautious_acceptance(5), tracker.acceptance(5)))  # still below
 
 
+
+def test_the_cautious_acceptance_follows_every_count_it_reads():
+    # It is kept between the steps that ask for it while nothing it reads moves; a record, in the
+    # bucket or in another (all buckets' rate is its prior), gives what a tracker built afresh gives
+    def built(records):
+        tracker = CostTracker()
+        for n, k, b in records:
+            tracker.record_acceptance(n, k, bucket=b)
+        return tracker
+    records = [(8, 8, 5), (8, 3, 5), (4, 4, 2)]
+    tracker = built(records)
+    for more in [(8, 1, 5), (6, 6, 2), (16, 16, 5)]:
+        before = tracker.cautious_acceptance(5)
+        tracker.record_acceptance(*more[:2], bucket=more[2])
+        records.append(more)
+        assert tracker.cautious_acceptance(5) == built(records).cautious_acceptance(5) != before
+
 COPY_SET = [  # the light pair's copy set as bench.py runs it: 4 replies, one leaves its copy twice
     ([Region(5, 0, 0, False, 0.0, 0.3), Region(155, 1, 2, True, 0.9995, 0.85)], ()),
     ([Region(5, 0, 0, False, 0.0, 0.3), Region(155, 1, 2, True, 0.9995, 0.85)], ()),
