@@ -181,33 +181,29 @@ def _ollama_models(root: Path) -> list[Found]:
     """Ollama's models: manifests/<registry>/<namespace>/<name>/<tag> is JSON whose layer of media type
     application/vnd.ollama.image.model is a GGUF blob, blobs/sha256-<hex>. Named as `ollama list`
     names them: name:tag (registry.ollama.ai/library), else namespace/name:tag, else host/ns/name:tag."""
-    usable = [(name, blob) for name, blob, _ in _ollama_manifests(root) if blob and is_gguf(blob)]
-    return [f for name, blob in usable for f in _found(name, blob, "ollama")]
+    return [f for name, blob, problem in _ollama_manifests(root) if not problem for f in _found(name, blob, "ollama")]
 
 
 def unusable_ollama_models() -> list[tuple[str, str]]:
     """(name, why it cannot be used and the fix) of each Ollama manifest whose model is not listed: its
     blob missing or not a GGUF file, or the manifest unreadable. `models list --all` shows them, and a
     name given as --target is told the same (_why_unlisted)."""
-    out = []
-    for root in ollama_dirs():
-        for name, blob, problem in _guarded(_ollama_manifests, root):
-            if problem or not is_gguf(blob):
-                problem = problem or f"its model file {blob} is not a GGUF file"
-                out.append((name, f"{problem}; run `ollama pull {name}`"))
-    return out
+    return [(name, f"{problem}; run `ollama pull {name}`") for root in ollama_dirs()
+            for name, _, problem in _guarded(_ollama_manifests, root) if problem]
 
 
 def _ollama_manifests(root: Path) -> list[tuple[str, Path | None, str]]:
     """(name, model blob, problem) of each manifest: the blob is None, and problem says why, where the
-    manifest cannot be read, is not JSON, has no model layer, or names a blob that is missing."""
+    manifest cannot be read, is not JSON, has no model layer, or names a blob that is missing or is
+    no GGUF file (one reading of each manifest and blob decides both listings: _ollama_models and
+    unusable_ollama_models)."""
     manifests = root / "manifests"
     return [(_ollama_name(*m.relative_to(manifests).parts), *_ollama_blob(root, m))
             for m in sorted(manifests.glob("*/*/*/*")) if not m.is_dir()]
 
 
 def _ollama_blob(root: Path, manifest: Path) -> tuple[Path | None, str]:
-    """(the model layer's blob named by a manifest file, "") or (None, why not)."""
+    """(the model layer's GGUF blob named by a manifest file, "") or (None, why not)."""
     try:
         layers = json.loads(manifest.read_text())["layers"]
         digest = next(layer["digest"] for layer in layers if layer.get("mediaType") == OLLAMA_MODEL_LAYER)
@@ -220,8 +216,9 @@ def _ollama_blob(root: Path, manifest: Path) -> tuple[Path | None, str]:
     if not isinstance(digest, str) or not OLLAMA_BLOB.fullmatch(digest):  # never a path built from something else
         return None, f"its manifest {manifest} names its model by {digest!r}, not a sha256 digest"
     for name in (f"sha256-{digest[7:]}", f"sha256:{digest[7:]}"):  # older Ollama versions used ':'
-        if (root / "blobs" / name).is_file():
-            return root / "blobs" / name, ""
+        blob = root / "blobs" / name
+        if blob.is_file():
+            return (blob, "") if is_gguf(blob) else (None, f"its model file {blob} is not a GGUF file")
     return None, f"its model file, blob sha256-{digest[7:]}, is missing from {root / 'blobs'}"
 
 
