@@ -17,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -148,8 +149,8 @@ def create_app(pair: Pair, defaults: GenerationConfig = GenerationConfig(), api_
                        allow_headers=["*"], expose_headers=["x-localspec-target", "x-localspec-draft",
                                                             "x-localspec-version", "Retry-After"], max_age=600)
     add_error_handlers(app)
-    add_web_routes(app)
     add_routes(app, server)
+    add_web_routes(app)  # after the API's: a 404 names the routes in the order they were added
     return app
 
 
@@ -281,9 +282,20 @@ def unreadable_body(cause: BaseException | None) -> ApiError:
     return ApiError(400, f"the request body could not be parsed as JSON ({why}); {fix}", None, "invalid_body")
 
 
-# What a 404 names: the routes a client may have meant
-ROUTES = ("POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics "
-          "and the web chat at GET /")
+def routes_named(app: FastAPI) -> str:
+    """The routes a 404 names, as the app registered them: 'POST /v1/completions, GET /v1/models/{model}, ...'.
+
+    Only the routes this app added (APIRoute) are named. FastAPI's own pages (/docs, /redoc,
+    /openapi.json: plain Starlette routes, answered behind the API key as FastAPI sets them up) are
+    not: they describe the server rather than serve the API a client calls (OpenAI's), /docs loads its
+    script from a CDN an offline machine cannot reach, and a browser cannot open them under --api-key.
+    HEAD, which the web chat's routes take beside GET, goes without saying."""
+    named = []
+    for route in app.routes:
+        if isinstance(route, APIRoute):
+            methods = sorted(route.methods - {"HEAD"}) or ["HEAD"]
+            named += [f"{method} {route.path_format}" for method in methods]
+    return ", ".join(named)
 
 
 def add_error_handlers(app: FastAPI) -> None:
@@ -309,7 +321,7 @@ def add_error_handlers(app: FastAPI) -> None:
             return ApiError(405, f"{where}; this route takes {allow.replace(', ', ' or ')}", None,
                             None, e.headers).response()
         if e.status_code == 404:
-            return ApiError(404, f"{where}; this server answers {ROUTES}").response()
+            return ApiError(404, f"{where}; this server answers {routes_named(request.app)}").response()
         return ApiError(e.status_code, where, None, None, e.headers).response()
 
 
