@@ -271,16 +271,27 @@ def _mtime(path: Path) -> float:
 
 
 def _unique(found: Iterable[Found]) -> list[Found]:
-    """found without a file already listed (compared by real path), order kept; but every Ollama
-    name of a file is kept: Ollama's tags of one model (llama3.2:latest, llama3.2:3b, a copy made
-    with `ollama cp`) share its blob, and each is a name `ollama list` shows and users give."""
+    """found without a file already listed (_file_key), order kept; but every Ollama name of a file
+    is kept: Ollama's tags of one model (llama3.2:latest, llama3.2:3b, a copy made with `ollama cp`)
+    share its blob, and each is a name `ollama list` shows and users give."""
     seen, out = set(), []
     for f in found:
-        key = (os.path.realpath(f.path), f.name if f.source == "ollama" else None)
+        key = (_file_key(f.path), f.name if f.source == "ollama" else None)
         if key not in seen:
             seen.add(key)
             out.append(f)
     return out
+
+
+def _file_key(path: Path) -> tuple[int, int] | str:
+    """What one file is known by however it is reached: its device and inode, which a symbolic link
+    leads to and a hard link shares (LM Studio's `lms import` can leave one in its folder); its real
+    path where it cannot be stat'ed."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return info.st_dev, info.st_ino
 
 
 def lookup(name: str) -> Path | None:
@@ -309,7 +320,7 @@ def lookup(name: str) -> Path | None:
 
 def _one(name: str, found: Sequence[Found], named: Callable[[Found], bool]) -> Path | None:
     """The file of found that named picks (None: none); ModelError where it picks several."""
-    hits = list({os.path.realpath(f.path): f for f in found if named(f)}.values())  # files, not names
+    hits = list({_file_key(f.path): f for f in found if named(f)}.values())  # files, not names
     if len(hits) > 1:
         raise models.ModelError(_ambiguous(name, hits))
     return hits[0].path if hits else None
@@ -396,8 +407,8 @@ def known_models(catalog: models.Catalog) -> str:
         else:
             items.append(name)
     text = "Known models: " + ", ".join(items)
-    catalog_files = {os.path.realpath(models.store_dir() / e.file) for e in catalog.models.values()}
-    others = [f.name for f in store_models() if os.path.realpath(f.path) not in catalog_files]
+    catalog_files = {_file_key(models.store_dir() / e.file) for e in catalog.models.values()}
+    others = [f.name for f in store_models() if _file_key(f.path) not in catalog_files]
     if others:
         text += "; also installed: " + ", ".join(others)
     elsewhere = [f"{f.name} ({f.source})" for f in find_models(all_sources=True) if f.source != "store"]

@@ -125,6 +125,19 @@ def test_one_file_name_in_two_folders_is_told_apart_by_path(monkeypatch, tmp_pat
     assert models.resolve_model(str(b)) == b
 
 
+def test_a_file_hard_linked_into_two_folders_is_one_model(isolated_store, monkeypatch, tmp_path):
+    # a hard link (as LM Studio's `lms import` can make) was two models of one name, and the name
+    # "ambiguous" between two paths of one file
+    home = Path(os.environ["HOME"])
+    theirs = gguf(home / ".lmstudio/models/pub/repo/b.gguf", b"b")
+    mine = tmp_path / "mine" / "pub/repo/b.gguf"
+    mine.parent.mkdir(parents=True)
+    os.link(theirs, mine)
+    monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", str(tmp_path / "mine"))
+    assert named(discovery.find_models(all_sources=True)) == [("pub/repo/b.gguf", "lmstudio")]
+    assert models.resolve_model("pub/repo/b.gguf") == theirs
+
+
 def test_lm_studio_folders(isolated_store, monkeypatch, tmp_path):
     home = Path(os.environ["HOME"])
     new = gguf(home / ".lmstudio/models/lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf")
