@@ -10,7 +10,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from . import models
 from .llama import GGUF_MAGIC, SPLIT_TAIL, split_parts
@@ -41,10 +41,34 @@ def find_models(all_sources: bool = False) -> list[Found]:
     """The GGUF models in the store; with all_sources also those in other apps' folders and in
     $LOCALSPEC_MODEL_DIRS. A file reachable twice is listed once (the first source wins); entries
     that cannot be read, or do not start with the GGUF magic, are left out."""
-    found = store_models()
+    return _unique(f for tier in _tiers(all_sources) for f in tier)
+
+
+def listing(all_sources: bool = False) -> list[tuple[Found, str | None]]:
+    """find_models(all_sources), each model with why its name does not give it, and the fix (None
+    where it does): another file of the same name comes first (the store's), or several files share
+    the name (one file name in two folders, LM Studio's and the hub cache's copies of one repo)."""
+    tiers = list(_tiers(all_sources))
+    return [(f, _name_misses(f, tiers)) for f in _unique(f for tier in tiers for f in tier)]
+
+
+def _name_misses(f: Found, tiers: Sequence[Sequence[Found]]) -> str | None:
+    """Why f's name does not give f to lookup, and the fix; None where it does."""
+    try:
+        path = _pick(f.name, tiers)
+    except models.ModelError:
+        return "this name is shared by several files; give this path instead"
+    if _file_key(path) != _file_key(f.path):  # path: never None, f's name is one of its own
+        return f"this name picks {path}; give this path instead"
+    return None
+
+
+def _tiers(all_sources: bool = True) -> Iterator[list[Found]]:
+    """The models in the order a name is looked up in, each scanned only when reached: the store's,
+    then (with all_sources) the other apps' and $LOCALSPEC_MODEL_DIRS'."""
+    yield store_models()
     if all_sources:
-        found += other_models()
-    return _unique(found)
+        yield other_models()
 
 
 def store_models() -> list[Found]:
@@ -302,20 +326,25 @@ def lookup(name: str) -> Path | None:
     name without a tag means :latest), then by file name or stem. ModelError when the first that
     matches matches several files. Last, an Ollama name in another case ('Llama3.2:1B'), as Ollama
     matches names itself."""
-    for scan in (store_models, other_models):
-        found = scan()
-        for forms in (_name_forms, _file_forms):
-            path = _one(name, found, lambda f, forms=forms: name in forms(f))
-            if path is not None:
-                return path
-    folded = name.casefold()  # found: the other apps' models, the loop's last scan
-    path = _one(name, found, lambda f: f.source == "ollama" and folded in {n.casefold() for n in _name_forms(f)})
+    path = _pick(name, _tiers())
     if path is not None:
         return path
     problem = _why_unlisted(name)
     if problem:
         raise models.ModelError(problem)
     return None
+
+
+def _pick(name: str, tiers: Iterable[Sequence[Found]]) -> Path | None:
+    """The file name picks in lookup's order, tiers (_tiers) taken in turn; None where none matches."""
+    found: Sequence[Found] = ()
+    for found in tiers:
+        for forms in (_name_forms, _file_forms):
+            path = _one(name, found, lambda f, forms=forms: name in forms(f))
+            if path is not None:
+                return path
+    folded = name.casefold()  # found: the last tier, the other apps' models
+    return _one(name, found, lambda f: f.source == "ollama" and folded in {n.casefold() for n in _name_forms(f)})
 
 
 def _one(name: str, found: Sequence[Found], named: Callable[[Found], bool]) -> Path | None:

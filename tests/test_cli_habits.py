@@ -311,6 +311,19 @@ def test_models_list_all_names_the_source(isolated_store, tmp_path, monkeypatch)
     assert every.exit_code == 0 and "llama3.2:1b  [ollama]" in every.output
 
 
+def test_models_list_says_what_a_name_two_files_share_picks(isolated_store, tmp_path, monkeypatch):
+    # two lines began "x.gguf", and nothing said that --target x.gguf takes the store's
+    from test_discovery import gguf
+
+    mine = gguf(isolated_store / "x.gguf")
+    other = gguf(tmp_path / "extra" / "x.gguf", b"other")
+    monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", str(other.parent))
+    lines = invoke("models", "list", "--all").output.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("x.gguf  [store]") and lines[0].endswith(str(mine)), lines
+    assert lines[1].startswith("x.gguf  [extra]"), lines
+    assert lines[1].endswith(f"{other}  (this name picks {mine}; give this path instead)"), lines
+
+
 def test_models_list_all_names_an_ollama_model_whose_blob_is_missing(isolated_store):
     # its manifest was read, its blob not found, and the model silently left out of the list
     import hashlib

@@ -138,6 +138,28 @@ def test_a_file_hard_linked_into_two_folders_is_one_model(isolated_store, monkey
     assert models.resolve_model("pub/repo/b.gguf") == theirs
 
 
+def test_files_that_share_a_name_are_told_apart_in_the_listing(isolated_store, monkeypatch, tmp_path):
+    # each pair was listed under one name with nothing to say what the name gives: the store's x.gguf
+    # (the store comes first), and for LM Studio's and the hub cache's copies of one repo, an error
+    home = Path(os.environ["HOME"])
+    store_x = gguf(isolated_store / "x.gguf", b"1")
+    extra_x = gguf(tmp_path / "extra" / "x.gguf", b"2")
+    monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", str(extra_x.parent))
+    lm = gguf(home / ".lmstudio/models/org/repo/c.gguf", b"3")
+    cache = tmp_path / "hf" / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    hf = hf_cached(cache, "org/repo", "c.gguf", b"4")
+    shared = "this name is shared by several files; give this path instead"
+    assert [(f.path, why) for f, why in discovery.listing(all_sources=True)] == [
+        (store_x, None), (lm, shared), (hf, shared), (extra_x, f"this name picks {store_x}; give this path instead")]
+    assert models.resolve_model("x.gguf") == store_x
+    with pytest.raises(models.ModelError) as e:
+        models.resolve_model("org/repo/c.gguf")
+    assert str(e.value) == (f"Model name 'org/repo/c.gguf' is ambiguous: it matches {lm} (lmstudio), {hf} "
+                            "(hf-cache); give the path of the one you mean")
+    assert models.resolve_model(str(extra_x)) == extra_x
+
+
 def test_lm_studio_folders(isolated_store, monkeypatch, tmp_path):
     home = Path(os.environ["HOME"])
     new = gguf(home / ".lmstudio/models/lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf")

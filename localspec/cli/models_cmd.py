@@ -28,20 +28,22 @@ def models_group():
 @user_errors
 def models_list(all_sources):
     """Show the installed GGUF files with size, architecture, quantization and vocabulary size; any
-    NAME listed works as --target/--draft."""
-    from ..discovery import find_models, unusable_ollama_models
+    NAME listed works as --target/--draft, but where it picks another file of that name, or several,
+    and the line says to give the path."""
+    from ..discovery import find_models, listing, unusable_ollama_models
     from ..llama import model_info
 
-    found = find_models(all_sources)
+    found = listing(all_sources)
     if not found:
         click.echo(_none_listed(() if all_sources else find_models(True)))
-    for f in found:
+    for f, misses in found:
         try:
             info = model_info(f.path)
             detail = f"{info.architecture}  {info.quant}  vocab {info.n_vocab}"
         except USER_ERRORS as e:
             detail = f"(cannot read: {e})"
-        click.echo(f"{f.name}  [{f.source}]  {f.size / 2**20:,.0f} MiB  {detail}  {f.path}")
+        note = f"  ({misses})" if misses else ""
+        click.echo(f"{f.name}  [{f.source}]  {f.size / 2**20:,.0f} MiB  {detail}  {f.path}{note}")
     for name, why in unusable_ollama_models() if all_sources else ():  # a deleted blob: not silently left out
         click.echo(f"{name}  [ollama]  cannot be used: {why}")
 
