@@ -16,6 +16,7 @@ from . import models
 from .llama import GGUF_MAGIC, SPLIT_TAIL, split_parts
 
 SOURCES = ("store", "lmstudio", "ollama", "hf-cache", "extra")
+PLAIN = ("store", "lmstudio", "extra")  # whose folders hold model files named by their path inside
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_REGISTRY = "registry.ollama.ai"
 # A model's file in Ollama's blobs folder (a layer's digest names it too): sha256-<hex>, or
@@ -79,11 +80,23 @@ def store_models() -> list[Found]:
 def other_models() -> list[Found]:
     """The GGUF models in LM Studio's, Ollama's and the Hugging Face hub cache's folders, then in
     $LOCALSPEC_MODEL_DIRS."""
-    found = [f for folder in lmstudio_dirs() for f in _folder_models(folder, "lmstudio")]
-    found += [f for folder in ollama_dirs() for f in _guarded(_ollama_models, folder)]
-    found += _guarded(_hf_cache_models, hf_cache_dir())
-    found += [f for folder in extra_dirs() for f in _folder_models(folder, "extra")]
-    return _unique(found)
+    return _unique(f for folder, source in _folders() if source != "store" for f in _models_in(folder, source))
+
+
+def _folders() -> list[tuple[Path, str]]:
+    """(folder, source) of each folder models are looked for in, in the order that decides which
+    source wins a file reachable twice (_unique): the store, LM Studio's, Ollama's, the hub cache,
+    then $LOCALSPEC_MODEL_DIRS (where one of them names the hub cache, its models keep their repo ids)."""
+    return [(models.store_dir(), "store"), *((d, "lmstudio") for d in lmstudio_dirs()),
+            *((d, "ollama") for d in ollama_dirs()), (hf_cache_dir(), "hf-cache"),
+            *((d, "extra") for d in extra_dirs())]
+
+
+def _models_in(folder: Path, source: str) -> list[Found]:
+    """The models in one of _folders(), read as its source lays them out."""
+    if source in PLAIN:
+        return _folder_models(folder, source)
+    return _guarded(_ollama_models if source == "ollama" else _hf_cache_models, folder)
 
 
 def lmstudio_dirs() -> list[Path]:
@@ -362,8 +375,7 @@ def _why_unlisted(name: str) -> str | None:
     def named(f: Found) -> bool:
         return name in _name_forms(f) | _file_forms(f)
 
-    plain = [(models.store_dir(), "store"), *((d, "lmstudio") for d in lmstudio_dirs()),
-             *((d, "extra") for d in extra_dirs())]
+    plain = [(folder, source) for folder, source in _folders() if source in PLAIN]
     for folder, source in plain:
         for fname, path in _folder_files(folder):
             if named(Found(fname, path, source, 0)) and not is_gguf(path):

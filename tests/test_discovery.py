@@ -331,6 +331,24 @@ def test_extra_folders_and_unreadable_entries(monkeypatch, tmp_path):
     assert len(discovery.find_models(all_sources=True)) == 2  # never a crash
 
 
+def test_other_apps_folders_named_in_model_dirs_keep_their_apps_names(isolated_store, monkeypatch, tmp_path):
+    # discovery._folders' order decides which source names a file reachable twice: the app's folder
+    # comes before $LOCALSPEC_MODEL_DIRS. A guard of that order (it passed before and after
+    # _why_unlisted came to read the folders from _folders too), and of LM Studio's broken file told.
+    home = Path(os.environ["HOME"])
+    lm = home / ".lmstudio/models"
+    gguf(lm / "pub/repo/a.gguf")
+    (lm / "pub/repo/page.gguf").write_text("<html>Not Found</html>")
+    cache = tmp_path / "hf" / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    hf_cached(cache, "org/repo", "c.gguf", b"c")
+    monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", os.pathsep.join([str(cache), str(lm)]))
+    assert named(discovery.find_models(all_sources=True)) == [("pub/repo/a.gguf", "lmstudio"),
+                                                              ("org/repo/c.gguf", "hf-cache")]
+    with pytest.raises(models.ModelError, match="which is a web page"):
+        models.resolve_model("pub/repo/page.gguf")
+
+
 def test_a_model_on_the_machine_that_cannot_be_used_says_why_and_the_fix(isolated_store, monkeypatch, tmp_path):
     # each was left out of the list, and its name read "Unknown model", naming neither file nor fix
     extra = tmp_path / "downloads"
