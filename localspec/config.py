@@ -10,21 +10,64 @@ from .sampling import SamplingParams, is_real, is_whole
 DRAFTERS = ("auto", "model", "ngram", "hybrid")  # auto: hybrid with a draft model, else ngram
 
 
-class GenerationError(ValueError):
+class UserError(ValueError):
+    """A mistake its caller can fix, in one line naming the value and the fix. str() is worded for a
+    library caller, by the names it sets (`seed must be >= 0 (got -3)`); worded(names) by a shell's
+    own names for them (cli.options.said: `--seed must be >= 0 (got -3)`). One about a field keeps
+    the `field`, the `rule` it broke and `lower`: other fields whose lowering would do too."""
+
+    def __init__(self, message: str, field: str | None = None, rule: str | None = None,
+                 lower: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.field, self.rule, self.lower = field, rule, lower
+
+    @classmethod
+    def about(cls, field: str, rule: str, fix: str = "", lower: tuple[str, ...] = ()) -> UserError:
+        """The error about a field: `{field} {rule}{fix}; or lower {lower}`; fix is what only a library
+        caller is told (Python's values: `; None gives a random seed`), which a shell leaves out."""
+        return cls(f"{field} {rule}{fix}{or_lower(lower)}", field, rule, lower)
+
+    def worded(self, names: dict[str, str]) -> str:
+        """This error with each field named as names[field] names it, without the library's fix; str()
+        where it is about no field, or about one that names lacks."""
+        if self.rule is None or not {self.field, *self.lower} <= names.keys():
+            return str(self)
+        return f"{names[self.field]} {self.rule}{or_lower(names[name] for name in self.lower)}"
+
+
+def or_lower(names) -> str:
+    """'; or lower a or b', or '' for no names."""
+    listed = " or ".join(names)
+    return f"; or lower {listed}" if listed else ""
+
+
+class GenerationError(UserError):
     """A request that cannot be generated; str() names the value and the fix."""
+
+
+# What a full context's fix names, as a library caller names it; a shell has its own names (the CLI's
+# and the server's --ctx, chat's /save FILE and /reset). restart: how a conversation goes on with more
+# room, where chat's user restarts it with a larger --ctx.
+LIBRARY_NAMES = {"n_ctx": "n_ctx in the Pair's LoadOptions", "save": "Chat.save(path)", "reset": "Chat.reset()",
+                 "restart": "raise n_ctx in the Pair's LoadOptions"}
 
 
 class ContextFull(GenerationError):
     """The prompt leaves no room to generate. Shells map it by type: `param` names the request field
-    (the server sets it as the client sent it), `code` is OpenAI's. str() is worded for a library
-    caller, `flags` for the CLI and the server it starts, which name --ctx (check_fits words both)."""
+    (the server sets it as the client sent it), `code` is OpenAI's. After what is full comes the fix,
+    a template of LIBRARY_NAMES' keys: str() fills it as a library caller names them, worded(names)
+    as a shell does."""
 
     code = "context_length_exceeded"
 
-    def __init__(self, message: str, n_tokens: int, n_ctx: int, param: str = "prompt", flags: str | None = None):
-        super().__init__(message)
+    def __init__(self, full: str, n_tokens: int, n_ctx: int, param: str = "prompt", fix: str = ""):
+        self.full, self.fix = full, fix
+        super().__init__(self.worded(LIBRARY_NAMES))
         self.n_tokens, self.n_ctx, self.param = n_tokens, n_ctx, param
-        self.flags = message if flags is None else flags
+
+    def worded(self, names: dict[str, str]) -> str:
+        """What is full and the fix, naming what the fix names as names does (else as LIBRARY_NAMES)."""
+        return f"{self.full}; {self.fix.format_map({**LIBRARY_NAMES, **names})}" if self.fix else self.full
 
 
 def seed_from(seed: int | None) -> int | None:
@@ -37,21 +80,14 @@ def seed_from(seed: int | None) -> int | None:
     return seed
 
 
-# How a caller makes room, in the terms it has: a library caller gives the Pair a larger n_ctx in its
-# LoadOptions; a user of the CLI (or of the server it starts) gives a larger --ctx.
-MORE_ROOM = {"library": "raise n_ctx in the Pair's LoadOptions", "flags": "raise --ctx"}
-
-
-def check_fits(n_tokens: int, n_ctx: int, what: str = "the prompt", fix: dict[str, str] | None = None) -> None:
+def check_fits(n_tokens: int, n_ctx: int, what: str = "the prompt",
+               fix: str = "raise {n_ctx} or shorten the prompt") -> None:
     """Raise ContextFull unless a prompt of n_tokens leaves room for at least one generated token. fix:
-    what to do, for a library caller and for the CLI (keys as MORE_ROOM's); default: a larger context
-    (MORE_ROOM) or a shorter prompt."""
+    what to do, a template of LIBRARY_NAMES' keys (default: a larger context or a shorter prompt)."""
     if n_tokens >= n_ctx:
         holds = (f"but the context holds {n_ctx}" if n_tokens > n_ctx else
                  f"and the context holds {n_ctx}, none left to generate")  # "3001 ... holds 3001" read as if it fit
-        fix = fix or {who: f"{room} or shorten the prompt" for who, room in MORE_ROOM.items()}
-        said = {who: f"{what} has {n_tokens} tokens {holds}; {fix[who]}" for who in MORE_ROOM}
-        raise ContextFull(said["library"], n_tokens, n_ctx, flags=said["flags"])
+        raise ContextFull(f"{what} has {n_tokens} tokens {holds}", n_tokens, n_ctx, fix=fix)
 
 
 @dataclass(frozen=True)
@@ -114,20 +150,18 @@ class GenerationConfig:
             ("p_min", optional(is_real), "a number in [0, 1), or None for auto", ""),
             ("sampling", instance(SamplingParams), "a SamplingParams", "; e.g. SamplingParams(temperature=0)"),
             ("stop", several(str), "a tuple of strings", "; e.g. stop=('\\n\\n',)")),
-            lambda message, field, rule: GenerationError(message))
+            GenerationError)
 
 
-def check_types(obj, checks, error) -> None:
+def check_types(obj, checks, error: type[UserError]) -> None:
     """The one rule for a library caller's field of the wrong type, GenerationConfig's and TuneOptions':
     a comparison would raise a TypeError naming neither the field nor the fix, and a string for a tuple
     would be read letter by letter. checks: (field, test(value) -> bool, what it must be, an example);
-    the first that fails raises error(message, field, rule), its message
-    "{field} must be {what} (got {value!r:.60}){example}" and its rule the part after the field."""
+    the first that fails raises error.about the field: "{field} must be {what} (got {value!r:.60}){example}"."""
     for field, test, what, example in checks:
         value = getattr(obj, field)
         if not test(value):
-            rule = f"must be {what} (got {value!r:.60})"
-            raise error(f"{field} {rule}{example}", field, rule)
+            raise error.about(field, f"must be {what} (got {value!r:.60})", example)
 
 
 def optional(test):

@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 from . import models, warmstart
 from .compat import check_compatible
-from .config import MORE_ROOM, GenerationConfig, GenerationError, check_fits
+from .config import GenerationConfig, GenerationError, check_fits
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .devices import keep_alive, local_devices, rpc_endpoints
 from .context import SAMPLED_ROWS_MAX, Context, LazyContext
@@ -406,10 +406,8 @@ class Chat:
 
     def check_fits(self, prompt: Sequence[int]) -> None:
         """Raise ContextFull when a turn's prompt leaves no room for a reply; say how to go on."""
-        kept = "nothing was dropped: save it ({}), then {}, or {}"
         check_fits(len(prompt), self.pair.target_ctx.n_ctx, what="the conversation",
-                   fix={"library": kept.format("Chat.save(path)", "Chat.reset()", MORE_ROOM["library"]),
-                        "flags": kept.format("/save FILE", "/reset", "restart with a larger --ctx")})
+                   fix="nothing was dropped: save it ({save}), then {reset}, or {restart}")
 
     def _record(self, messages: list[dict], text: str, reply: Reply | None) -> None:
         self.messages = messages + [{"role": "assistant", "content": text}]

@@ -619,4 +619,5 @@ def test_a_full_context_names_load_options_to_the_library_and_ctx_to_the_cli():
         list(pair.stream(prompt, GenerationConfig()))
     full = f"the prompt has {len(prompt)} tokens but the context holds 32"
     assert str(e.value) == f"{full}; raise n_ctx in the Pair's LoadOptions or shorten the prompt"
-    assert e.value.flags == f"{full}; raise --ctx or shorten the prompt"
+    from localspec.cli.options import said
+    assert said(e.value) == f"{full}; raise --ctx or shorten the prompt"

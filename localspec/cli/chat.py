@@ -73,7 +73,7 @@ def chat_loop(session, colour: bool, show_stats: bool, as_json: bool = False) ->
                 if not chat_command(session, line, as_json):
                     return
             except USER_ERRORS as e:
-                click.echo(f"Error: {e}", err=True)
+                click.echo(f"Error: {said(e)}", err=True)
         elif line:
             chat_answer(session, line, colour, show_stats, as_json)
 

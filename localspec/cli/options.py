@@ -3,7 +3,6 @@ commands turn them into a GenerationConfig, LoadOptions and a loaded Pair."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -18,7 +17,7 @@ import click
 from click.core import ParameterSource
 
 from .. import devices, models
-from ..config import DRAFTERS, ContextFull, GenerationConfig, GenerationError, check_environment, seed_from
+from ..config import DRAFTERS, GenerationConfig, GenerationError, UserError, check_environment, seed_from
 from ..llama import LlamaError
 from ..placement import ALL_LAYERS, check_names, split_names
 from ..sampling import SamplingParams
@@ -44,9 +43,9 @@ def user_errors(fn):
 
 
 def said(error: Exception) -> str:
-    """A user error's one line as the CLI says it: a full context names --ctx (ContextFull.flags), not
-    the LoadOptions field a library caller is told of."""
-    return error.flags if isinstance(error, ContextFull) else str(error)
+    """A user error's one line as the CLI says it: naming the flags (CLI_NAMES), not the fields and
+    the LoadOptions a library caller is told of."""
+    return error.worded(CLI_NAMES) if isinstance(error, UserError) else str(error)
 
 
 class JsonError(click.ClickException):
@@ -408,14 +407,25 @@ def generation_config(options: dict, **fields) -> GenerationConfig:
 
 TUNE_FLAGS = ("temperature", "top_k", "top_p", "min_p", "p_min", "max_tokens", "gamma_max", "budget", "seed",
               "chat", "quants")
-# TuneOptions' fields as tune's flags name them, for its errors (TuneError.field)
-TUNE_FIELD_FLAGS = {"max_tokens": "--max-tokens", "gamma_max": "--gamma-max", "budget_s": "--budget",
-                    "seed": "--seed", "p_min": "--p-min", "load.n_ctx": "--ctx"}
+
+
+def long_flag(name: str) -> str:
+    """A FLAGS entry's first long flag: --max-tokens for max_tokens."""
+    return next(decl for decl in FLAGS[name][0] if decl.startswith("--"))
+
+
+# What the library's errors name, as the CLI names it (said): GenerationConfig's and TuneOptions' fields
+# by their flags, the Pair's n_ctx by --ctx, and Chat's save(), reset() and restart (config.LIBRARY_NAMES)
+# by chat's commands.
+CLI_NAMES = {**{name: long_flag(name) for name in GENERATION_FLAGS}, "gamma_max": "--gamma-max",
+             "budget_s": "--budget", "n_ctx": long_flag("ctx"), "load.n_ctx": long_flag("ctx"),
+             "save": "/save FILE", "reset": "/reset", "restart": f"restart with a larger {long_flag('ctx')}"}
 
 
 def tune_options(options: dict):
-    """The TuneOptions tune's flags in `options` describe, checked (TuneError naming the bad flag and
-    value): no draft resolved and no device or server reached (tune adds those); --seed -1 drawn here."""
+    """The TuneOptions tune's flags in `options` describe, checked (TuneError naming the bad field and
+    value, which said words with its flag): no draft resolved and no device or server reached (tune adds
+    those); --seed -1 drawn here."""
     from ..costmodel import FALLBACK_P_MIN
     from ..tune import TuneOptions, parse_quants
 
@@ -425,23 +435,7 @@ def tune_options(options: dict):
         max_tokens=options["max_tokens"], p_min=FALLBACK_P_MIN if p_min is None else p_min,  # auto: a fixed γ's
         gamma_max=options["gamma_max"], budget_s=options["budget"], chat=options["chat"],
         seed=secrets.randbits(32) if seed is None else seed, quants=parse_quants(options["quants"]))
-    with flags_named():
-        return tune.validate()
-
-
-@contextlib.contextmanager
-def flags_named():
-    """Re-raise a TuneError about TuneOptions fields (worded for the library: the fields' names and the
-    fix in Python) naming tune's flags instead."""
-    from ..tune import TuneError
-
-    try:
-        yield
-    except TuneError as e:
-        if e.field not in TUNE_FIELD_FLAGS or not set(e.lower) <= TUNE_FIELD_FLAGS.keys():
-            raise
-        lower = " or ".join(TUNE_FIELD_FLAGS[name] for name in e.lower)
-        raise TuneError(f"{TUNE_FIELD_FLAGS[e.field]} {e.rule}" + (f"; or lower {lower}" if lower else "")) from None
+    return tune.validate()
 
 
 def check_before_load(options: dict) -> None:

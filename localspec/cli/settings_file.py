@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 from click.core import augment_usage_errors
 
-from .options import GENERATION_FLAGS, TUNE_FLAGS, check_before_load
+from .options import GENERATION_FLAGS, TUNE_FLAGS, check_before_load, said
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -192,7 +192,7 @@ def _check(command: click.Command, param: click.Parameter, value, defaults: dict
     except click.ClickException as e:  # click's BadParameter; its full stop would end the line mid-way
         raise click.ClickException(f"{where}: {e.format_message().rstrip('.')}") from None
     except ValueError as e:  # generation_config's GenerationError, tune_options' TuneError
-        raise click.ClickException(f"{where}: {e}") from None
+        raise click.ClickException(f"{where}: {said(e)}") from None
 
 
 def _shown(value) -> str:

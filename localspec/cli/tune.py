@@ -12,7 +12,7 @@ from .. import devices, models
 from ..placement import check_names, split_names
 from ..session import LoadOptions
 from . import cli
-from .options import FLAGS, JsonErrors, flags_named, shared, tune_options, user_errors, WholeNumber
+from .options import FLAGS, JsonErrors, shared, tune_options, user_errors, WholeNumber
 
 
 @cli.command(cls=JsonErrors)
@@ -61,8 +61,7 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
                    err=True)
     prompts = prompt_sets.load_prompts(prompts_file, n_prompts)
     target_path, _ = models.pair_files(target, "none")
-    with flags_named():  # its errors about the options name the flags given, not TuneOptions' fields
-        result = tuning.run_tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)
+    result = tuning.run_tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)
     saved, kept = result.save()
     if plot:
         result.plot(plot)

@@ -40,6 +40,9 @@ from .worker import Worker
 # A page elsewhere on the network cannot call the server from a browser unless named with --cors-origin.
 LOCAL_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 FALLBACK_TOKEN_BYTES = 1024  # for a model whose vocabulary cannot be read: no real token is longer
+# What the library's errors name, as the server's clients are told it: the server's --ctx for the Pair's
+# n_ctx; a request's fields by the names GenerationConfig gives them (UserError.worded).
+SERVER_NAMES = {"n_ctx": "--ctx"}
 
 
 class Server:
@@ -84,7 +87,7 @@ class Server:
             tokens = await run_in_threadpool(prompt)
             check_fits(len(tokens), self.pair.target_ctx.n_ctx)
         except ContextFull as e:  # the param as this client sent it: messages (chat) or prompt
-            raise ApiError(400, e.flags, param, e.code) from None  # the server's --ctx, not LoadOptions
+            raise ApiError(400, e.worded(SERVER_NAMES), param, e.code) from None
         except (GenerationError, LlamaError) as e:
             raise ApiError(400, str(e), param) from None
         include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)

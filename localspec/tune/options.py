@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import GenerationConfig, check_types, instance, optional, several
+from ..config import GenerationConfig, UserError, check_types, instance, optional, several
 from ..costmodel import FALLBACK_P_MIN
 from ..llama import QUANT_TYPES
 from ..planner import p_min_of
@@ -15,16 +15,10 @@ from ..session import LoadOptions
 DERIVED_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")
 
 
-class TuneError(ValueError):
+class TuneError(UserError):
     """A user-facing tune problem; str() is one line naming the value and the fix. One about a
     TuneOptions field names the field, as GenerationConfig's errors do (`seed must be >= 0 (got -3)`);
-    its `field` and `rule` let the CLI name the flag instead (`--seed must be >= 0 (got -3)`), and
-    `lower`, the fields whose lowering would do too (`; or lower max_tokens or gamma_max`)."""
-
-    def __init__(self, message: str, field: str | None = None, rule: str | None = None,
-                 lower: tuple[str, ...] = ()):
-        super().__init__(message)
-        self.field, self.rule, self.lower = field, rule, lower
+    the CLI names the flag instead (`--seed must be >= 0 (got -3)`: UserError.worded)."""
 
 
 def parse_quants(text: str) -> tuple[str, ...]:
@@ -72,8 +66,7 @@ class TuneOptions:
                   ("p_min", 0 <= self.p_min < 1, "must be in [0, 1)", "; use 0 to never stop a draft early")]
         for name, ok, rule, fix in checks:
             if not ok:
-                rule = f"{rule} (got {getattr(self, name)})"
-                raise TuneError(f"{name} {rule}{fix}", name, rule)
+                raise TuneError.about(name, f"{rule} (got {getattr(self, name)})", fix)
         return self
 
     def _check_types(self) -> None:

@@ -93,7 +93,7 @@ class Tuner:
         return row
 
     def _check_room(self, prompts: list[list[int]]) -> None:
-        """TuneError, naming the TuneOptions fields (the CLI names its flags: TUNE_FIELD_FLAGS), unless
+        """TuneError, naming the TuneOptions fields (the CLI names its flags: UserError.worded), unless
         each prompt leaves room for max_tokens and a last draft of gamma_max."""
         n_ctx, need = self.pair.target_ctx.n_ctx, self.options.max_tokens + self.options.gamma_max + 1
         for i, p in enumerate(prompts, 1):
@@ -101,8 +101,7 @@ class Tuner:
                 rule = (f"must be >= {len(p) + need} (got {n_ctx}): calibration prompt {i} has {len(p)} tokens, "
                         f"and {self.options.max_tokens} generated plus a draft of up to {self.options.gamma_max} "
                         f"need {need} more")
-                lower = ("max_tokens", "gamma_max")
-                raise TuneError(f"load.n_ctx {rule}; or lower {' or '.join(lower)}", "load.n_ctx", rule, lower)
+                raise TuneError.about("load.n_ctx", rule, lower=("max_tokens", "gamma_max"))
 
     # -- phases 2 and 3
     def measure(self, cand: Candidate) -> Row:
