@@ -76,7 +76,7 @@ def seed_from(seed: int | None) -> int | None:
     if seed == -1:
         return None
     if seed is not None and seed < 0:
-        raise GenerationError(f"seed must be >= 0, or -1 for a random seed (got {seed})")
+        raise GenerationError.about("seed", f"must be >= 0, or -1 for a random seed (got {seed})")
     return seed
 
 
@@ -113,28 +113,27 @@ class GenerationConfig:
     trees: bool = True  # token trees where the planner finds they pay; False: chains only (benchmarks compare)
 
     def validate(self) -> GenerationConfig:
-        """Return self, or raise GenerationError naming the bad value and the fix."""
+        """Return self, or raise GenerationError naming the bad field, its value and the fix."""
         self._check_types()
         if self.gamma is not None and self.gamma < 0:
-            raise GenerationError(f"gamma must be >= 0 or auto (got {self.gamma}); use 0 for plain decoding")
+            raise GenerationError.about("gamma", f"must be >= 0 or auto (got {self.gamma}); use 0 for plain decoding")
         if self.drafter not in DRAFTERS:
-            raise GenerationError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTERS)}")
+            raise GenerationError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTERS)}", "drafter")
         if self.seed is not None and self.seed < 0:  # a user's -1 is None by now (seed_from)
-            raise GenerationError(f"seed must be >= 0 (got {self.seed}); None gives a random seed")
+            raise GenerationError.about("seed", f"must be >= 0 (got {self.seed})", "; None gives a random seed")
         for name in ("gamma_max", "ngram_gamma_max"):
             if getattr(self, name) < 0:
-                raise GenerationError(f"{name} must be >= 0 (got {getattr(self, name)})")
+                raise GenerationError.about(name, f"must be >= 0 (got {getattr(self, name)})")
         if self.p_min is not None and not 0 <= self.p_min < 1:
-            raise GenerationError(f"p_min must be in [0, 1) (got {self.p_min}); "
-                                  "use 0 to never stop a draft early, or auto")
+            raise GenerationError.about("p_min", f"must be in [0, 1) (got {self.p_min}); "
+                                        "use 0 to never stop a draft early, or auto")
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
-            raise GenerationError(f"logprobs must be between 0 and 20 (got {self.logprobs})")
+            raise GenerationError.about("logprobs", f"must be between 0 and 20 (got {self.logprobs})")
         if self.max_tokens < 1:
-            raise GenerationError(f"max_tokens must be >= 1 (got {self.max_tokens})")
-        try:
-            self.sampling.validate()
-        except ValueError as e:
-            raise GenerationError(str(e)) from None
+            raise GenerationError.about("max_tokens", f"must be >= 1 (got {self.max_tokens})")
+        bad = self.sampling.problem()
+        if bad is not None:
+            raise GenerationError.about(*bad)
         return self
 
     def _check_types(self) -> None:

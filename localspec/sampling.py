@@ -39,22 +39,30 @@ class SamplingParams:
     min_p: float = 0.05  # 0.0 disables; must be in [0, 1]
 
     def validate(self) -> SamplingParams:
-        """Return self, or raise ValueError naming the bad value and the fix."""
+        """Return self, or raise ValueError naming the bad value and the fix (problem's)."""
+        bad = self.problem()
+        if bad is not None:
+            raise ValueError(" ".join(bad))
+        return self
+
+    def problem(self) -> tuple[str, str] | None:
+        """The first bad field and the rule it breaks, with its value and the fix, e.g. ("temperature",
+        "must be >= 0 (got -1); use 0 for greedy decoding"); None when all are good."""
         t, k, top_p, min_p = self.temperature, self.top_k, self.top_p, self.min_p
         for name, value in (("temperature", t), ("top_p", top_p), ("min_p", min_p)):
             if not is_real(value):  # a comparison would raise a TypeError naming neither
-                raise ValueError(f"{name} must be a number (got {value!r})")
+                return name, f"must be a number (got {value!r})"
         if not math.isfinite(t):
-            raise ValueError(f"temperature must be a finite number (got {t}); use 0 for greedy decoding")
+            return "temperature", f"must be a finite number (got {t}); use 0 for greedy decoding"
         if t < 0:
-            raise ValueError(f"temperature must be >= 0 (got {t}); use 0 for greedy decoding")
+            return "temperature", f"must be >= 0 (got {t}); use 0 for greedy decoding"
         if not is_whole(k):
-            raise ValueError(f"top_k must be an integer (got {k!r}); use 0 to disable top-k")
+            return "top_k", f"must be an integer (got {k!r}); use 0 to disable top-k"
         if not 0 <= top_p <= 1:  # also false for NaN
-            raise ValueError(f"top_p must be in [0, 1] (got {top_p}); use 1.0 to disable top-p")
+            return "top_p", f"must be in [0, 1] (got {top_p}); use 1.0 to disable top-p"
         if not 0 <= min_p <= 1:
-            raise ValueError(f"min_p must be in [0, 1] (got {min_p}); use 0.0 to disable min-p")
-        return self
+            return "min_p", f"must be in [0, 1] (got {min_p}); use 0.0 to disable min-p"
+        return None
 
     @property
     def greedy(self) -> bool:

@@ -231,15 +231,16 @@ def test_an_empty_raw_reply_from_a_model_with_a_chat_template_suggests_chat(fake
 
 
 @pytest.mark.parametrize("flags, fragments", [
-    (["--temperature", "-1"], ["temperature", "-1"]),
-    (["--top-p", "1.5"], ["top_p", "1.5"]),
-    (["--top-p", "-0.5"], ["top_p", "-0.5"]),
-    (["--gamma", "-2"], ["gamma", "-2"]),
-    (["--p-min", "1.5"], ["p_min", "1.5"]),
+    (["--temperature", "-1"], ["Error: --temperature must be >= 0 (got -1.0); use 0 for greedy decoding"]),
+    (["--top-p", "1.5"], ["Error: --top-p must be in [0, 1] (got 1.5); use 1.0 to disable top-p"]),
+    (["--top-p", "-0.5"], ["Error: --top-p must be in [0, 1] (got -0.5)"]),
+    (["--gamma", "-2"], ["Error: --gamma must be >= 0 or auto (got -2); use 0 for plain decoding"]),
+    (["--p-min", "1.5"], ["Error: --p-min must be in [0, 1) (got 1.5); use 0 to never stop a draft early, or auto"]),
     (["-n", "0"], ["max_tokens", "0"]),
-    (["--seed", "-5"], ["seed", "-5", "-1 for a random seed"]),
+    (["--seed", "-5"], ["Error: --seed must be >= 0, or -1 for a random seed (got -5)"]),
 ])
 def test_bad_sampling_values(args, flags, fragments):
+    # the CLI names the flag given, where a library caller is told GenerationConfig's field (test_cli_habits)
     assert_one_line_error(invoke("generate", "hi", *args, *flags), *fragments)
 
 

@@ -102,6 +102,25 @@ def test_tune_options_name_the_field_to_the_library_and_the_flag_to_the_cli(fiel
     assert_one_line_error(invoke("config", "show", "tune", *flags), cli)
 
 
+@pytest.mark.parametrize("field, value, library, cli", [
+    ("seed", -3, "seed must be >= 0 (got -3); None gives a random seed", "--seed must be >= 0 (got -3)"),
+    ("gamma", -2, "gamma must be >= 0 or auto (got -2); use 0 for plain decoding",
+     "--gamma must be >= 0 or auto (got -2); use 0 for plain decoding"),
+    ("max_tokens", 0, "max_tokens must be >= 1 (got 0)", "--max-tokens must be >= 1 (got 0)"),
+    ("sampling", SamplingParams(top_p=1.5), "top_p must be in [0, 1] (got 1.5); use 1.0 to disable top-p",
+     "--top-p must be in [0, 1] (got 1.5); use 1.0 to disable top-p"),
+    # a field no flag sets is said to the CLI as to the library
+    ("ngram_gamma_max", -1, "ngram_gamma_max must be >= 0 (got -1)", "ngram_gamma_max must be >= 0 (got -1)"),
+])
+def test_generation_config_names_the_field_to_the_library_and_the_flag_to_the_cli(field, value, library, cli):
+    # the CLI said "seed must be >= 0, or -1 for a random seed" of --seed -5, where tune's said "--max-tokens"
+    from localspec.cli.options import said
+    from localspec.config import GenerationConfig, GenerationError
+    with pytest.raises(GenerationError) as e:
+        GenerationConfig(**{field: value}).validate()
+    assert (str(e.value), said(e.value)) == (library, cli)
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"max_tokens": "64"}, "max_tokens must be a whole number >= 2 (got '64')"),
     ({"gamma_max": 2.5}, "gamma_max must be a whole number in 1..64 (got 2.5)"),
@@ -167,7 +186,7 @@ def test_tune_seed_minus_one_draws_a_seed_and_reports_it(fake_cli, monkeypatch):
     result = invoke("tune", "-m", fake_cli.target, "--quants", "none", "--seed", "7")
     assert seen[-1].seed == 7 and "drawn" not in result.stderr
     assert_one_line_error(invoke("tune", "-m", fake_cli.target, "--seed", "-2"),
-                          "seed must be >= 0, or -1 for a random seed (got -2)")
+                          "Error: --seed must be >= 0, or -1 for a random seed (got -2)")
 
 
 def test_tune_takes_the_llama_cpp_names_of_draft(fake_cli, monkeypatch):
@@ -494,10 +513,10 @@ def test_a_config_value_of_the_wrong_kind_is_one_line_naming_file_table_and_key(
 
 
 @pytest.mark.parametrize("line, fragment", [
-    ("[defaults]\ntemperature = -1", "[defaults] temperature = -1: temperature must be >= 0 (got -1.0)"),
-    ("[defaults]\ntemperature = nan", "[defaults] temperature = NaN: temperature must be a finite number"),
+    ("[defaults]\ntemperature = -1", "[defaults] temperature = -1: --temperature must be >= 0 (got -1.0)"),
+    ("[defaults]\ntemperature = nan", "[defaults] temperature = NaN: --temperature must be a finite number"),
     ("[generate]\nmax-tokens = 0", "[generate] max-tokens = 0: max_tokens (-n) must be >= 1"),
-    ("[chat]\nseed = -5", "[chat] seed = -5: seed must be >= 0, or -1 for a random seed"),
+    ("[chat]\nseed = -5", "[chat] seed = -5: --seed must be >= 0, or -1 for a random seed"),
     ("[tune]\nctx-size = -3", "[tune] ctx-size = -3: Invalid value for '-c'"),
     ("[tune]\nbudget = 0", "[tune] budget = 0: --budget must be > 0 seconds (got 0.0)"),
     ("[tune]\ngamma-max = 99", "[tune] gamma-max = 99: --gamma-max must be in 1..64 (got 99)"),
@@ -555,7 +574,7 @@ def test_a_defaults_value_one_command_refuses_is_that_commands_error_alone(tmp_p
 
 @pytest.mark.parametrize("line, fragment", [
     ('top-k = "x"', "Invalid value for '--top-k': 'x' is not a valid integer"),
-    ("temperature = -1", "temperature must be"),
+    ("temperature = -1", "--temperature must be"),
 ])
 def test_a_defaults_value_every_command_refuses_says_to_correct_it_not_to_keep_it(tmp_path, monkeypatch, fake_cli,
                                                                                 line, fragment):
@@ -625,7 +644,7 @@ def test_a_config_file_named_but_missing_or_a_directory_is_one_line(tmp_path, mo
 
 
 @pytest.mark.parametrize("text, fragment", [
-    ("[defaults]\ntemperature = -1\n", "[defaults] temperature = -1: temperature must be >= 0"),
+    ("[defaults]\ntemperature = -1\n", "[defaults] temperature = -1: --temperature must be >= 0"),
     ("[x", "cannot read the config file"),
     (None, "which does not exist; create it or unset LOCALSPEC_CONFIG"),
 ])
@@ -661,9 +680,9 @@ def test_config_show_refuses_what_the_command_would_refuse(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (("--temp", "-1"), "temperature must be >= 0 (got -1.0)"),
+    (("--temp", "-1"), "--temperature must be >= 0 (got -1.0)"),
     (("-n", "0"), "max_tokens (-n) must be >= 1"),
-    (("--seed", "-5"), "seed must be >= 0, or -1 for a random seed (got -5)"),
+    (("--seed", "-5"), "--seed must be >= 0, or -1 for a random seed (got -5)"),
     (("-c", "-3"), "-3 is not in the range x>=0"),
 ])
 @pytest.mark.parametrize("command", ["generate", "chat"])
@@ -676,7 +695,7 @@ def test_config_show_refuses_the_values_the_command_refuses(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (("--temp", "-1"), "temperature must be >= 0 (got -1.0)"),
+    (("--temp", "-1"), "--temperature must be >= 0 (got -1.0)"),
     (("--budget", "0"), "--budget must be > 0 seconds (got 0.0)"),
     (("--quants", "Q9_Z"), "Unknown quantization type 'Q9_Z' in --quants"),
 ])

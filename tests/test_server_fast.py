@@ -149,6 +149,22 @@ def test_bad_requests_get_openai_style_errors(http, body, status, param, fragmen
     assert error["type"] == "invalid_request_error" and error["param"] == param and fragment in error["message"]
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("gamma", -1, "gamma must be >= 0 or auto (got -1); use 0 for plain decoding"),
+    ("top_p", 1.5, "top_p must be in [0, 1] (got 1.5); use 1.0 to disable top-p"),
+    ("min_p", -0.1, "min_p must be in [0, 1] (got -0.1); use 0.0 to disable min-p"),
+    ("p_min", 1.5, "p_min must be in [0, 1) (got 1.5); use 0 to never stop a draft early, or auto"),
+    ("seed", -5, "seed must be >= 0, or -1 for a random seed (got -5)"),
+    ("drafter", "oracle", "unknown drafter 'oracle'; choose one of auto, model, ngram, hybrid"),
+])
+def test_a_value_the_config_refuses_is_named_as_the_request_names_it(http, field, value, message):
+    # GenerationConfig's words, whose fields are the request's (not the CLI's --top-p); the param is the
+    # error's field, where it was found by searching the message for a field's name
+    r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": QUESTION, field: value})
+    error = r.json()["error"]
+    assert (r.status_code, error["param"], error["message"]) == (400, field, message)
+
+
 @pytest.mark.parametrize("field, value", [
     ("max_tokens", True), ("temperature", True), ("top_k", False), ("seed", True), ("gamma", True),
     ("n", True), ("stream", "yes"), ("max_tokens", "5"), ("temperature", "0.5"),

@@ -13,6 +13,7 @@ from ..sampling import SamplingParams
 from ..config import GenerationConfig, GenerationError, seed_from
 from ..session import ROLES
 
+# The request's fields that are GenerationConfig's too: a GenerationError's field is the 400's param.
 FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "p_min", "gamma", "drafter", "seed", "stop",
           "logprobs")
 MAX_STOP = 4  # OpenAI's limit on stop strings
@@ -177,8 +178,7 @@ def request_config(req: Options, defaults: GenerationConfig) -> GenerationConfig
     try:
         return config.validate()
     except GenerationError as e:
-        named = sorted((str(e).find(f), f) for f in FIELDS if f in str(e))  # the field the message names first
-        raise ApiError(400, str(e), named[0][1] if named else None) from None
+        raise ApiError(400, str(e), e.field if e.field in FIELDS else None) from None
 
 
 def auto_or(value, field: str, what: str):

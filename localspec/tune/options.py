@@ -52,10 +52,9 @@ class TuneOptions:
     def validate(self) -> TuneOptions:
         """Return self, or raise TuneError naming the bad field, its value and the fix."""
         self._check_types()
-        try:
-            self.sampling.validate()
-        except ValueError as e:
-            raise TuneError(str(e)) from None
+        bad = self.sampling.problem()
+        if bad is not None:
+            raise TuneError.about(*bad)
         budget_ok = self.budget_s is None or self.budget_s > 0
         checks = [("max_tokens", self.max_tokens >= 2, "must be >= 2", ""),  # (field, ok, rule, the library's fix)
                   ("gamma_max", 1 <= self.gamma_max <= 64, "must be in 1..64", ""),
