@@ -236,7 +236,7 @@ def test_an_empty_raw_reply_from_a_model_with_a_chat_template_suggests_chat(fake
     (["--top-p", "-0.5"], ["Error: --top-p must be in [0, 1] (got -0.5)"]),
     (["--gamma", "-2"], ["Error: --gamma must be >= 0 or auto (got -2); use 0 for plain decoding"]),
     (["--p-min", "1.5"], ["Error: --p-min must be in [0, 1) (got 1.5); use 0 to never stop a draft early, or auto"]),
-    (["-n", "0"], ["max_tokens", "0"]),
+    (["-n", "0"], ["Error: --max-tokens must be >= 1, or -1 to run until the answer ends (got 0)"]),
     (["--seed", "-5"], ["Error: --seed must be >= 0, or -1 for a random seed (got -5)"]),
 ])
 def test_bad_sampling_values(args, flags, fragments):

@@ -72,7 +72,7 @@ def test_minus_one_tokens_run_until_the_answer_ends_as_in_llama_cpp(fake_cli):
     assert out["stats"]["prompt_tokens"] + out["stats"]["generated_tokens"] >= 47
     assert run_json(*common, "-n", "5")["stats"]["generated_tokens"] == 5
     result = invoke("generate", "hi", "--target", str(fake_cli.target), "-n", "-2")
-    assert result.exit_code == 1 and "max_tokens (-n) must be >= 1, or -1 to run until the answer ends (got -2)" \
+    assert result.exit_code == 1 and "Error: --max-tokens must be >= 1, or -1 to run until the answer ends (got -2)" \
         in result.output
 
 
@@ -515,7 +515,7 @@ def test_a_config_value_of_the_wrong_kind_is_one_line_naming_file_table_and_key(
 @pytest.mark.parametrize("line, fragment", [
     ("[defaults]\ntemperature = -1", "[defaults] temperature = -1: --temperature must be >= 0 (got -1.0)"),
     ("[defaults]\ntemperature = nan", "[defaults] temperature = NaN: --temperature must be a finite number"),
-    ("[generate]\nmax-tokens = 0", "[generate] max-tokens = 0: max_tokens (-n) must be >= 1"),
+    ("[generate]\nmax-tokens = 0", "[generate] max-tokens = 0: --max-tokens must be >= 1"),
     ("[chat]\nseed = -5", "[chat] seed = -5: --seed must be >= 0, or -1 for a random seed"),
     ("[tune]\nctx-size = -3", "[tune] ctx-size = -3: Invalid value for '-c'"),
     ("[tune]\nbudget = 0", "[tune] budget = 0: --budget must be > 0 seconds (got 0.0)"),
@@ -681,7 +681,7 @@ def test_config_show_refuses_what_the_command_would_refuse(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("args, fragment", [
     (("--temp", "-1"), "--temperature must be >= 0 (got -1.0)"),
-    (("-n", "0"), "max_tokens (-n) must be >= 1"),
+    (("-n", "0"), "--max-tokens must be >= 1"),
     (("--seed", "-5"), "--seed must be >= 0, or -1 for a random seed (got -5)"),
     (("-c", "-3"), "-3 is not in the range x>=0"),
 ])

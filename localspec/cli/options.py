@@ -538,7 +538,7 @@ def answer_length(options: dict) -> int:
     if n is None or n == -1:
         return UNTIL_FULL
     if n < 1:
-        raise GenerationError(f"max_tokens (-n) must be >= 1, or -1 to run until the answer ends (got {n})")
+        raise GenerationError.about("max_tokens", f"must be >= 1, or -1 to run until the answer ends (got {n})")
     return n
 
 
