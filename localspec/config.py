@@ -14,12 +14,14 @@ class UserError(ValueError):
     """A mistake its caller can fix, in one line naming the value and the fix. str() is worded for a
     library caller, by the names it sets (`seed must be >= 0 (got -3)`); worded(names) by a shell's
     own names for them (cli.options.said: `--seed must be >= 0 (got -3)`). One about a field keeps
-    the `field`, the `rule` it broke and `lower`: other fields whose lowering would do too."""
+    the `field`, the `rule` it broke and `lower`: other fields whose lowering would do too. One whose
+    words name what a shell names its own way (a setting, a method, a command) keeps its `template`:
+    the message with each such name a key of LIBRARY_NAMES (UserError.naming)."""
 
     def __init__(self, message: str, field: str | None = None, rule: str | None = None,
-                 lower: tuple[str, ...] = ()):
+                 lower: tuple[str, ...] = (), template: str | None = None):
         super().__init__(message)
-        self.field, self.rule, self.lower = field, rule, lower
+        self.field, self.rule, self.lower, self.template = field, rule, lower, template
 
     @classmethod
     def about(cls, field: str, rule: str, fix: str = "", lower: tuple[str, ...] = ()) -> UserError:
@@ -27,12 +29,32 @@ class UserError(ValueError):
         caller is told (Python's values: `; None gives a random seed`), which a shell leaves out."""
         return cls(f"{field} {rule}{fix}{or_lower(lower)}", field, rule, lower)
 
+    @classmethod
+    def naming(cls, template: str, field: str | None = None) -> UserError:
+        """The error worded by template, a message whose {keys} are LIBRARY_NAMES' keys (literal text in
+        it escaped by `literal`): str() fills them as a library caller names them, worded(names) as a
+        shell does. field: the setting it is about, where there is one (the server's 400 names it)."""
+        return cls(template.format_map(LIBRARY_NAMES), field, template=template)
+
     def worded(self, names: dict[str, str]) -> str:
-        """This error with each field named as names[field] names it, without the library's fix; str()
-        where it is about no field, or about one that names lacks."""
+        """This error with what it names named as names does: a template's keys (else as LIBRARY_NAMES
+        names them), or the field and the fields to lower without the library's fix (str() where names
+        lacks one of them); str() where it names nothing."""
+        if self.template is not None:
+            return self.template.format_map({**LIBRARY_NAMES, **names})
         if self.rule is None or not {self.field, *self.lower} <= names.keys():
             return str(self)
         return f"{names[self.field]} {self.rule}{or_lower(names[name] for name in self.lower)}"
+
+
+def worded(error: Exception, names: dict[str, str]) -> str:
+    """Any error's one line as a shell says it, naming what it names as names does (UserError.worded)."""
+    return error.worded(names) if isinstance(error, UserError) else str(error)
+
+
+def literal(text: str) -> str:
+    """text as it reads inside a template (UserError.naming): its braces doubled."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def or_lower(names) -> str:
@@ -45,29 +67,28 @@ class GenerationError(UserError):
     """A request that cannot be generated; str() names the value and the fix."""
 
 
-# What a full context's fix names, as a library caller names it; a shell has its own names (the CLI's
-# and the server's --ctx, chat's /save FILE and /reset). restart: how a conversation goes on with more
-# room, where chat's user restarts it with a larger --ctx.
+# What a user error's template names (UserError.naming), as a library caller names it; a shell has its own
+# names (the CLI's flags and chat's commands: cli.options.CLI_NAMES; the server's: server.app.SERVER_NAMES).
+# n_ctx, save, reset: a full context's fix (ContextFull); restart: how a conversation goes on with more room,
+# where chat's user restarts it with a larger --ctx. drafter=KIND: that drafter as a setting; no_draft: what a
+# pair without a draft model says of one asked for (Pair.drafter_kind).
 LIBRARY_NAMES = {"n_ctx": "n_ctx in the Pair's LoadOptions", "save": "Chat.save(path)", "reset": "Chat.reset()",
-                 "restart": "raise n_ctx in the Pair's LoadOptions"}
+                 "restart": "raise n_ctx in the Pair's LoadOptions",
+                 **{f"drafter={kind}": f"drafter={kind!r}" for kind in DRAFTERS},
+                 "no_draft": "; give the Pair a draft model, or use drafter='ngram'"}
 
 
 class ContextFull(GenerationError):
     """The prompt leaves no room to generate. Shells map it by type: `param` names the request field
     (the server sets it as the client sent it), `code` is OpenAI's. After what is full comes the fix,
-    a template of LIBRARY_NAMES' keys: str() fills it as a library caller names them, worded(names)
-    as a shell does."""
+    a template of LIBRARY_NAMES' keys (UserError.naming)."""
 
     code = "context_length_exceeded"
 
     def __init__(self, full: str, n_tokens: int, n_ctx: int, param: str = "prompt", fix: str = ""):
-        self.full, self.fix = full, fix
-        super().__init__(self.worded(LIBRARY_NAMES))
+        template = f"{literal(full)}; {fix}" if fix else literal(full)
+        super().__init__(template.format_map(LIBRARY_NAMES), template=template)
         self.n_tokens, self.n_ctx, self.param = n_tokens, n_ctx, param
-
-    def worded(self, names: dict[str, str]) -> str:
-        """What is full and the fix, naming what the fix names as names does (else as LIBRARY_NAMES)."""
-        return f"{self.full}; {self.fix.format_map({**LIBRARY_NAMES, **names})}" if self.fix else self.full
 
 
 def seed_from(seed: int | None) -> int | None:

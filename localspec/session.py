@@ -186,11 +186,12 @@ class Pair:
         return SpeculativeDecoder(self.target_ctx, self.sources(config))
 
     def drafter_kind(self, config: GenerationConfig) -> str | None:
-        """Which drafter a generation uses: None for plain decoding."""
+        """Which drafter a generation uses: None for plain decoding; GenerationError for one that needs
+        the draft model this pair lacks."""
         if config.gamma == 0:
             return None
         if config.drafter in ("model", "hybrid") and self.draft_ctx is None:
-            raise GenerationError(f"--drafter {config.drafter} needs a draft model; give --draft, or use --drafter ngram")
+            raise GenerationError.naming("{drafter=%s} needs a draft model{no_draft}" % config.drafter, "drafter")
         if config.drafter == "auto":
             return "hybrid" if self.draft_ctx is not None else "ngram"
         return config.drafter

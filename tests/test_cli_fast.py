@@ -252,5 +252,7 @@ def test_prompt_longer_than_context(args):
 
 
 def test_model_drafter_without_a_draft_is_an_error(fake_cli):
+    # the CLI's words; a library caller is told of the Pair's draft and drafter='ngram' (test_controller)
     assert_one_line_error(invoke("generate", "hi", "--target", str(fake_cli.target), "--draft", "none",
-                                 "--drafter", "model"), "--drafter model needs a draft model")
+                                 "--drafter", "model"),
+                          "Error: --drafter model needs a draft model; give --draft, or use --drafter ngram")

@@ -621,3 +621,19 @@ def test_a_full_context_names_load_options_to_the_library_and_ctx_to_the_cli():
     assert str(e.value) == f"{full}; raise n_ctx in the Pair's LoadOptions or shorten the prompt"
     from localspec.cli.options import said
     assert said(e.value) == f"{full}; raise --ctx or shorten the prompt"
+
+
+@pytest.mark.parametrize("drafter", ["model", "hybrid"])
+def test_a_drafter_the_pair_cannot_run_names_the_pairs_setting_to_the_library_and_flags_to_the_cli(drafter):
+    # a Python caller was told "give --draft, or use --drafter ngram": flags it does not have
+    from fakes import fake_pair
+    from localspec.cli.options import said
+
+    pair = fake_pair(draft=False)
+    prompt = pair.prompt_tokens("hi", chat=False)
+    with pytest.raises(GenerationError) as e:
+        list(pair.stream(prompt, GenerationConfig(drafter=drafter)))
+    assert str(e.value) == (f"drafter={drafter!r} needs a draft model; give the Pair a draft model, "
+                            "or use drafter='ngram'")
+    assert e.value.field == "drafter"
+    assert said(e.value) == f"--drafter {drafter} needs a draft model; give --draft, or use --drafter ngram"

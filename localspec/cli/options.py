@@ -17,7 +17,7 @@ import click
 from click.core import ParameterSource
 
 from .. import devices, models
-from ..config import DRAFTERS, GenerationConfig, GenerationError, UserError, check_environment, seed_from
+from ..config import DRAFTERS, GenerationConfig, GenerationError, check_environment, seed_from, worded
 from ..llama import LlamaError
 from ..placement import ALL_LAYERS, check_names, split_names
 from ..sampling import SamplingParams
@@ -45,7 +45,7 @@ def user_errors(fn):
 def said(error: Exception) -> str:
     """A user error's one line as the CLI says it: naming the flags (CLI_NAMES), not the fields and
     the LoadOptions a library caller is told of."""
-    return error.worded(CLI_NAMES) if isinstance(error, UserError) else str(error)
+    return worded(error, CLI_NAMES)
 
 
 class JsonError(click.ClickException):
@@ -415,11 +415,13 @@ def long_flag(name: str) -> str:
 
 
 # What the library's errors name, as the CLI names it (said): GenerationConfig's and TuneOptions' fields
-# by their flags, the Pair's n_ctx by --ctx, and Chat's save(), reset() and restart (config.LIBRARY_NAMES)
-# by chat's commands.
+# by their flags, the Pair's n_ctx by --ctx, Chat's save(), reset() and restart (config.LIBRARY_NAMES)
+# by chat's commands, and a drafter and a missing draft model by --drafter and --draft.
 CLI_NAMES = {**{name: long_flag(name) for name in GENERATION_FLAGS}, "gamma_max": "--gamma-max",
              "budget_s": "--budget", "n_ctx": long_flag("ctx"), "load.n_ctx": long_flag("ctx"),
-             "save": "/save FILE", "reset": "/reset", "restart": f"restart with a larger {long_flag('ctx')}"}
+             "save": "/save FILE", "reset": "/reset", "restart": f"restart with a larger {long_flag('ctx')}",
+             **{f"drafter={kind}": f"{long_flag('drafter')} {kind}" for kind in DRAFTERS},
+             "no_draft": f"; give {long_flag('draft')}, or use {long_flag('drafter')} ngram"}
 
 
 def tune_options(options: dict):

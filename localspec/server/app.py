@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..config import ContextFull, GenerationConfig, GenerationError, check_fits
+from ..config import DRAFTERS, ContextFull, GenerationConfig, GenerationError, check_fits
 from ..devices import cannot_listen
 from ..llama import LlamaError
 from ..session import Pair, check_messages
@@ -40,9 +40,11 @@ from .worker import Worker
 # A page elsewhere on the network cannot call the server from a browser unless named with --cors-origin.
 LOCAL_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 FALLBACK_TOKEN_BYTES = 1024  # for a model whose vocabulary cannot be read: no real token is longer
-# What the library's errors name, as the server's clients are told it: the server's --ctx for the Pair's
-# n_ctx; a request's fields by the names GenerationConfig gives them (UserError.worded).
-SERVER_NAMES = {"n_ctx": "--ctx"}
+# What the library's errors name, as the server's clients are told it (UserError.worded): the server's
+# --ctx for the Pair's n_ctx, and --draft for the draft model it was started without; a request's fields
+# by the names GenerationConfig gives them, a drafter as the request's `drafter` value.
+SERVER_NAMES = {"n_ctx": "--ctx", **{f"drafter={kind}": f"drafter {kind!r}" for kind in DRAFTERS},
+                "no_draft": " and this server has none; use drafter 'ngram', or restart the server with --draft"}
 
 
 class Server:
@@ -80,9 +82,8 @@ class Server:
         config = request_config(req, self.defaults)
         try:
             drafter = self.pair.drafter_kind(config)
-        except GenerationError:
-            raise ApiError(400, f"drafter {config.drafter!r} needs a draft model and this server has none; "
-                           "use drafter 'ngram', or restart the server with --draft", "drafter") from None
+        except GenerationError as e:
+            raise ApiError(400, e.worded(SERVER_NAMES), e.field) from None
         try:
             tokens = await run_in_threadpool(prompt)
             check_fits(len(tokens), self.pair.target_ctx.n_ctx)
