@@ -71,11 +71,13 @@ class GenerationError(UserError):
 # names (the CLI's flags and chat's commands: cli.options.CLI_NAMES; the server's: server.app.SERVER_NAMES).
 # n_ctx, save, reset: a full context's fix (ContextFull); restart: how a conversation goes on with more room,
 # where chat's user restarts it with a larger --ctx. drafter=KIND: that drafter as a setting; no_draft: what a
-# pair without a draft model says of one asked for (Pair.drafter_kind).
+# pair without a draft model says of one asked for (Pair.drafter_kind). raw: what sends a prompt as is, without
+# the chat template (Pair.chat_tokens).
 LIBRARY_NAMES = {"n_ctx": "n_ctx in the Pair's LoadOptions", "save": "Chat.save(path)", "reset": "Chat.reset()",
                  "restart": "raise n_ctx in the Pair's LoadOptions",
                  **{f"drafter={kind}": f"drafter={kind!r}" for kind in DRAFTERS},
-                 "no_draft": "; give the Pair a draft model, or use drafter='ngram'"}
+                 "no_draft": "; give the Pair a draft model, or use drafter='ngram'",
+                 "raw": "Pair.prompt_tokens(text, chat=False)"}
 
 
 class ContextFull(GenerationError):

@@ -249,17 +249,18 @@ class Model:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
 
     def apply_chat_template(self, messages: Sequence[dict], add_assistant: bool = True) -> str:
-        """Format chat messages with the GGUF's own Jinja template, as the Hub's tokenizer would."""
+        """Format chat messages with the GGUF's own Jinja template, as the Hub's tokenizer would; LlamaError
+        where there is none or it fails (the fix is its caller's to give: Pair.chat_tokens)."""
         tmpl = self.chat_template()
         if tmpl is None:
-            raise LlamaError(f"{self.path.name} has no chat template; use --raw to send the prompt as is")
+            raise LlamaError(f"{self.path.name} has no chat template")
         formatter = Jinja2ChatFormatter(tmpl, eos_token=self.token_text(self.eos()).decode("utf-8", "replace"),
                                         bos_token=self.token_text(self.bos()).decode("utf-8", "replace"),
                                         add_generation_prompt=add_assistant)
         try:
             return formatter(messages=list(messages)).prompt
         except Exception as e:  # jinja2 errors, or the template's own raise_exception()
-            raise LlamaError(f"the chat template of {self.path.name} failed ({e}); use --raw") from None
+            raise LlamaError(f"the chat template of {self.path.name} failed ({e})") from None
 
     def tokenize_prompt(self, prompt: str) -> list[int]:
         """Tokenize a prompt as llama.cpp's llama-cli and llama-server do: special tokens written in it

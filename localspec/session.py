@@ -16,11 +16,11 @@ from typing import Iterator, Sequence
 
 from . import models, warmstart
 from .compat import check_compatible
-from .config import GenerationConfig, GenerationError, check_fits
+from .config import GenerationConfig, GenerationError, check_fits, literal
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .devices import keep_alive, local_devices, rpc_endpoints
 from .context import SAMPLED_ROWS_MAX, Context, LazyContext
-from .llama import Model, common_prefix_len, gpu_offload_supported, threads_of
+from .llama import LlamaError, Model, common_prefix_len, gpu_offload_supported, threads_of
 from .placement import Placement, place_pair
 from .planner import CostTracker, source_names, worth_preparing
 from .sampling import is_whole, whole_type
@@ -229,10 +229,18 @@ class Pair:
         return self.chat_tokens(messages)
 
     def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
-        """A conversation as target tokens, formatted by the GGUF's chat template, ready for the reply."""
+        """A conversation as target tokens, formatted by the GGUF's chat template, ready for the reply;
+        GenerationError where the target has none or it fails, naming how to send the text as is."""
         self._open()
         m = self.target_model
-        return m.tokenize_prompt(m.apply_chat_template(messages))
+        if m.chat_template() is None:
+            raise GenerationError.naming(f"{literal(m.path.name)} has no chat template; use {{raw}} to send the "
+                                         "prompt as is")
+        try:
+            text = m.apply_chat_template(messages)
+        except LlamaError as e:  # the template's own raise_exception(), or jinja's error: named in e
+            raise GenerationError.naming(f"{literal(str(e))}; use {{raw}}") from None
+        return m.tokenize_prompt(text)
 
     def check_prompt(self, prompt: Sequence[int]) -> None:
         """Raise ContextFull, naming the limit, unless the prompt leaves room to generate; GenerationError

@@ -37,6 +37,11 @@ def tables(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return tuple(rng.standard_normal((V, V)).astype(np.float32) for _ in range(2))
 
 
+def refuse(message: str):
+    """A template's raise_exception(message), as llama-cpp-python's Jinja2ChatFormatter defines it."""
+    raise ValueError(message)
+
+
 class FakeModel:
     """The surface of localspec.llama.Model that localspec uses, over a table of logits.
 
@@ -134,8 +139,12 @@ class FakeModel:
 
     def apply_chat_template(self, messages: Sequence[dict], add_assistant: bool = True) -> str:
         if self.template is None:
-            raise LlamaError(f"{self.path.name} has no chat template; use --raw to send the prompt as is")
-        return Template(self.template).render(messages=list(messages), add_generation_prompt=add_assistant)
+            raise LlamaError(f"{self.path.name} has no chat template")
+        try:  # raise_exception() as llama-cpp-python's formatter gives it to a template
+            return Template(self.template).render(messages=list(messages), add_generation_prompt=add_assistant,
+                                                  raise_exception=refuse)
+        except Exception as e:
+            raise LlamaError(f"the chat template of {self.path.name} failed ({e})") from None
 
     def tokenize_prompt(self, prompt: str) -> list[int]:
         return self.tokenize(prompt, add_special=not prompt.startswith(CONTROL[BOS]), parse_special=True)

@@ -300,6 +300,43 @@ def test_chat_without_a_template_is_a_one_line_error(fake_cli, monkeypatch):
     assert code == 1 and "no chat template" in err and "Traceback" not in err
 
 
+# A target without a chat template, and one whose template refuses a conversation (in words with braces,
+# which a template of names must keep as they are): (template, the error up to its fix, the fix's tail).
+TEMPLATE_ERRORS = [(None, "fake-instruct.gguf has no chat template", " to send the prompt as is"),
+                   ("{{ raise_exception('roles must alternate {user, assistant}') }}",
+                    "the chat template of fake-instruct.gguf failed (roles must alternate {user, assistant})", "")]
+
+
+@pytest.mark.parametrize("template, error, tail", TEMPLATE_ERRORS)
+def test_a_chat_template_error_names_the_librarys_raw_prompt_and_the_clis_raw_flag(template, error, tail):
+    # a Python caller was told to "use --raw", a flag it does not have: it sends text as is with chat=False
+    from localspec.cli.options import said
+
+    pair = fake_pair(draft=False)
+    pair.target_model.template = template
+    with pytest.raises(GenerationError) as e:
+        pair.prompt_tokens("Hi", chat=True)
+    assert str(e.value) == f"{error}; use Pair.prompt_tokens(text, chat=False){tail}"
+    assert said(e.value) == f"{error}; use --raw{tail}"
+
+
+@pytest.mark.parametrize("template, error, tail", TEMPLATE_ERRORS)
+def test_generate_says_a_chat_template_error_with_its_raw_flag(fake_cli, monkeypatch, template, error, tail):
+    from clitools import assert_one_line_error
+
+    load = fake_cli.load
+
+    def with_template(*args):
+        pair = load(*args)
+        pair.target_model.template = template
+        return pair
+
+    monkeypatch.setattr("localspec.cli.Pair", with_template)
+    result = CliRunner().invoke(cli, ["generate", "Hi", "--target", str(fake_cli.target), "--draft", "none",
+                                      "--chat", "-n", "4"])
+    assert_one_line_error(result, f"Error: {error}; use --raw{tail}")
+
+
 def test_a_save_that_fails_midway_leaves_the_saved_file_as_it_was(pair, tmp_path, monkeypatch):
     # Written in place, a full disk left the earlier conversation as 4 KiB of cut-off JSON.
     chat = Chat(pair, GREEDY)

@@ -310,6 +310,21 @@ def test_a_server_without_a_draft_refuses_the_model_drafter(tmp_path):
         assert r.json()["speculative"]["drafter"] == "ngram" and r.json()["speculative"]["reused_draft_tokens"] is None
 
 
+@pytest.mark.parametrize("template, error, tail", [
+    (None, "fake-instruct.gguf has no chat template", " to send the prompt as is"),
+    ("{{ raise_exception('roles must alternate') }}",
+     "the chat template of fake-instruct.gguf failed (roles must alternate)", "")])
+def test_a_chat_template_error_names_the_completions_endpoint(tmp_path, template, error, tail):
+    # was "use --raw", a flag of the CLI: a client sends a prompt as is to /v1/completions
+    target, _ = model_files(tmp_path)
+    pair = fake_pair(draft=False, target_path=target)
+    pair.target_model.template = template
+    with TestClient(create_app(pair, GenerationConfig(), api_key=None)) as http:
+        r = http.post("/v1/chat/completions", json={"messages": QUESTION, "max_tokens": 4})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    assert r.json()["error"]["message"] == f"{error}; use /v1/completions{tail}"
+
+
 def test_the_speculative_object_counts_each_drafters_tokens_and_exploratory_steps():
     # The same per-drafter counts as `--json` gives (GenerationStats.to_dict): a client can tell
     # what each drafter brought and how many of its steps were the planner exploring.

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..config import DRAFTERS, ContextFull, GenerationConfig, GenerationError, check_fits
+from ..config import DRAFTERS, ContextFull, GenerationConfig, GenerationError, check_fits, worded
 from ..devices import cannot_listen
 from ..llama import LlamaError
 from ..session import Pair, check_messages
@@ -42,9 +42,11 @@ LOCAL_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 FALLBACK_TOKEN_BYTES = 1024  # for a model whose vocabulary cannot be read: no real token is longer
 # What the library's errors name, as the server's clients are told it (UserError.worded): the server's
 # --ctx for the Pair's n_ctx, and --draft for the draft model it was started without; a request's fields
-# by the names GenerationConfig gives them, a drafter as the request's `drafter` value.
+# by the names GenerationConfig gives them, a drafter as the request's `drafter` value; a prompt sent as
+# is, without the chat template, by the endpoint that takes one.
 SERVER_NAMES = {"n_ctx": "--ctx", **{f"drafter={kind}": f"drafter {kind!r}" for kind in DRAFTERS},
-                "no_draft": " and this server has none; use drafter 'ngram', or restart the server with --draft"}
+                "no_draft": " and this server has none; use drafter 'ngram', or restart the server with --draft",
+                "raw": "/v1/completions"}
 
 
 class Server:
@@ -90,7 +92,7 @@ class Server:
         except ContextFull as e:  # the param as this client sent it: messages (chat) or prompt
             raise ApiError(400, e.worded(SERVER_NAMES), param, e.code) from None
         except (GenerationError, LlamaError) as e:
-            raise ApiError(400, str(e), param) from None
+            raise ApiError(400, worded(e, SERVER_NAMES), param) from None
         include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
         shape = Shape(chat, self.model_id, None if config.logprobs is None else Logprobs(self.pair.target_model, chat),
                       include_usage,
