@@ -1,4 +1,5 @@
-"""What to generate, the errors a request can raise, and the one list of drafter kinds."""
+"""What to generate, how a user error is worded, the errors a request can raise, and the one list of
+drafter kinds."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from .sampling import SamplingParams, is_real, is_whole
 DRAFTERS = ("auto", "model", "ngram", "hybrid")  # auto: hybrid with a draft model, else ngram
 
 
-class UserError(ValueError):
-    """A mistake its caller can fix, in one line naming the value and the fix. str() is worded for a
-    library caller, by the names it sets (`seed must be >= 0 (got -3)`); worded(names) by a shell's
-    own names for them (cli.options.said: `--seed must be >= 0 (got -3)`). One about a field keeps
-    the `field`, the `rule` it broke and `lower`: other fields whose lowering would do too. One whose
-    words name what a shell names its own way (a setting, a method, a command) keeps its `template`:
-    the message with each such name a key of LIBRARY_NAMES (UserError.naming)."""
+class Worded(Exception):
+    """An error in one line naming the value and the fix, worded for whoever reads it. str() is worded
+    for a library caller, by the names it sets (`seed must be >= 0 (got -3)`); worded(names) by a
+    shell's own names for them (cli.options.said: `--seed must be >= 0 (got -3)`). One about a field
+    keeps the `field`, the `rule` it broke and `lower`: other fields whose lowering would do too. One
+    whose words name what a shell names its own way (a setting, a method, a command) keeps its
+    `template`: the message with each such name a key of LIBRARY_NAMES (Worded.naming). UserError
+    and the bindings layer's LlamaError are Worded."""
 
     def __init__(self, message: str, field: str | None = None, rule: str | None = None,
                  lower: tuple[str, ...] = (), template: str | None = None):
@@ -24,13 +26,13 @@ class UserError(ValueError):
         self.field, self.rule, self.lower, self.template = field, rule, lower, template
 
     @classmethod
-    def about(cls, field: str, rule: str, fix: str = "", lower: tuple[str, ...] = ()) -> UserError:
+    def about(cls, field: str, rule: str, fix: str = "", lower: tuple[str, ...] = ()) -> Worded:
         """The error about a field: `{field} {rule}{fix}; or lower {lower}`; fix is what only a library
         caller is told (Python's values: `; None gives a random seed`), which a shell leaves out."""
         return cls(f"{field} {rule}{fix}{or_lower(lower)}", field, rule, lower)
 
     @classmethod
-    def naming(cls, template: str, field: str | None = None) -> UserError:
+    def naming(cls, template: str, field: str | None = None) -> Worded:
         """The error worded by template, a message whose {keys} are LIBRARY_NAMES' keys (literal text in
         it escaped by `literal`): str() fills them as a library caller names them, worded(names) as a
         shell does. field: the setting it is about, where there is one (the server's 400 names it)."""
@@ -47,13 +49,17 @@ class UserError(ValueError):
         return f"{names[self.field]} {self.rule}{or_lower(names[name] for name in self.lower)}"
 
 
+class UserError(Worded, ValueError):
+    """A mistake its caller can fix (a ValueError), worded as Worded says."""
+
+
 def worded(error: Exception, names: dict[str, str]) -> str:
-    """Any error's one line as a shell says it, naming what it names as names does (UserError.worded)."""
-    return error.worded(names) if isinstance(error, UserError) else str(error)
+    """Any error's one line as a shell says it, naming what it names as names does (Worded.worded)."""
+    return error.worded(names) if isinstance(error, Worded) else str(error)
 
 
 def literal(text: str) -> str:
-    """text as it reads inside a template (UserError.naming): its braces doubled."""
+    """text as it reads inside a template (Worded.naming): its braces doubled."""
     return text.replace("{", "{{").replace("}", "}}")
 
 
@@ -67,8 +73,8 @@ class GenerationError(UserError):
     """A request that cannot be generated; str() names the value and the fix."""
 
 
-# What a user error's template names (UserError.naming), as a library caller names it; a shell has its own
-# names (the CLI's flags and chat's commands: cli.options.CLI_NAMES; the server's: server.app.SERVER_NAMES).
+# What a user error's template names (Worded.naming), as a library caller names it; a shell has its own
+# names (the CLI's flags and chat's commands: cli.options.CLI_NAMES; the server's: server.types.SERVER_NAMES).
 # n_ctx, save, reset: a full context's fix (ContextFull); restart: how a conversation goes on with more room,
 # where chat's user restarts it with a larger --ctx. drafter=KIND: that drafter as a setting; no_draft: what a
 # pair without a draft model says of one asked for (Pair.drafter_kind). raw: what sends a prompt as is, without
@@ -83,7 +89,7 @@ LIBRARY_NAMES = {"n_ctx": "n_ctx in the Pair's LoadOptions", "save": "Chat.save(
 class ContextFull(GenerationError):
     """The prompt leaves no room to generate. Shells map it by type: `param` names the request field
     (the server sets it as the client sent it), `code` is OpenAI's. After what is full comes the fix,
-    a template of LIBRARY_NAMES' keys (UserError.naming)."""
+    a template of LIBRARY_NAMES' keys (Worded.naming)."""
 
     code = "context_length_exceeded"
 

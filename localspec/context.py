@@ -37,14 +37,15 @@ class Context:
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
                  n_seq_max: int = 1):
+        # Named as the Pair's LoadOptions name them (a shell words them with its own: config.Worded)
         if n_ctx < 0:
-            raise LlamaError(f"--ctx must be >= 0 (got {n_ctx}); 0 takes the model's own context length")
+            raise LlamaError.about("n_ctx", f"must be >= 0 (got {n_ctx}); 0 takes the model's own context length")
         if 0 < n_ctx < n_seq_max:  # llama.cpp reserves a row per sequence and aborts where n_ctx holds fewer
-            raise LlamaError(f"--ctx {n_ctx} is smaller than the {n_seq_max} sequences a draft's token trees "
-                             f"are verified in; give --ctx {n_seq_max} or more")
+            raise LlamaError.about("n_ctx", f"{n_ctx} is smaller than the {n_seq_max} sequences a draft's token "
+                                   f"trees are verified in; give {n_seq_max} or more")
         if n_threads is not None and n_threads > MAX_THREADS:  # ggml's thread pool: more crashes the process
-            raise LlamaError(f"--threads {n_threads} is more than llama.cpp's {MAX_THREADS}; give at most "
-                             f"{MAX_THREADS}, or 0 for the default")
+            raise LlamaError.about("threads", f"{n_threads} is more than llama.cpp's {MAX_THREADS}; give at most "
+                                   f"{MAX_THREADS}, or 0 for the default")
         self.model = model
         params = lc.llama_context_default_params()
         params.n_ctx = n_ctx  # 0: the length the model was trained for, as llama.cpp's -c 0
@@ -60,7 +61,8 @@ class Context:
         with held_interrupts():  # llama.cpp logs through a Python callback while it allocates
             self.ptr = lc.llama_init_from_model(model.ptr, params)
         if not self.ptr:
-            raise LlamaError(f"llama.cpp could not create a context of {n_ctx} tokens; lower --ctx")
+            raise LlamaError.naming(f"llama.cpp could not create a context of {n_ctx} tokens; lower {{n_ctx}}",
+                                    "n_ctx")
         # llama.cpp pads n_ctx up (to 256) but clamps n_batch to the n_ctx asked for: honour both.
         made = lc.llama_n_ctx(self.ptr)
         self.n_ctx = min(n_ctx, made) if n_ctx else made

@@ -239,8 +239,8 @@ def add_rpc_servers(endpoints: Sequence[str]) -> list[Device]:
         parse_endpoint(endpoint)
     twice = repeated(endpoints)
     if twice:
-        raise LlamaError(f"--rpc names {', '.join(twice)} twice: one server's devices would hold the "
-                         "target's layers as if they were two; name each server once")
+        raise LlamaError.about("rpc", f"names {', '.join(twice)} twice: one server's devices would hold the "
+                               "target's layers as if they were two; name each server once")
     found = []
     for endpoint in endpoints:
         if endpoint in _added:  # this process may hold its one client connection: HELLO would wait

@@ -24,6 +24,8 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 import numpy as np
 
+from .config import Worded
+
 GGUF_MAGIC = b"GGUF"
 SPLIT_TAIL = re.compile(r"-(\d{5})-of-(\d{5})(\.gguf)$", re.IGNORECASE)  # model-00002-of-00003.gguf
 _SILENT_LOG = lc.llama_log_callback(lambda level, text, user_data: None)
@@ -33,8 +35,10 @@ _backend_ready = False
 default_devices: Callable[[], list[int]] | None = None
 
 
-class LlamaError(Exception):
-    """A user-facing llama.cpp failure; str() is one line naming the value and the fix."""
+class LlamaError(Worded):
+    """A user-facing llama.cpp failure; str() is one line naming the value and the fix. One about a load
+    option (LlamaError.about, .naming) names it as the Pair's LoadOptions do; a shell words it with its
+    own names (config.Worded)."""
 
 
 def init_backend(verbose: bool = False) -> None:
@@ -280,7 +284,7 @@ def place(params, devices: Sequence[int] | None, tensor_split: Sequence[float] |
     if tensor_split:
         n_max = lc.llama_max_devices()
         if len(tensor_split) > n_max:
-            raise LlamaError(f"--tensor-split has {len(tensor_split)} parts; this build takes at most {n_max}")
+            raise LlamaError.about("tensor_split", f"has {len(tensor_split)} parts; this build takes at most {n_max}")
         split_array = (ctypes.c_float * n_max)(*tensor_split)
         params.tensor_split = split_array
     return dev_array, split_array

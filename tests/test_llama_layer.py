@@ -259,11 +259,42 @@ def test_rows_beyond_one_batch_are_refused_rather_than_read_from_the_last_chunk(
 @pytest.mark.slow
 def test_a_context_too_small_for_its_sequences_or_too_many_threads_is_one_line(model):
     # llama.cpp aborts the process on either (an assertion, a segfault): the layer says what to give.
-    with pytest.raises(LlamaError, match=r"--ctx 3 is smaller than the 4 sequences .* give --ctx 4 or more"):
+    with pytest.raises(LlamaError, match=r"n_ctx 3 is smaller than the 4 sequences .* give 4 or more"):
         Context(model, n_ctx=3, n_threads=1, n_seq_max=4)
-    with pytest.raises(LlamaError, match=r"--threads 100000 is more than llama.cpp's 512; give at most 512"):
+    with pytest.raises(LlamaError, match=r"threads 100000 is more than llama.cpp's 512; give at most 512"):
         Context(model, n_ctx=64, n_threads=100000)
     assert Context(model, n_ctx=4, n_threads=1, n_seq_max=4).n_ctx == 4
+
+
+SEQUENCES = "sequences a draft's token trees are verified in"
+
+
+@pytest.mark.parametrize("kwargs, library, cli", [
+    ({"n_ctx": -1}, "n_ctx must be >= 0 (got -1); 0 takes the model's own context length",
+     "--ctx must be >= 0 (got -1); 0 takes the model's own context length"),
+    ({"n_ctx": 3, "n_seq_max": 4}, f"n_ctx 3 is smaller than the 4 {SEQUENCES}; give 4 or more",
+     f"--ctx 3 is smaller than the 4 {SEQUENCES}; give 4 or more"),  # was "; give --ctx 4 or more"
+    ({"n_threads": 100000}, "threads 100000 is more than llama.cpp's 512; give at most 512, or 0 for the default",
+     "--threads 100000 is more than llama.cpp's 512; give at most 512, or 0 for the default")])
+def test_a_context_option_llama_cpp_cannot_take_is_named_as_loadoptions_and_as_the_cli_name_it(kwargs, library, cli):
+    # A Python caller was told "--ctx must be >= 0", a flag it does not have: it sets the Pair's LoadOptions.
+    # Checked before llama.cpp is reached: no model needed.
+    from localspec.cli.options import said
+
+    with pytest.raises(LlamaError) as e:
+        Context(None, **kwargs)
+    assert (str(e.value), said(e.value)) == (library, cli)
+
+
+def test_a_tensor_split_of_too_many_parts_is_named_as_loadoptions_and_as_the_cli_name_it():
+    from localspec.cli.options import said
+    from localspec.llama import place
+
+    n_max = lc.llama_max_devices()
+    with pytest.raises(LlamaError) as e:
+        place(lc.llama_model_default_params(), None, [1.0] * (n_max + 1))
+    rule = f"has {n_max + 1} parts; this build takes at most {n_max}"
+    assert (str(e.value), said(e.value)) == (f"tensor_split {rule}", f"--tensor-split {rule}")
 
 
 def test_an_interrupt_raised_inside_a_llama_callback_stops_the_command_once_the_call_returns():

@@ -200,7 +200,13 @@ def test_rpc_server_takes_threads_as_every_command_does(monkeypatch):
 def test_an_rpc_server_named_twice_is_refused(fake_cli):
     # it was accepted, and placed as RPC0[...],RPC0[...]
     result = invoke("generate", "hi", "-m", fake_cli.target, "-d", "none", "--rpc", "127.0.0.1:50052,127.0.0.1:50052")
-    assert_one_line_error(result, "--rpc names 127.0.0.1:50052 twice", "name each server once")
+    twice = ("names 127.0.0.1:50052 twice: one server's devices would hold the target's layers as if they were two; "
+             "name each server once")
+    assert_one_line_error(result, f"Error: --rpc {twice}")
+    # a library caller is told of the Pair's LoadOptions field (was "--rpc names ...")
+    with pytest.raises(LlamaError) as e:
+        devices.add_rpc_servers(["127.0.0.1:50052", "127.0.0.1:50052"])
+    assert str(e.value) == f"rpc {twice}"
 
 
 def test_an_rpc_endpoint_where_another_service_answers_is_named_as_such():

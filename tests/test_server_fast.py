@@ -325,6 +325,25 @@ def test_a_chat_template_error_names_the_completions_endpoint(tmp_path, template
     assert r.json()["error"]["message"] == f"{error}; use /v1/completions{tail}"
 
 
+def test_a_generation_that_fails_is_said_with_the_servers_names(tmp_path):
+    # A draft left unloaded loads in a generation; the library's words would tell a client of LoadOptions.
+    from localspec.llama import LlamaError
+
+    target, _ = model_files(tmp_path)
+    pair = fake_pair(draft=False, target_path=target)
+
+    def failing(*args):
+        raise LlamaError.naming("llama.cpp could not create a context of 512 tokens; lower {n_ctx}", "n_ctx")
+        yield
+
+    pair.stream = failing
+    with TestClient(create_app(pair, GenerationConfig(), api_key=None)) as http:
+        r = http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 4})
+    assert r.status_code == 500
+    assert r.json()["error"]["message"] == ("the generation failed: llama.cpp could not create a context of 512 "
+                                            "tokens; lower --ctx")
+
+
 def test_the_speculative_object_counts_each_drafters_tokens_and_exploratory_steps():
     # The same per-drafter counts as `--json` gives (GenerationStats.to_dict): a client can tell
     # what each drafter brought and how many of its steps were the planner exploring.

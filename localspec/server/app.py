@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..config import DRAFTERS, ContextFull, GenerationConfig, GenerationError, check_fits, worded
+from ..config import ContextFull, GenerationConfig, GenerationError, check_fits, worded
 from ..devices import cannot_listen
 from ..llama import LlamaError
 from ..session import Pair, check_messages
@@ -31,8 +31,8 @@ from .metrics import Metrics
 from .middleware import MAX_BODY, Cors, Guard
 from .outage import Outage, inherited_socket
 from .responses import Shape, collect
-from .types import EITHER, ApiError, ChatRequest, CompletionRequest, Options, check_supported, check_text, \
-    message_dicts, request_config
+from .types import EITHER, SERVER_NAMES, ApiError, ChatRequest, CompletionRequest, Options, check_supported, \
+    check_text, message_dicts, request_config
 from .web import Live, add_web_routes
 from .worker import Worker
 
@@ -40,13 +40,6 @@ from .worker import Worker
 # A page elsewhere on the network cannot call the server from a browser unless named with --cors-origin.
 LOCAL_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 FALLBACK_TOKEN_BYTES = 1024  # for a model whose vocabulary cannot be read: no real token is longer
-# What the library's errors name, as the server's clients are told it (UserError.worded): the server's
-# --ctx for the Pair's n_ctx, and --draft for the draft model it was started without; a request's fields
-# by the names GenerationConfig gives them, a drafter as the request's `drafter` value; a prompt sent as
-# is, without the chat template, by the endpoint that takes one.
-SERVER_NAMES = {"n_ctx": "--ctx", **{f"drafter={kind}": f"drafter {kind!r}" for kind in DRAFTERS},
-                "no_draft": " and this server has none; use drafter 'ngram', or restart the server with --draft",
-                "raw": "/v1/completions"}
 
 
 class Server:

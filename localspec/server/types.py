@@ -10,13 +10,20 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from ..sampling import SamplingParams
-from ..config import GenerationConfig, GenerationError, seed_from
+from ..config import DRAFTERS, GenerationConfig, GenerationError, seed_from
 from ..session import ROLES
 
 # The request's fields that are GenerationConfig's too: a GenerationError's field is the 400's param.
 FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "p_min", "gamma", "drafter", "seed", "stop",
           "logprobs")
 MAX_STOP = 4  # OpenAI's limit on stop strings
+# What the library's errors name, as the server's clients are told it (config.Worded): the server's
+# --ctx for the Pair's n_ctx, and --draft for the draft model it was started without; a request's fields
+# by the names GenerationConfig gives them, a drafter as the request's `drafter` value; a prompt sent as
+# is, without the chat template, by the endpoint that takes one.
+SERVER_NAMES = {"n_ctx": "--ctx", **{f"drafter={kind}": f"drafter {kind!r}" for kind in DRAFTERS},
+                "no_draft": " and this server has none; use drafter 'ngram', or restart the server with --draft",
+                "raw": "/v1/completions"}
 
 
 def asks_for_format(v) -> bool:

@@ -11,8 +11,9 @@ from typing import Callable, Iterator
 
 from fastapi import Request
 
+from ..config import worded
 from ..session import Reply
-from .types import ApiError
+from .types import SERVER_NAMES, ApiError
 
 log = logging.getLogger("localspec.server")
 DONE = object()      # end of a job's items
@@ -45,7 +46,7 @@ class Job:
                 if isinstance(item, ApiError):
                     raise item
                 if isinstance(item, Exception):
-                    raise ApiError(500, f"the generation failed: {item}") from item
+                    raise ApiError(500, f"the generation failed: {worded(item, SERVER_NAMES)}") from item
                 if item is not None:
                     yield item
         finally:
