@@ -118,7 +118,7 @@ class Context:
         b.n_tokens = n
         rc = decode_sync(self.ptr, b)
         if rc != 0:
-            raise LlamaError(f"llama_decode failed with code {rc} at position {pos0}; lower --ctx or --ngl")
+            raise LlamaError.naming(f"llama_decode failed with code {rc} at position {pos0}; {{lower_memory}}")
         self.tokens.extend(tokens)
         self._rows = list(range(n)) if logits == "all" else [n - 1] if logits == "last" else []
 
@@ -155,7 +155,8 @@ class Context:
         if rc != 0:
             lc.llama_memory_seq_rm(self.memory, -1, pos0, -1)
             lc.llama_memory_seq_keep(self.memory, 0)
-            raise LlamaError(f"llama_decode failed with code {rc} on a tree at position {pos0}; lower --ctx")
+            raise LlamaError.naming(f"llama_decode failed with code {rc} on a tree at position {pos0}; "
+                                    "lower {n_ctx}", "n_ctx")
         self.tokens.append(root)
         self._rows = list(range(len(rows)))
         self._tree = (seqs, pos0 + 1, list(tokens))

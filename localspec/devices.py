@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 import llama_cpp as lc  # before numpy: see localspec/__init__.py
 
 from . import llama
+from .config import literal
 from .llama import LlamaError, init_backend
 
 TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "ACCEL", 4: "META"}
@@ -207,12 +208,12 @@ def probe_server(endpoint: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         raise LlamaError(f"RPC server {endpoint} did not answer within {timeout_s:g} s: it is busy with "
                          "another client, or it is not `localspec rpc-server`") from None
     except OSError as e:
-        raise LlamaError(f"RPC server {endpoint} is unreachable ({e.strerror or e}); start "
-                         f"`localspec rpc-server --port {port}` there, or fix --rpc") from None
+        raise LlamaError.naming(f"RPC server {literal(endpoint)} is unreachable ({literal(str(e.strerror or e))}); "
+                                f"start `localspec rpc-server --port {port}` there, or fix {{rpc}}", "rpc") from None
     major, minor = reply[8], reply[9]
     if reply[:8] != struct.pack("<Q", 4 + CAPS_SIZE):  # not the size of a HELLO reply: another service
-        raise LlamaError(f"{endpoint} answered, but not as a ggml RPC server (another service listens "
-                         "there); give the HOST:PORT of `localspec rpc-server` as --rpc")
+        raise LlamaError.naming(f"{literal(endpoint)} answered, but not as a ggml RPC server (another service "
+                                "listens there); give the HOST:PORT of `localspec rpc-server` as {rpc}", "rpc")
     if major != RPC_MAJOR:
         raise LlamaError(f"RPC server {endpoint} speaks protocol {major}.{minor}, this build {RPC_MAJOR}.x; "
                          "install the same localspec/llama-cpp-python version on both machines")

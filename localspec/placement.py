@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import devices as dv
+from .config import literal
 from .llama import LlamaError
 
 ALL_LAYERS = 999
@@ -50,7 +51,7 @@ def place_pair(target: Path, draft: Path | None, ngl_target: int, ngl_draft: int
     remote = dv.add_rpc_servers(servers) if servers else []
     names_t = split_names(device_target)
     devs_t = dv.find_devices(names_t) if names_t else remote or None
-    t = placement(target, devs_t, ngl_target, "--ngl-target")
+    t = placement(target, devs_t, ngl_target, "ngl_target")
     return t, draft_placement(draft, ngl_draft, device_draft, bool(remote)) if draft else None
 
 
@@ -58,7 +59,7 @@ def draft_placement(draft: Path, ngl_draft: int, device_draft=None, rpc=False) -
     """The draft's placement: the devices named, else (with RPC servers) this machine's own."""
     names = split_names(device_draft)
     devs = dv.find_devices(names) if names else (dv.local_devices() if rpc else None)
-    return placement(draft, devs, ngl_draft, "--ngl-draft")
+    return placement(draft, devs, ngl_draft, "ngl_draft")
 
 
 def check_names(device_target=None, device_draft=None, rpc=None) -> None:
@@ -71,24 +72,27 @@ def check_names(device_target=None, device_draft=None, rpc=None) -> None:
             dv.find_devices(names)
 
 
-def placement(path: Path, devices: list[dv.Device] | None, ngl: int, ngl_flag: str) -> Placement:
-    """A model's placement, checked against the free memory of its devices."""
+def placement(path: Path, devices: list[dv.Device] | None, ngl: int, ngl_field: str) -> Placement:
+    """A model's placement, checked against the free memory of its devices; ngl_field: the LoadOptions
+    field ngl is (ngl_target, ngl_draft), which an error names."""
     shown = dv.local_devices() if devices is None else devices
     if ngl == 0 or not shown:
         return Placement(None if devices is None else tuple(devices), "CPU")
-    check_memory(path, shown, ngl, ngl_flag)
+    check_memory(path, shown, ngl, ngl_field)
     names = ",".join(f"{d.name}[{d.description}]" if d.is_rpc else d.name for d in shown)
     layers = "" if ngl >= ALL_LAYERS else f" ({ngl} layers, the rest on the CPU)"
     return Placement(None if devices is None else tuple(devices), names + layers)
 
 
-def check_memory(path: Path, devices: Sequence[dv.Device], ngl: int, ngl_flag: str) -> None:
-    """Raise LlamaError when the whole file is to be offloaded and exceeds the devices' free memory."""
+def check_memory(path: Path, devices: Sequence[dv.Device], ngl: int, ngl_field: str) -> None:
+    """Raise LlamaError when the whole file is to be offloaded and exceeds the devices' free memory,
+    naming ngl_field and where devices are listed (config.LIBRARY_NAMES' keys)."""
     size, free = path.stat().st_size, sum(d.free for d in devices)
     if ngl >= ALL_LAYERS and free and size > free:
         names = ", ".join(d.name for d in devices)
-        raise LlamaError(f"{path.name} ({size >> 20:,} MiB) does not fit in the free memory of {names} "
-                         f"({free >> 20:,} MiB); lower {ngl_flag} or choose another device (`localspec devices`)")
+        raise LlamaError.naming(f"{literal(path.name)} ({size >> 20:,} MiB) does not fit in the free memory of "
+                                f"{literal(names)} ({free >> 20:,} MiB); lower {{{ngl_field}}} or choose another "
+                                "device ({devices})", ngl_field)
 
 
 def describe(devices: Sequence[dv.Device]) -> list[str]:

@@ -291,3 +291,29 @@ def fake_pair(n_ctx: int = 512, draft: bool = True, **kwargs):
     from localspec.session import LoadOptions, Pair
 
     return Pair.from_contexts(*fake_contexts(n_ctx, draft, **kwargs), LoadOptions(n_ctx=n_ctx))
+
+
+def failed_decode(monkeypatch, tree: bool = False):
+    """The LlamaError localspec.context.Context raises where llama_decode fails (code 1, no room in the KV
+    cache), on a chain or (tree) on a token tree: made without a model, llama.cpp's decode stubbed."""
+    import llama_cpp as lc
+
+    from localspec import context
+
+    monkeypatch.setattr(context, "decode_sync", lambda ptr, batch: 1)
+    monkeypatch.setattr(lc, "llama_memory_seq_rm", lambda *args: True)
+    monkeypatch.setattr(lc, "llama_memory_seq_keep", lambda *args: None)
+    ctx = context.Context.__new__(context.Context)
+    ctx.tokens, ctx.n_batch, ctx.n_ctx, ctx.n_seq_max, ctx.memory = [1] * 7, 8, 64, 1, None
+    ctx._batch = lc.llama_batch_init(8, 0, 1)
+    try:
+        if tree:
+            ctx.decode_tree(2, [3], [-1])
+        else:
+            ctx.decode([2, 3])
+    except LlamaError as e:
+        return e
+    finally:
+        lc.llama_batch_free(ctx._batch)
+        ctx._batch = None
+    raise AssertionError("the stubbed decode did not fail")

@@ -297,6 +297,22 @@ def test_a_tensor_split_of_too_many_parts_is_named_as_loadoptions_and_as_the_cli
     assert (str(e.value), said(e.value)) == (f"tensor_split {rule}", f"--tensor-split {rule}")
 
 
+@pytest.mark.parametrize("tree, failed, library, cli", [
+    (False, "llama_decode failed with code 1 at position 7",
+     "lower n_ctx, ngl_target or ngl_draft in the Pair's LoadOptions",
+     "lower --ctx, --ngl-target or --ngl-draft"),  # was "lower --ctx or --ngl": the CLI has no --ngl
+    (True, "llama_decode failed with code 1 on a tree at position 7", "lower n_ctx in the Pair's LoadOptions",
+     "lower --ctx")])
+def test_a_failed_decode_names_loadoptions_to_the_library_and_flags_to_the_cli(monkeypatch, tree, failed, library,
+                                                                                cli):
+    from fakes import failed_decode
+
+    from localspec.cli.options import said
+
+    e = failed_decode(monkeypatch, tree)
+    assert (str(e), said(e)) == (f"{failed}; {library}", f"{failed}; {cli}")
+
+
 def test_an_interrupt_raised_inside_a_llama_callback_stops_the_command_once_the_call_returns():
     # llama.cpp logs through a Python callback while it loads; a Ctrl-C raised inside a ctypes
     # callback is printed and dropped, and generate, serve and convert ran on to the end (exit 0).

@@ -138,19 +138,31 @@ def test_unreachable_server_is_one_line_within_seconds(fake_cli):
     port = free_port()  # nothing listens there
     start = time.monotonic()
     result = invoke("generate", "hi", "-m", fake_cli.target, "--rpc", f"127.0.0.1:{port}")
-    assert_one_line_error(result, f"RPC server 127.0.0.1:{port} is unreachable", "localspec rpc-server")
+    unreachable = f"RPC server 127.0.0.1:{port} is unreachable (Connection refused); start `localspec rpc-server " \
+                  f"--port {port}` there, or fix"
+    assert_one_line_error(result, f"Error: {unreachable} --rpc")
     assert time.monotonic() - start < 10
+    # a library caller sets the Pair's LoadOptions (was "fix --rpc")
+    with pytest.raises(LlamaError) as e:
+        devices.probe_server(f"127.0.0.1:{port}")
+    assert str(e.value) == f"{unreachable} rpc in the Pair's LoadOptions"
 
 
 def test_a_model_larger_than_its_devices_free_memory_is_refused(tmp_path):
     gguf = tmp_path / "big.gguf"
     gguf.write_bytes(b"GGUF" + bytes(3 << 20))
     small = devices.Device(1, "CUDA0", "GPU", "test", free=2 << 20, total=8 << 20)
-    with pytest.raises(LlamaError, match=r"big.gguf \(3 MiB\) does not fit in the free memory of CUDA0 \(2 MiB\); "
-                       "lower --ngl-target"):
-        placement(gguf, [small], 999, "--ngl-target")
-    assert placement(gguf, [small], 10, "--ngl-target").where == "CUDA0 (10 layers, the rest on the CPU)"
-    assert placement(gguf, [], 999, "--ngl-target").where == "CPU"
+    with pytest.raises(LlamaError) as e:
+        placement(gguf, [small], 999, "ngl_target")
+    # named as the Pair's LoadOptions and the library name them (was --ngl-target and `localspec devices`),
+    # and as the CLI names them
+    full = "big.gguf (3 MiB) does not fit in the free memory of CUDA0 (2 MiB); lower"
+    assert str(e.value) == (f"{full} ngl_target in the Pair's LoadOptions or choose another device "
+                            "(localspec.devices.list_devices())")
+    from localspec.cli.options import said
+    assert said(e.value) == f"{full} --ngl-target or choose another device (`localspec devices`)"
+    assert placement(gguf, [small], 10, "ngl_target").where == "CUDA0 (10 layers, the rest on the CPU)"
+    assert placement(gguf, [], 999, "ngl_target").where == "CPU"
 
 
 def test_a_build_without_rpc_names_the_cmake_flag(fake_cli, monkeypatch):
@@ -223,8 +235,13 @@ def test_an_rpc_endpoint_where_another_service_answers_is_named_as_such():
                 conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" + bytes(64))
 
         threading.Thread(target=answer, daemon=True).start()
-        with pytest.raises(LlamaError, match=f"127.0.0.1:{port} answered, but not as a ggml RPC server"):
+        with pytest.raises(LlamaError) as e:
             devices.probe_server(f"127.0.0.1:{port}", timeout_s=5)
+    # the library's LoadOptions field (was "as --rpc"), the CLI's flag
+    from localspec.cli.options import said
+    answered = f"127.0.0.1:{port} answered, but not as a ggml RPC server (another service listens there); " \
+               "give the HOST:PORT of `localspec rpc-server` as"
+    assert (str(e.value), said(e.value)) == (f"{answered} rpc in the Pair's LoadOptions", f"{answered} --rpc")
 
 
 def test_rpc_server_listens_on_a_names_address():

@@ -325,23 +325,31 @@ def test_a_chat_template_error_names_the_completions_endpoint(tmp_path, template
     assert r.json()["error"]["message"] == f"{error}; use /v1/completions{tail}"
 
 
-def test_a_generation_that_fails_is_said_with_the_servers_names(tmp_path):
-    # A draft left unloaded loads in a generation; the library's words would tell a client of LoadOptions.
+@pytest.mark.parametrize("failure, said", [
+    # a draft left unloaded loads in a generation
+    ("create", "llama.cpp could not create a context of 512 tokens; lower --ctx"),
+    # was "lower --ctx or --ngl": the server has no --ngl, and a client lowers nothing but by a restart
+    ("decode", "llama_decode failed with code 1 at position 7; restart the server with a lower --ctx, "
+               "--ngl-target or --ngl-draft")])
+def test_a_generation_that_fails_is_said_with_the_servers_names(tmp_path, monkeypatch, failure, said):
+    # the library's words would tell a client of the Pair's LoadOptions
+    from fakes import failed_decode
+
     from localspec.llama import LlamaError
 
     target, _ = model_files(tmp_path)
     pair = fake_pair(draft=False, target_path=target)
+    error = LlamaError.naming("llama.cpp could not create a context of 512 tokens; lower {n_ctx}", "n_ctx") \
+        if failure == "create" else failed_decode(monkeypatch)
 
     def failing(*args):
-        raise LlamaError.naming("llama.cpp could not create a context of 512 tokens; lower {n_ctx}", "n_ctx")
+        raise error
         yield
 
     pair.stream = failing
     with TestClient(create_app(pair, GenerationConfig(), api_key=None)) as http:
         r = http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 4})
-    assert r.status_code == 500
-    assert r.json()["error"]["message"] == ("the generation failed: llama.cpp could not create a context of 512 "
-                                            "tokens; lower --ctx")
+    assert r.status_code == 500 and r.json()["error"]["message"] == f"the generation failed: {said}"
 
 
 def test_the_speculative_object_counts_each_drafters_tokens_and_exploratory_steps():

@@ -20,10 +20,11 @@ MAX_STOP = 4  # OpenAI's limit on stop strings
 # What the library's errors name, as the server's clients are told it (config.Worded): the server's
 # --ctx for the Pair's n_ctx, and --draft for the draft model it was started without; a request's fields
 # by the names GenerationConfig gives them, a drafter as the request's `drafter` value; a prompt sent as
-# is, without the chat template, by the endpoint that takes one.
+# is, without the chat template, by the endpoint that takes one; less memory by the flags of a restart.
 SERVER_NAMES = {"n_ctx": "--ctx", **{f"drafter={kind}": f"drafter {kind!r}" for kind in DRAFTERS},
                 "no_draft": " and this server has none; use drafter 'ngram', or restart the server with --draft",
-                "raw": "/v1/completions"}
+                "raw": "/v1/completions",
+                "lower_memory": "restart the server with a lower --ctx, --ngl-target or --ngl-draft"}
 
 
 def asks_for_format(v) -> bool:
