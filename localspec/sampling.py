@@ -309,11 +309,12 @@ def _checked_max(logits: np.ndarray) -> float:
 
 
 def _invalid_logits(logits: np.ndarray) -> ValueError:
-    """The error for logits holding NaN or +inf, or only -inf."""
+    """The error for logits holding NaN or +inf, or only -inf. Its fix names no setting: this module
+    knows neither a library caller's LoadOptions nor a shell's flags, and its words are said as they are."""
     bad = np.flatnonzero(np.isnan(logits) | (logits == np.inf))
     where = f"NaN/inf at token {bad[0]} ({logits[bad[0]]})" if bad.size else "only -inf"
-    return ValueError(
-        f"logits contain {where}; the model produced invalid numbers — check the GGUF file or lower --ngl")
+    return ValueError(f"logits contain {where}; the model produced invalid numbers — check the GGUF file, or put "
+                      "fewer of its layers on the GPU")
 
 
 def token_logprobs(logits: np.ndarray, token: int, n_top: int) -> tuple[float, tuple[tuple[int, float], ...]]:

@@ -251,6 +251,17 @@ def test_prompt_longer_than_context(args):
     assert "LoadOptions" not in result.output
 
 
+def test_invalid_logits_are_one_line_naming_no_flag_the_cli_lacks(fake_cli, monkeypatch):
+    # it said "lower --ngl": no such flag (-ngl is --ngl-target's short form)
+    import numpy as np
+    from fakes import FakeModel
+
+    monkeypatch.setattr(FakeModel, "logits_at", lambda self, context: np.full(self.n_vocab, np.nan, np.float32))
+    result = invoke("generate", "hi", "--target", str(fake_cli.target), "--draft", "none", "--raw", "-n", "4")
+    assert_one_line_error(result, "Error: logits contain NaN/inf at token 0 (nan); the model produced invalid "
+                          "numbers — check the GGUF file, or put fewer of its layers on the GPU")
+
+
 def test_model_drafter_without_a_draft_is_an_error(fake_cli):
     # the CLI's words; a library caller is told of the Pair's draft and drafter='ngram' (test_controller)
     assert_one_line_error(invoke("generate", "hi", "--target", str(fake_cli.target), "--draft", "none",

@@ -352,6 +352,21 @@ def test_a_generation_that_fails_is_said_with_the_servers_names(tmp_path, monkey
     assert r.status_code == 500 and r.json()["error"]["message"] == f"the generation failed: {said}"
 
 
+def test_invalid_logits_are_a_500_naming_no_flag(tmp_path, monkeypatch):
+    # it said "lower --ngl", a flag of no command
+    import numpy as np
+    from fakes import FakeModel
+
+    target, _ = model_files(tmp_path)
+    pair = fake_pair(draft=False, target_path=target)
+    monkeypatch.setattr(FakeModel, "logits_at", lambda self, context: np.full(self.n_vocab, np.nan, np.float32))
+    with TestClient(create_app(pair, GenerationConfig(), api_key=None)) as http:
+        r = http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 4})
+    assert r.status_code == 500 and r.json()["error"]["message"] == (
+        "the generation failed: logits contain NaN/inf at token 0 (nan); the model produced invalid numbers — "
+        "check the GGUF file, or put fewer of its layers on the GPU")
+
+
 def test_the_speculative_object_counts_each_drafters_tokens_and_exploratory_steps():
     # The same per-drafter counts as `--json` gives (GenerationStats.to_dict): a client can tell
     # what each drafter brought and how many of its steps were the planner exploring.
