@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -162,6 +163,39 @@ def stop_tune_at_its_run(monkeypatch) -> list:
         raise TuneError("stopped where the run starts")
     monkeypatch.setattr(tune, "run_tune", run_tune)
     return seen
+
+
+@pytest.mark.parametrize("name, library, cli", [
+    ("t.txt", "the plot {path}: matplotlib cannot write .txt files; use one of",
+     "--plot {path}: matplotlib cannot write .txt files; use one of"),
+    ("no-such-folder/t.png", "Cannot write the plot {path} (the folder {folder} is not there or not writable); "
+     "choose a writable path", "Cannot write the plot {path} (the folder {folder} is not there or not writable); "
+     "choose a writable --plot path")])
+def test_a_plot_tune_cannot_write_is_named_as_the_library_and_the_cli_name_it(fake_cli, tmp_path, name, library, cli):
+    # a library caller of check_plot(path) or TuneResult.plot(path) was told of --plot, a flag it has not
+    from localspec.cli.options import said
+    from localspec.tune import TuneError, check_plot
+
+    path = tmp_path / name
+    words = {"path": path, "folder": path.parent}
+    with pytest.raises(TuneError) as e:
+        check_plot(path)
+    assert str(e.value).startswith(library.format(**words)) and said(e.value).startswith(cli.format(**words))
+    assert_one_line_error(invoke("tune", "-m", fake_cli.target, "--plot", path, "--quants", "none"),
+                          "Error: " + cli.format(**words))
+
+
+def test_a_plot_without_matplotlib_is_named_as_the_library_and_the_cli_name_it(fake_cli, tmp_path, monkeypatch):
+    from localspec.cli.options import said
+    from localspec.tune import TuneError, check_plot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    fix = "needs matplotlib: pip install 'localspec[plot]' (or pip install matplotlib)"
+    with pytest.raises(TuneError) as e:
+        check_plot(tmp_path / "t.png")
+    assert (str(e.value), said(e.value)) == (f"the plot {fix}", f"--plot {fix}")
+    assert_one_line_error(invoke("tune", "-m", fake_cli.target, "--plot", tmp_path / "t.png", "--quants", "none"),
+                          f"Error: --plot {fix}")
 
 
 def test_tune_d_none_adds_no_draft(fake_cli, monkeypatch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import GenerationConfig, UserError, check_types, instance, optional, several
+from ..config import GenerationConfig, UserError, check_types, instance, literal, optional, several
 from ..costmodel import FALLBACK_P_MIN
 from ..llama import QUANT_TYPES
 from ..planner import p_min_of
@@ -22,12 +22,13 @@ class TuneError(UserError):
 
 
 def parse_quants(text: str) -> tuple[str, ...]:
-    """'Q4_0,q2_k' -> ('Q4_0', 'Q2_K'); 'none' or '' -> (); unknown types are a one-line error."""
+    """'Q4_0,q2_k' -> ('Q4_0', 'Q2_K'); 'none' or '' -> (); unknown types are a one-line error naming
+    where the text came from as TuneOptions names it (quants), or a shell (tune's --quants)."""
     quants = tuple(q.strip().upper() for q in text.split(",") if q.strip() and q.strip().lower() != "none")
     for q in quants:
         if q not in QUANT_TYPES:
-            raise TuneError(f"Unknown quantization type {q!r} in --quants; choose from {', '.join(QUANT_TYPES)}, "
-                            "or 'none' to derive nothing")
+            raise TuneError.naming(f"Unknown quantization type {literal(repr(q))} in {{quants}}; choose from "
+                                   f"{', '.join(QUANT_TYPES)}, or 'none' to derive nothing", "quants")
     return quants
 
 

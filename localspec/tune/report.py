@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..config import literal
 from ..costmodel import PositionAcceptance
 from ..profile import Choice, ProfileError, describe, load_profile, save_profile
 from ..stats import GenerationStats, pooled_verify
@@ -201,8 +202,8 @@ class TuneResult:
         try:
             fig.savefig(path)
         except OSError as e:
-            raise TuneError(f"Cannot write the plot {path} ({e.strerror or e}); "
-                            "choose a writable --plot path") from None
+            raise TuneError.naming(f"Cannot write the plot {literal(str(path))} ({literal(str(e.strerror or e))}); "
+                                   "choose a writable {plot_path}") from None
         finally:
             plt.close(fig)
         return path
@@ -234,7 +235,8 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise TuneError("--plot needs matplotlib: pip install 'localspec[plot]' (or pip install matplotlib)") from None
+        raise TuneError.naming("{plot} needs matplotlib: pip install 'localspec[plot]' "
+                               "(or pip install matplotlib)") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -242,20 +244,20 @@ def _pyplot():
 
 
 def check_plot(path: Path) -> None:
-    """Raise TuneError now, not after the whole tune, when --plot cannot work: no matplotlib, a
-    format it cannot write (by the file's extension; none is PNG), or a folder that is not there or
-    not writable."""
+    """Raise TuneError now, not after the whole tune, when a plot cannot be written to path: no
+    matplotlib, a format it cannot write (by the file's extension; none is PNG), or a folder that is not
+    there or not writable. Named as a library caller names the plot, or as a shell does (tune's --plot)."""
     _pyplot()
     from matplotlib.backend_bases import FigureCanvasBase
 
     kind, formats = path.suffix[1:].lower(), FigureCanvasBase.get_supported_filetypes()  # what savefig writes
     if kind and kind not in formats:
-        raise TuneError(f"--plot {path}: matplotlib cannot write .{kind} files; "
-                        f"use one of {', '.join('.' + k for k in sorted(formats))} (e.g. .png)")
+        raise TuneError.naming(f"{{plot}} {literal(str(path))}: matplotlib cannot write .{literal(kind)} files; "
+                               f"use one of {', '.join('.' + k for k in sorted(formats))} (e.g. .png)")
     folder = path.parent
     if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise TuneError(f"Cannot write the plot {path} (the folder {folder} is not there or not writable); "
-                        "choose a writable --plot path")
+        raise TuneError.naming(f"Cannot write the plot {literal(str(path))} (the folder {literal(str(folder))} is "
+                               "not there or not writable); choose a writable {plot_path}")
 
 
 def measured_alpha(runs: Sequence[GenerationStats]) -> float | None:
