@@ -80,13 +80,14 @@ class GenerationError(UserError):
 # pair without a draft model says of one asked for (Pair.drafter_kind). raw: what sends a prompt as is, without
 # the chat template (Pair.chat_tokens). ngl_target, ngl_draft, rpc: LoadOptions too; devices: where the devices
 # to choose from are listed; lower_memory: what asks llama.cpp for less memory when a decode fails. quants: the
-# text of TuneOptions' quants (tune.parse_quants); plot, plot_path: a tune's plot (TuneResult.plot) and its path.
+# text of TuneOptions' quants (tune.parse_quants); plot, plot_path: a tune's plot (TuneResult.plot) and its path;
+# out: where models.convert writes.
 LIBRARY_NAMES = {"n_ctx": "n_ctx in the Pair's LoadOptions", "save": "Chat.save(path)", "reset": "Chat.reset()",
                  "restart": "raise n_ctx in the Pair's LoadOptions",
                  **{name: f"{name} in the Pair's LoadOptions" for name in ("ngl_target", "ngl_draft", "rpc")},
                  "devices": "localspec.devices.list_devices()",
                  "lower_memory": "lower n_ctx, ngl_target or ngl_draft in the Pair's LoadOptions",
-                 "quants": "quants", "plot": "the plot", "plot_path": "path",
+                 "quants": "quants", "plot": "the plot", "plot_path": "path", "out": "dst",
                  **{f"drafter={kind}": f"drafter={kind!r}" for kind in DRAFTERS},
                  "no_draft": "; give the Pair a draft model, or use drafter='ngram'",
                  "raw": "Pair.prompt_tokens(text, chat=False)"}

@@ -29,13 +29,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from .config import Worded, literal
+
 PACKAGE = Path(__file__).resolve().parent
 SHIPPED_CATALOG = PACKAGE / "catalog.json"  # package data: in every install, not only in a checkout
 CHUNK = 1 << 22
 
 
-class ModelError(Exception):
-    """A user-facing problem with a model file or name; str() is one line naming the value and the fix."""
+class ModelError(Worded):
+    """A user-facing problem with a model file or name; str() is one line naming the value and the fix,
+    worded for a library caller (a shell words it with its own names: config.Worded)."""
 
 
 @dataclass(frozen=True)
@@ -315,7 +318,7 @@ def convert(src: Path, dst: Path, quant: str) -> None:
     if quant.upper() not in QUANT_TYPES:
         raise LlamaError(f"Unknown quantization type {quant!r}; choose one of {', '.join(QUANT_TYPES)}")
     if dst.exists() or dst.is_symlink():
-        raise ModelError(f"{dst} already exists; remove it or choose another --out")
+        raise ModelError.naming(f"{literal(str(dst))} already exists; remove it or choose another {{out}}")
     made = _missing_folders(dst.parent)
     try:
         with staging(dst) as tmp:

@@ -251,6 +251,24 @@ def test_failed_conversion_leaves_nothing(packs, tmp_path, monkeypatch, isolated
     assert leftovers(isolated_store) == ["fake.gguf"]  # the source stays; no half-converted file
 
 
+def test_convert_onto_an_existing_file_names_dst_to_the_library_and_out_to_the_cli(tmp_path):
+    # a library caller of models.convert(src, dst, quant) was told of --out, a flag of `models convert`
+    from clitools import assert_one_line_error, invoke
+
+    from localspec.cli.options import said
+
+    src, dst = tmp_path / "src.gguf", tmp_path / "dst.gguf"
+    src.write_bytes(b"GGUF fake")
+    dst.write_bytes(b"GGUF kept")
+    with pytest.raises(models.ModelError) as e:
+        models.convert(src, dst, "Q8_0")
+    assert (str(e.value), said(e.value)) == (f"{dst} already exists; remove it or choose another dst",
+                                             f"{dst} already exists; remove it or choose another --out")
+    assert_one_line_error(invoke("models", "convert", src, "--quant", "Q8_0", "--out", dst),
+                          f"Error: {dst} already exists; remove it or choose another --out")
+    assert dst.read_bytes() == b"GGUF kept"
+
+
 def test_convert_refuses_unknown_type_and_unwritable_destination(smol_path, tmp_path):
     from localspec.llama import LlamaError
 

@@ -417,11 +417,13 @@ def long_flag(name: str) -> str:
 # What the library's errors name, as the CLI names it (said): GenerationConfig's and TuneOptions' fields
 # by their flags, the Pair's LoadOptions by theirs, Chat's save(), reset() and restart (config.LIBRARY_NAMES)
 # by chat's commands, a drafter and a missing draft model by --drafter and --draft, a prompt sent as is
-# by generate's --raw, the list of devices by `localspec devices`, and tune's quants and plot by its flags.
+# by generate's --raw, the list of devices by `localspec devices`, tune's quants and plot by its flags, and
+# where models convert writes by its --out.
 CLI_NAMES = {**{name: long_flag(name) for name in GENERATION_FLAGS}, "gamma_max": "--gamma-max",
              "budget_s": "--budget", "n_ctx": long_flag("ctx"), "load.n_ctx": long_flag("ctx"),
              **{name: long_flag(name) for name in ("threads", "tensor_split", "rpc", "ngl_target", "ngl_draft")},
              "devices": "`localspec devices`", "quants": "--quants", "plot": "--plot", "plot_path": "--plot path",
+             "out": "--out",
              "lower_memory": f"lower {long_flag('ctx')}, {long_flag('ngl_target')} or {long_flag('ngl_draft')}",
              "save": "/save FILE", "reset": "/reset", "restart": f"restart with a larger {long_flag('ctx')}",
              **{f"drafter={kind}": f"{long_flag('drafter')} {kind}" for kind in DRAFTERS},
