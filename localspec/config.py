@@ -17,8 +17,8 @@ class Worded(Exception):
     shell's own names for them (cli.options.said: `--seed must be >= 0 (got -3)`). One about a field
     keeps the `field`, the `rule` it broke and `lower`: other fields whose lowering would do too. One
     whose words name what a shell names its own way (a setting, a method, a command) keeps its
-    `template`: the message with each such name a key of LIBRARY_NAMES (Worded.naming). UserError
-    and the bindings layer's LlamaError are Worded."""
+    `template`: the message with each such name a key of LIBRARY_NAMES (Worded.naming). UserError,
+    the bindings layer's LlamaError and models' ModelError are Worded."""
 
     def __init__(self, message: str, field: str | None = None, rule: str | None = None,
                  lower: tuple[str, ...] = (), template: str | None = None):
