@@ -29,7 +29,15 @@ from localspec.sampling import SamplingParams, distribution
 from localspec.session import LoadOptions, Pair
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a process a test starts, read when it starts: the test's own empty model
+    store (conftest.isolated_store), not the one os.environ held when this module was imported, where
+    a plan saved by an earlier run started the next run warm, its draft not loaded."""
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
 needs_rpc = pytest.mark.skipif(not devices.supports_rpc(), reason="llama-cpp-python built without GGML_RPC")
 
 
@@ -42,7 +50,7 @@ def free_port() -> int:
 def start_server(port: int) -> subprocess.Popen:
     """`localspec rpc-server` on a loopback port, once it answers HELLO (at most 30 s)."""
     proc = subprocess.Popen([sys.executable, "-m", "localspec", "rpc-server", "--port", str(port), "-t", "1"],
-                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -77,7 +85,7 @@ def server2():
 
 
 def run_cli(*args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "localspec", *map(str, args)], env=ENV, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "localspec", *map(str, args)], env=child_env(), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -328,7 +336,7 @@ def lose_server_mid_generation(smol_path, lose, env=None) -> tuple[str, list[str
         client = subprocess.Popen([sys.executable, "-m", "localspec", "generate", "Once upon a time", "--raw",
                                    "-m", str(smol_path), "-d", "none", "--target-only", "-n", "2000", "-c", "2048",
                                    "-t", "1", "--temperature", "0", "--rpc", endpoint],
-                                  env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  env={**child_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert client.stdout.read(40)  # it is generating
         lose(proc)
         lost = time.monotonic()
@@ -382,7 +390,7 @@ def test_serve_answers_503_while_its_rpc_server_is_lost_and_comes_back(smol_path
     url = f"http://127.0.0.1:{http_port}"
     serve = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "-m", str(smol_path), "-d", "none", "-t", "1",
                               "-c", "2048", "--port", str(http_port), "--rpc", rpc.endpoint],
-                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_until(lambda: get(f"{url}/health")[0] == 200, 60)
         long = {"prompt": "Once upon a time", "max_tokens": 1900, "temperature": 0}
@@ -427,7 +435,7 @@ again = Pair({str(smol_path)!r}, {str(smol_path)!r}, LoadOptions(n_ctx=256, thre
 print(again.placement, [d.name for d in devices.list_devices()])
 """
     try:
-        done = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=120)
+        done = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, timeout=120)
     finally:
         stop(rpc)
     assert done.returncode == 0, done.stderr
