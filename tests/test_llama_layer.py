@@ -197,8 +197,11 @@ def test_ctx_0_takes_the_models_own_length_for_both_models_and_a_negative_one_na
         assert pair.draft_ctx.get().n_ctx == model.n_ctx_train()
     finally:
         pair.close()
-    with pytest.raises(LlamaError, match=r"--ctx must be >= 0 \(got -5\); 0 takes the model's own"):
+    with pytest.raises(LlamaError) as e:  # the LoadOptions field to a library caller, the flag to the CLI
         Context(model, n_ctx=-5, n_threads=1)
+    from localspec.cli.options import said
+    rule = "must be >= 0 (got -5); 0 takes the model's own context length"
+    assert (str(e.value), said(e.value)) == (f"n_ctx {rule}", f"--ctx {rule}")
 
 
 def test_one_rule_reads_threads_for_contexts_plan_keys_and_rpc_servers():
