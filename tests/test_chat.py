@@ -287,15 +287,20 @@ def test_chat_tells_when_the_context_is_full_and_goes_on(fake_cli):
     assert "conversation: 2 messages" in out and "Traceback" not in err
 
 
-def test_chat_without_a_template_is_a_one_line_error(fake_cli, monkeypatch):
+def load_with_template(fake_cli, monkeypatch, template: str | None) -> None:
+    """Make the CLI's fake Pairs load with this chat template (None: the target has none)."""
     load = fake_cli.load
 
-    def without_template(*args):
+    def with_template(*args):
         pair = load(*args)
-        pair.target_model.template = None
+        pair.target_model.template = template
         return pair
 
-    monkeypatch.setattr("localspec.cli.Pair", without_template)
+    monkeypatch.setattr("localspec.cli.Pair", with_template)
+
+
+def test_chat_without_a_template_is_a_one_line_error(fake_cli, monkeypatch):
+    load_with_template(fake_cli, monkeypatch, None)
     code, out, err = chat_in_process(fake_cli, "Hi\n")
     assert code == 1 and "no chat template" in err and "Traceback" not in err
 
@@ -324,14 +329,7 @@ def test_a_chat_template_error_names_the_librarys_raw_prompt_and_the_clis_raw_fl
 def test_generate_says_a_chat_template_error_with_its_raw_flag(fake_cli, monkeypatch, template, error, tail):
     from clitools import assert_one_line_error
 
-    load = fake_cli.load
-
-    def with_template(*args):
-        pair = load(*args)
-        pair.target_model.template = template
-        return pair
-
-    monkeypatch.setattr("localspec.cli.Pair", with_template)
+    load_with_template(fake_cli, monkeypatch, template)
     result = CliRunner().invoke(cli, ["generate", "Hi", "--target", str(fake_cli.target), "--draft", "none",
                                       "--chat", "-n", "4"])
     assert_one_line_error(result, f"Error: {error}; use --raw{tail}")
