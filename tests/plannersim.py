@@ -64,7 +64,7 @@ EPYC_TILED = {k: ms / 1e3 for k, ms in {1: 31, 2: 58, 3: 84, 4: 102, 5: 123, 8: 
                                         65: 871, 80: 993, 96: 1153, 97: 1218, 112: 1318, 128: 1494}.items()}
 
 # The light target on the H200, every layer on the GPU, as bench.py measured it on prose and copies
-# (README, "The H200 again"): a 2-row verify costs 2.8 plain steps, and a row beyond costs little.
+# (scripts/results/HISTORY.md, "The H200 again"): a 2-row verify costs 2.8 plain steps, and a row beyond costs little.
 H200_LIGHT = {k: ms / 1e3 for k, ms in {1: 1.81, 2: 5.0, 4: 5.5, 8: 5.6, 16: 8.0, 40: 9.4, 80: 15.6, 112: 19.8}.items()}
 
 

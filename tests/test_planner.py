@@ -196,7 +196,7 @@ def test_plain_steps_measured_slow_at_first_do_not_keep_a_losing_draft_in():
     # three plain steps run at twice their time (the machine's pace at its start, a stall). Read as
     # they came, the model's drafts beat the plain step's estimate, and drafting every step, nothing
     # measured plain decoding again: 0.63-0.68x in every reply of these processes, as a bench.py
-    # run's model alone came out at 0.63x on light prose (README, "Plain decoding measured again").
+    # run's model alone came out at 0.63x on light prose (scripts/results/HISTORY.md, "Plain decoding measured again").
     prose = [Region(128, 0, 0, False, 0.0, 0.70)]
     first, second = [], []
     for seed in range(6):
@@ -1017,7 +1017,7 @@ class Alternating(Named):
 def test_a_lookup_whose_matches_alternate_between_buckets_rests_in_each():
     # On text an n-gram lookup's matches change bucket from step to step (a phrase that merely
     # recurs, then a longer reach). A rest kept for one bucket alone ended at each change, and at a
-    # GPU's costs most of the lookup's pricings were such (README, "Every row again"): each
+    # GPU's costs most of the lookup's pricings were such (scripts/results/HISTORY.md, "Every row again"): each
     # bucket's rest is kept, so two losing buckets in turn are priced about as often as one.
     tracker = measured_curve()
     tracker.draft_s.add(0.0)
