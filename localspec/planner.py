@@ -17,8 +17,9 @@ import time
 from typing import NamedTuple, Sequence
 
 from .config import GenerationConfig
-from .costmodel import (FALLBACK_P_MIN, SURE_SHIFT, TEXT_LEAST, FixedStop, Prediction, expected_tokens_upto,
-                        match_bucket, step_seconds)
+from .acceptance import SURE_SHIFT, TEXT_LEAST
+from .costmodel import Prediction, expected_tokens_upto, match_bucket, step_seconds
+from .draftstop import FALLBACK_P_MIN, FixedStop
 from .drafters import STEP_DECODE, Drafter, NGramDrafter, Proposal, StopRule
 from .tracker import CostTracker, LookupRuns
 from .treeplan import BranchRule, branch_rule, tree_outcome
@@ -295,7 +296,7 @@ class Planner:
     choice by the trackers' min_gain. Each step measures what it ran: the verify seconds of its width
     (taught to every source: the target is the same), and the drafting source's cost, acceptance and
     where its stop rule ended the draft (a model step's γ is a cap: it is priced by where its drafts
-    are likely to end within it, costmodel.DraftStops). An exploratory model step's stop rule lets
+    are likely to end within it, draftstop.DraftStops). An exploratory model step's stop rule lets
     the draft reach the first verify width not yet measured (CostTracker.draft_stop).
     So a width is only chosen once measured or while its measurement is worth its bounded cost, and
     as measurements come in the optimistic estimate falls to the point estimate and exploring stops.
@@ -351,7 +352,7 @@ class Planner:
         return self._explored.source if self._explored is not None else None
 
     def _text(self) -> None:
-        """Move the draft model's acceptance estimates to the text at hand (costmodel.TextAcceptance:
+        """Move the draft model's acceptance estimates to the text at hand (acceptance.TextAcceptance:
         its own counts so far, shrunk towards the texts' mean by how much texts differ), under auto γ.
         So a model measured first on prose, where its guesses did not pay, drafts once a code reply
         shows them taken, and one measured on code drafts less once a reply's prose shows them not."""

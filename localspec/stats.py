@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .costmodel import PositionAcceptance
+from .acceptance import PositionAcceptance
 
 
 @dataclass

@@ -5,9 +5,9 @@ Measured: the target's verify seconds per batch size (VerifyCurve), the draft's 
 the controller's overhead, and acceptance per draft position, kept separately per acceptance bucket
 (an n-gram drafter's match length, and whether the match lies in the prompt or the output: see
 costmodel.match_bucket; 0 for a draft model), per draft confidence (the draft model's stop rule
-reads that), per text (costmodel.TextAcceptance: how far the text at hand lies from the texts
+reads that), per text (acceptance.TextAcceptance: how far the text at hand lies from the texts
 measured moves every acceptance estimate, text_shift), and where the draft model's stop rule ended its
-drafts (costmodel.DraftStops: a step's γ is a cap, priced by where the draft is likely to end within it).
+drafts (draftstop.DraftStops: a step's γ is a cap, priced by where the draft is likely to end within it).
 
 The point estimate is what the planner expects of a known choice: a bucket's counts smoothed towards
 all buckets' counts, those towards `prior_accept` (0: a choice is known by its counts, and few
@@ -31,9 +31,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
-from .costmodel import (CONFIDENCE_BINS, FALLBACK_P_MIN, STALL_FACTOR, TRUSTED_SAMPLES, DraftStop, DraftStops, Ema,
-                        FixedStop, PositionAcceptance, TextAcceptance, VerifyCurve, best_gamma,
-                        expected_seconds_upto, expected_tokens_upto, rate_at, shifted)
+from .acceptance import PositionAcceptance, TextAcceptance, shifted
+from .costmodel import best_gamma, expected_seconds_upto, expected_tokens_upto, rate_at
+from .draftstop import CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, DraftStops, FixedStop
+from .timings import STALL_FACTOR, TRUSTED_SAMPLES, Ema, VerifyCurve
 from .treeplan import SiblingAcceptance
 
 CONFIRM_STEPS = 2   # own drafting steps before a loaded tracker's point estimate is a known choice
@@ -42,7 +43,7 @@ WARM_MAX_COUNT = 8   # saved acceptance counts weigh at most this many observati
 
 class Estimate(NamedTuple):
     """A drafter's costs and per-position acceptance, point or optimistic, and where its stop rule
-    ends drafts (tokens_on, draft_on: costmodel.DraftStops; empty: every draft runs to its γ): what
+    ends drafts (tokens_on, draft_on: draftstop.DraftStops; empty: every draft runs to its γ): what
     predictions read."""
 
     accept: list[float]
@@ -349,7 +350,7 @@ class CostTracker:
 
     def cost_trusted(self) -> bool:
         """Whether the draft's cost rests on TRUSTED_SAMPLES drafting steps, over every process that
-        saved it: a median of that many is one stall cannot set (costmodel.Ema)."""
+        saved it: a median of that many is one stall cannot set (timings.Ema)."""
         return self.proposals >= TRUSTED_SAMPLES
 
     def verify_seconds(self, k: int) -> float:

@@ -8,7 +8,7 @@ the chain gets to depth i and s(c) the measured chance that the target takes the
 rejected the chain's token. It costs one more row in the verify batch, verify(w + 1) − verify(w)
 seconds at the step's width w, read from the measured verify curve. A sibling is added where its
 tokens are worth more than its seconds at the rate the loop achieves (the DraftStop argument of
-costmodel.py, one token at a time). So the tree collapses to a chain where siblings do not pay —
+draftstop.py, one token at a time). So the tree collapses to a chain where siblings do not pay —
 dear wide verifies, siblings seldom taken, confident drafts — and the planner's γ = 0 collapses it
 further to plain decoding.
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .costmodel import CONFIDENCE_BINS
+from .draftstop import CONFIDENCE_BINS
 
 MAX_BRANCHES = 4  # sequences of a target context that may verify trees: the chain and up to 3 siblings
 

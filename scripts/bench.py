@@ -58,7 +58,9 @@ from pathlib import Path
 
 import localspec  # noqa: F401  (llama.cpp before numpy)
 from localspec import devices, models
-from localspec.costmodel import PositionAcceptance, VerifyCurve, expected_tokens
+from localspec.acceptance import PositionAcceptance
+from localspec.costmodel import expected_tokens
+from localspec.timings import VerifyCurve
 from localspec.llama import LlamaError, default_threads
 from localspec import prompts as prompt_files
 from localspec.sampling import SamplingParams
@@ -488,7 +490,7 @@ class Costs:
     drafters: dict[str, Guessing] = field(default_factory=dict)
 
     def verify_seconds(self, k: int) -> float | None:
-        """Verify time of a batch of k on localspec's one curve (costmodel.VerifyCurve); None before
+        """Verify time of a batch of k on localspec's one curve (timings.VerifyCurve); None before
         any verify was measured."""
         return self.verify.seconds(k) if self.verify.points else None
 

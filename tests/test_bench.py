@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localspec.costmodel import VerifyCurve
+from localspec.timings import VerifyCurve
 from localspec.stats import GenerationStats
 from scripttools import load_script
 

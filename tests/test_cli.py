@@ -129,7 +129,7 @@ def test_p_min_is_auto_or_a_number_everywhere(command):
 def test_tune_p_min_auto_replays_fixed_gamma_with_the_fallback(monkeypatch, smol_path):
     # tune's --p-min auto (the default) gives its fixed-γ candidates the p-min a fixed --gamma takes.
     from localspec import tune
-    from localspec.costmodel import FALLBACK_P_MIN
+    from localspec.draftstop import FALLBACK_P_MIN
 
     seen = []
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec.costmodel import (FALLBACK_P_MIN, TEXT_LEAST, TEXT_PRIOR_ROWS, TEXTS_KEPT, DraftStop, DraftStops, Ema,
-                                 FixedStop, PositionAcceptance, TextAcceptance, best_gamma, expected_seconds_upto,
-                                 expected_tokens, expected_tokens_upto, logit, shifted, step_seconds)
+from localspec.acceptance import (TEXT_LEAST, TEXT_PRIOR_ROWS, TEXTS_KEPT, PositionAcceptance, TextAcceptance, logit,
+                                  shifted)
+from localspec.costmodel import best_gamma, expected_seconds_upto, expected_tokens, expected_tokens_upto, step_seconds
+from localspec.draftstop import FALLBACK_P_MIN, DraftStop, DraftStops, FixedStop
+from localspec.timings import Ema
 from localspec.planner import CostTracker
 
 # Target verify time for a batch of k tokens on a 2-core CPU (a Python probe), in ms.
@@ -247,7 +249,7 @@ def test_an_exploratory_stop_rule_reaches_the_next_unmeasured_width():
 
 
 def test_verify_curve_extrapolates_with_one_rule_both_ways():
-    from localspec.costmodel import VerifyCurve
+    from localspec.timings import VerifyCurve
 
     curve = VerifyCurve({2: 0.020, 4: 0.030, 5: 0.025})       # noise bends the last segment down
     assert curve.seconds(3) == pytest.approx(0.025)          # between measured sizes: linear
@@ -260,7 +262,7 @@ def test_verify_curve_extrapolates_with_one_rule_both_ways():
 
 
 def test_a_size_measured_fewer_than_three_times_is_read_within_what_trusted_sizes_allow():
-    from localspec.costmodel import TRUSTED_SAMPLES, VerifyCurve
+    from localspec.timings import TRUSTED_SAMPLES, VerifyCurve
 
     curve = VerifyCurve()
     for _ in range(TRUSTED_SAMPLES):
@@ -288,7 +290,7 @@ def test_one_slow_sample_at_the_widest_copy_width_does_not_cap_the_hope_for_wide
     # once at 9 ms a row: read as it came it capped every wider width's hope at its own cost, so an
     # 88-row copy could not look faster than the 53-row one known. Hoped no dearer a row than 53
     # rows, 81 rows may cost 657 ms, and 88 rows no more than that; the point estimate keeps 734 ms.
-    from localspec.costmodel import TRUSTED_SAMPLES, VerifyCurve
+    from localspec.timings import TRUSTED_SAMPLES, VerifyCurve
 
     curve = VerifyCurve()
     for _ in range(TRUSTED_SAMPLES):
@@ -303,7 +305,7 @@ def test_one_slow_sample_at_the_widest_copy_width_does_not_cap_the_hope_for_wide
 
 
 def test_position_acceptance_pools_runs_position_by_position():
-    from localspec.costmodel import PositionAcceptance
+    from localspec.acceptance import PositionAcceptance
 
     a, b = PositionAcceptance(), PositionAcceptance()
     a.record(2, 1)   # position 0 accepted, 1 rejected
@@ -445,7 +447,7 @@ def _one_width(k: int, known: list[tuple[int, float]]) -> float:
 def test_a_curve_read_in_one_pass_gives_each_width_as_read_alone():
     # The planner reads every width up to a cap each step; the curve fills them in one pass
     # (costmodel._estimates), which must give each width exactly what its definition gives.
-    from localspec.costmodel import _estimates
+    from localspec.timings import _estimates
 
     rng = np.random.default_rng(3)
     for _ in range(3000):
@@ -473,7 +475,7 @@ def test_acceptance_is_recomputed_after_every_record():
 def test_a_stall_moves_an_average_as_a_few_times_its_value_and_a_lasting_rise_still_gets_through():
     # A plain step of 130 ms, then one stalled for 2.4 s (seen on a shared 2-core machine): taken
     # whole it moved the average by 224 ms; held to STALL_FACTOR times the average it moves it by 26.
-    from localspec.costmodel import STALL_FACTOR
+    from localspec.timings import STALL_FACTOR
 
     e = Ema()
     for _ in range(10):
@@ -579,8 +581,8 @@ def test_a_curve_is_refitted_only_once_a_trusted_size_moves_past_the_tolerance(m
     # after it rebuild its tables, about twice the time a pricing took otherwise. A trusted size
     # whose average moves less than MEMO_TOLERANCE keeps the fits (and reads as measured itself);
     # a larger move, a size not yet trusted, or a new size refits.
-    from localspec import costmodel
-    from localspec.costmodel import MEMO_TOLERANCE, TRUSTED_SAMPLES, VerifyCurve
+    from localspec import timings as costmodel
+    from localspec.timings import MEMO_TOLERANCE, TRUSTED_SAMPLES, VerifyCurve
 
     fits = []
     estimates = costmodel._estimates
@@ -614,7 +616,7 @@ def test_an_untrusted_size_far_above_what_the_others_put_it_is_hoped_at_their_va
     # the point estimate and a probe's loss (next_width, the budget's bound) keep it as measured;
     # the hope reads it as the other sizes put it, so that a probe may measure it again. A size
     # within OUTLIER_FACTOR of what they put it at is hoped as before.
-    from localspec.costmodel import OUTLIER_FACTOR, TRUSTED_SAMPLES, VerifyCurve
+    from localspec.timings import OUTLIER_FACTOR, TRUSTED_SAMPLES, VerifyCurve
 
     curve = VerifyCurve()
     for _ in range(TRUSTED_SAMPLES):

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from localspec.config import GenerationConfig
-from localspec.costmodel import TEXT_LEAST, FixedStop, TextAcceptance, VerifyCurve, match_bucket
+from localspec.acceptance import TEXT_LEAST, TextAcceptance
+from localspec.costmodel import match_bucket
+from localspec.draftstop import FixedStop
+from localspec.timings import VerifyCurve
 from localspec.drafters import NGramDrafter, Proposal, one_hot
 from localspec.llama import common_prefix_len
 from localspec.planner import (EXPLORE_FRACTION, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, QUIET_STEPS, REST_BACKOFF_MAX,

@@ -8,7 +8,8 @@ import numpy as np
 from scipy.stats import chi2_contingency
 
 from localspec.config import GenerationConfig
-from localspec.costmodel import PositionAcceptance, match_bucket
+from localspec.acceptance import PositionAcceptance
+from localspec.costmodel import match_bucket
 from localspec.drafters import NO_PROPOSAL, NGramDrafter, one_hot
 from localspec.planner import PLAIN_SAMPLES, CostTracker, Planner
 from localspec.sampling import Dist, SamplingParams, accept_drafts, sample

@@ -10,7 +10,7 @@ import pytest
 import localspec.planner as planner_mod
 import localspec.rule_tree as rule_tree
 from localspec.config import GenerationConfig
-from localspec.costmodel import VerifyCurve
+from localspec.timings import VerifyCurve
 from localspec.drafters import ModelDrafter, NGramDrafter
 from localspec.planner import CostTracker, Handoff, Plan, Planner
 from localspec.sampling import SamplingParams, distribution

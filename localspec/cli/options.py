@@ -434,7 +434,7 @@ def tune_options(options: dict):
     """The TuneOptions tune's flags in `options` describe, checked (TuneError naming the bad field and
     value, which said words with its flag): no draft resolved and no device or server reached (tune adds
     those); --seed -1 drawn here."""
-    from ..costmodel import FALLBACK_P_MIN
+    from ..draftstop import FALLBACK_P_MIN
     from ..tune import TuneOptions, parse_quants
 
     p_min, seed = options["p_min"], seed_from(options["seed"])  # -1: a random seed, as generate takes it

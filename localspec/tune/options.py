@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import GenerationConfig, UserError, check_types, instance, literal, optional, several
-from ..costmodel import FALLBACK_P_MIN
+from ..draftstop import FALLBACK_P_MIN
 from ..llama import QUANT_TYPES
 from ..planner import p_min_of
 from ..sampling import SamplingParams, is_real, is_whole

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..config import literal
-from ..costmodel import PositionAcceptance
+from ..acceptance import PositionAcceptance
 from ..profile import Choice, ProfileError, describe, load_profile, save_profile
 from ..stats import GenerationStats, pooled_verify
 from .candidates import Candidate
