@@ -203,3 +203,35 @@ def shifted(rates: Sequence[float], shift: float) -> list[float]:
         return list(rates)
     return [r if r <= 0.0 or r >= 1.0 else 1.0 / (1.0 + math.exp(-(math.log(r / (1 - r)) + shift)))
             for r in rates]
+
+
+def spliced(first: Sequence[float], rest: Sequence[float], n: int) -> list[float]:
+    """Per-position rates: first's for the first n positions, rest's after them (each list's last
+    rate standing for the positions beyond its end)."""
+    return [rate_at(first if i < n else rest, i) for i in range(max(len(first), len(rest), n + 1))]
+
+
+def pooling_weight(counts: PositionAcceptance, rate: float, weight: float) -> float:
+    """The pseudo-observations of the bucket's rate each position's estimate is smoothed with: a
+    binomial count's variance over the variance between positions (PositionAcceptance.spread), the
+    weight of a random-effects mean; at least `weight`, and without limit where the positions differ
+    no more than chance makes them."""
+    spread = counts.spread(rate)
+    if spread is None:
+        return weight
+    return max(weight, rate * (1 - rate) / spread) if spread > 0 else math.inf
+
+
+def posterior_var(r: float, rate_var: float, judged: int, weight: float) -> float:
+    """The variance of a position's rate r, estimated from its judged count smoothed with `weight`
+    pseudo-observations of its bucket's rate, whose own variance is rate_var (weight inf: the
+    position takes the bucket's rate)."""
+    if math.isinf(weight):
+        return rate_var
+    share = weight / (judged + weight)
+    return r * (1 - r) / (judged + weight) + share * share * rate_var
+
+
+def overall(counts: PositionAcceptance, prior: float, weight: float) -> float:
+    """The acceptance of counts over all positions, smoothed towards prior."""
+    return (sum(counts.accepted) + weight * prior) / (sum(counts.judged) + weight)

@@ -124,3 +124,29 @@ def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int]
         if tps > best[1] * 1.0001:  # ties go to the shorter draft: less work, same speed
             best = (gamma, tps)
     return best if best[0] else (0, plain)
+
+
+class Estimate(NamedTuple):
+    """A drafter's costs and per-position acceptance, point or optimistic, and where its stop rule
+    ends drafts (tokens_on, draft_on: draftstop.DraftStops; empty: every draft runs to its γ): what
+    predictions read."""
+
+    accept: list[float]
+    draft_s: float
+    verify_s: Callable[[int], float]
+    overhead_s: float
+    tokens_on: Sequence[float] = ()
+    draft_on: Sequence[float] = ()
+
+    def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
+        """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
+        return best_gamma(self.accept, self.draft_s, self.verify_s, self.overhead_s, gamma_max, min_gain,
+                          self.tokens_on, self.draft_on)
+
+    def tokens(self, gamma_max: int, accept: Sequence[float] | None = None) -> list[float]:
+        """Expected tokens of a step capped at each γ in 0..gamma_max (accept: other acceptance)."""
+        return expected_tokens_upto(self.accept if accept is None else accept, gamma_max, self.tokens_on)
+
+    def seconds(self, gamma_max: int) -> list[float]:
+        """Expected seconds of a step capped at each γ in 0..gamma_max."""
+        return expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on)

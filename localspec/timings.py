@@ -17,7 +17,7 @@ class Ema:
     median because first measurements are the least typical (a model's first decodes may still be
     faulting its weights in): one sample several times the rest would hold a mean of ten far above
     them, and a planner that stops drafting on it never measures the draft again. A value loaded
-    from an earlier process counts as one sample (load, tracker.from_dict), so this run's first
+    from an earlier process counts as one sample (load, trackerfile.load_saved), so this run's first
     measurements move it at once.
 
     From there a sample counts as at most STALL_FACTOR times the average: a process stalled for

@@ -29,42 +29,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Sequence
+from typing import Sequence
 
-from .acceptance import PositionAcceptance, TextAcceptance, shifted
-from .costmodel import best_gamma, expected_seconds_upto, expected_tokens_upto, rate_at
+from . import trackerfile
+from .acceptance import (PositionAcceptance, TextAcceptance, overall, pooling_weight, posterior_var, shifted,
+                         spliced)
+from .costmodel import Estimate
 from .draftstop import CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, DraftStops, FixedStop
 from .timings import STALL_FACTOR, TRUSTED_SAMPLES, Ema, VerifyCurve
+from .trackerfile import CONFIRM_STEPS, WARM_MAX_COUNT
 from .treeplan import SiblingAcceptance
-
-CONFIRM_STEPS = 2   # own drafting steps before a loaded tracker's point estimate is a known choice
-WARM_MAX_COUNT = 8   # saved acceptance counts weigh at most this many observations in a new process
-
-
-class Estimate(NamedTuple):
-    """A drafter's costs and per-position acceptance, point or optimistic, and where its stop rule
-    ends drafts (tokens_on, draft_on: draftstop.DraftStops; empty: every draft runs to its γ): what
-    predictions read."""
-
-    accept: list[float]
-    draft_s: float
-    verify_s: Callable[[int], float]
-    overhead_s: float
-    tokens_on: Sequence[float] = ()
-    draft_on: Sequence[float] = ()
-
-    def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
-        """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
-        return best_gamma(self.accept, self.draft_s, self.verify_s, self.overhead_s, gamma_max, min_gain,
-                          self.tokens_on, self.draft_on)
-
-    def tokens(self, gamma_max: int, accept: Sequence[float] | None = None) -> list[float]:
-        """Expected tokens of a step capped at each γ in 0..gamma_max (accept: other acceptance)."""
-        return expected_tokens_upto(self.accept if accept is None else accept, gamma_max, self.tokens_on)
-
-    def seconds(self, gamma_max: int) -> list[float]:
-        """Expected seconds of a step capped at each γ in 0..gamma_max."""
-        return expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on)
 
 
 class LookupRuns:
@@ -254,7 +228,7 @@ class CostTracker:
         smoothed towards the prior; a bucket's per position towards the bucket's rate over all its
         positions, and that towards all buckets' rate: a position a bucket has rarely reached takes
         the bucket's rate, not one chance rejection's. How strongly a bucket's positions lean on its
-        rate depends on how much they differ beyond chance (_pooling_weight): where chance explains
+        rate depends on how much they differ beyond chance (pooling_weight): where chance explains
         their differences, each takes the bucket's rate. Otherwise the γ chosen is the one whose
         deep positions were luckiest: a copy whose few drafts past 40 tokens were all accepted looks
         more reliable there than the bucket is, and a draft far longer than pays looks worth its
@@ -276,10 +250,10 @@ class CostTracker:
 
     def _pooled(self, counts: PositionAcceptance) -> tuple[float, float]:
         """(rate, weight): a bucket's rate over all its positions (smoothed towards all buckets' rate),
-        and the pseudo-observations of it each position's estimate is smoothed with (_pooling_weight)."""
+        and the pseudo-observations of it each position's estimate is smoothed with (pooling_weight)."""
         w = self.prior_weight
-        rate = _overall(counts, _overall(self.positions, self.prior_accept, w), w)
-        return rate, _pooling_weight(counts, rate, w)
+        rate = overall(counts, overall(self.positions, self.prior_accept, w), w)
+        return rate, pooling_weight(counts, rate, w)
 
     def _acceptance_key(self, counts: PositionAcceptance | None) -> tuple:
         """What acceptance() reads: every count it pools (each record adds to the judged totals) and
@@ -291,7 +265,7 @@ class CostTracker:
         """The point estimate less one standard error per position: what the counts make likely at
         worst, for pricing an exploratory step. In a bucket a position's rate rests on its own
         judged count and on the bucket's rate, with the weight acceptance() pools it with
-        (_pooling_weight), so its error is the posterior's (_posterior_var): taken as the prior's
+        (pooling_weight), so its error is the posterior's (posterior_var): taken as the prior's
         weight alone, every position past those a bucket's drafts had reached (none or a few judged)
         lost about 3% on a copy accepted at 0.998, and a 128-token probe was priced at 59% of the
         tokens its point estimate expects from a bucket of 900 judged guesses all but one accepted
@@ -310,7 +284,7 @@ class CostTracker:
         else:
             rate, pooled = self._pooled(counts)
             rate_var = rate * (1 - rate) / (sum(counts.judged) + w)  # the bucket rate's own error
-            cautious = [max(r - math.sqrt(_posterior_var(r, rate_var, j, pooled)), 0.0)
+            cautious = [max(r - math.sqrt(posterior_var(r, rate_var, j, pooled)), 0.0)
                         for r, j in zip(rates, judged)]
         self._acceptance_memo[("cautious", bucket)] = rates, cautious
         return cautious
@@ -324,7 +298,7 @@ class CostTracker:
         if counts is None:
             return [1.0]
         w, total = self.prior_weight, math.log(sum(self.positions.judged) + 2)
-        rates = counts.rates(_overall(counts, 1.0, w), w)
+        rates = counts.rates(overall(counts, 1.0, w), w)
         bonus = [math.sqrt(self.ucb_scale * total / (j + w)) for j in counts.judged]
         # a text whose first drafts fared worse than the texts' mean may yet fare as well as it: its
         # few counts moved the point estimate, not what is still possible (so a probe can tell)
@@ -379,7 +353,7 @@ class CostTracker:
             verify = lambda k, base=verify: base(k) + (extra if k > 1 else 0.0)  # noqa: E731 (drafting steps only)
         accept = self.optimistic_acceptance(bucket) if optimistic else self.acceptance(bucket)
         if optimistic and followed:
-            accept = _spliced(self.acceptance(bucket), accept, followed)
+            accept = spliced(self.acceptance(bucket), accept, followed)
         return Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight))
 
     def could_pay(self, cap: int) -> bool:
@@ -457,121 +431,11 @@ class CostTracker:
         return self.plan(gamma_cap)[0]
 
     def to_dict(self) -> dict:
-        """The measurements as JSON-ready data, for a warm start."""
-        ema = lambda e: [e.value, e.n]  # noqa: E731
-        draft_s = self.draft_s if self.draft_s.value is not None else self.saved_draft_s  # kept if not remeasured
-        return {"draft_s": ema(draft_s), "overhead_s": ema(self.overhead_s), "load_s": ema(self.load_s),
-                "prefill_s": ema(self.prefill_s), "catchup_s": ema(self.catchup_s), "idle_s": self.idle_s,
-                "step_tokens": ema(self.step_tokens), "step_s": ema(self.step_s),
-                "verify": {str(k): ema(e) for k, e in self.verify.points.items()},
-                "positions": self.positions.to_rows(),
-                "buckets": {str(b): c.to_rows() for b, c in self.buckets.items()},
-                "stops": self.stops.to_rows(),
-                "confidence": [self.conf_judged, self.conf_accepted],
-                "texts": self.texts.to_rows(),
-                "proposals": self.proposals, "pricings": list(self.pricings)}
+        """The measurements as JSON-ready data, for a warm start (trackerfile.saved_data)."""
+        return trackerfile.saved_data(self)
 
     @classmethod
     def from_dict(cls, data: dict, max_count: int = WARM_MAX_COUNT) -> CostTracker:
-        """A tracker that starts from saved measurements (files without buckets, from before they
-        were kept, load with none). Counts are scaled down to at most max_count per position and per
-        confidence bin, so that this run's own steps soon outweigh them. A drafter whose acceptance
-        was counted over fewer than CONFIRM_STEPS proposals, over every process that saved it, is
-        learnt afresh, as a new one is (its first step a probe of one token): only what its drafts
-        do not measure is loaded (the verify curve, the overhead, its load and catch-up costs; its
-        draft cost only as saved_draft_s, for may_pay). One
-        rejected first guess would otherwise keep the draft out of every later process (may_pay),
-        and out of each where a 1-token draft cannot pay (no probe would look worth it). Files from
-        before the count was kept load as they did."""
-        t = cls(loaded=True)
-        _load_ema(t.overhead_s, data["overhead_s"])
-        _load_ema(t.load_s, data.get("load_s", [None, 0]))  # files from before lazy drafts: unmeasured
-        _load_ema(t.prefill_s, data.get("prefill_s", [None, 0]))
-        # files from before catch-ups were priced as batches hold a mean per token, first token included:
-        # more than a further token costs (the safe side), and this run's own catch-ups soon replace it
-        _load_ema(t.catchup_s, data.get("catchup_s", [None, 0]))
-        t.idle_s = _measured(data.get("idle_s", 0.0))
-        t.pricings = [_measured(s) for s in data.get("pricings", [])]  # older files: none
-        # The plain step is measured afresh by the first steps of each process: while drafting pays,
-        # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
-        # Only the decision to load a draft at all reads it (saved_verify, may_pay).
-        for k, e in data["verify"].items():
-            if int(k) < 1:
-                raise ValueError(f"a verify of {k} tokens")
-            _load_ema(t.saved_verify.points.setdefault(int(k), Ema()), e)
-            if int(k) != 1:
-                _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
-        _load_ema(t.saved_draft_s, data["draft_s"])
-        t.proposals = int(data.get("proposals", CONFIRM_STEPS))
-        if t.proposals < CONFIRM_STEPS:
-            return t
-        for name in ("draft_s", "step_tokens", "step_s"):
-            _load_ema(getattr(t, name), data[name])
-        t.positions = PositionAcceptance.from_rows(_scaled(data["positions"], max_count))
-        t.buckets = {int(b): PositionAcceptance.from_rows(_scaled(rows, max_count))
-                     for b, rows in data.get("buckets", {}).items()}
-        t.stops = DraftStops.from_rows(_scaled(data.get("stops", [[]] * 4), max_count))  # older files: none
-        t.conf_judged, t.conf_accepted = _scaled(data["confidence"], max_count)
-        if len(t.conf_judged) != CONFIDENCE_BINS:
-            raise ValueError(f"expected {CONFIDENCE_BINS} confidence bins")
-        t.texts = TextAcceptance.from_rows(data.get("texts", [[], []]))  # older files: none kept
-        return t
-
-
-def _spliced(first: Sequence[float], rest: Sequence[float], n: int) -> list[float]:
-    """Per-position rates: first's for the first n positions, rest's after them (each list's last
-    rate standing for the positions beyond its end)."""
-    return [rate_at(first if i < n else rest, i) for i in range(max(len(first), len(rest), n + 1))]
-
-
-def _pooling_weight(counts: PositionAcceptance, rate: float, weight: float) -> float:
-    """The pseudo-observations of the bucket's rate each position's estimate is smoothed with: a
-    binomial count's variance over the variance between positions (PositionAcceptance.spread), the
-    weight of a random-effects mean; at least `weight`, and without limit where the positions differ
-    no more than chance makes them."""
-    spread = counts.spread(rate)
-    if spread is None:
-        return weight
-    return max(weight, rate * (1 - rate) / spread) if spread > 0 else math.inf
-
-
-def _posterior_var(r: float, rate_var: float, judged: int, weight: float) -> float:
-    """The variance of a position's rate r, estimated from its judged count smoothed with `weight`
-    pseudo-observations of its bucket's rate, whose own variance is rate_var (weight inf: the
-    position takes the bucket's rate)."""
-    if math.isinf(weight):
-        return rate_var
-    share = weight / (judged + weight)
-    return r * (1 - r) / (judged + weight) + share * share * rate_var
-
-
-def _overall(counts: PositionAcceptance, prior: float, weight: float) -> float:
-    """The acceptance of counts over all positions, smoothed towards prior."""
-    return (sum(counts.accepted) + weight * prior) / (sum(counts.judged) + weight)
-
-
-def _load_ema(ema: Ema, saved: Sequence) -> None:
-    """A saved average, weighing as one sample: this run's own measurements soon replace it."""
-    value, n = saved
-    if int(n) < 0:
-        raise ValueError(f"a saved average over {n} samples")
-    ema.load(None if value is None else _measured(value), int(n))
-
-
-def _measured(value) -> float:
-    """A saved measurement as a float. Every one is of seconds or tokens: one that is not finite or
-    is negative (a file edited or damaged) is refused (ValueError), and the whole file with it, as a
-    file that does not parse."""
-    value = float(value)
-    if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(f"a saved measurement must be finite and not negative (got {value})")
-    return value
-
-
-def _scaled(rows: Sequence[Sequence[int]], max_count: int) -> list[list[int]]:
-    """Count rows (the first the denominators) scaled down together so no denominator exceeds max_count."""
-    if any(int(n) < 0 for r in rows for n in r):
-        raise ValueError("a saved count must not be negative")
-    top = max((max(r, default=0) for r in rows), default=0)
-    f = min(1.0, max_count / top) if top else 1.0
-    return [[round(int(n) * f) for n in r] for r in rows]
+        """A tracker that starts from saved measurements, counts scaled down to at most max_count
+        (trackerfile.load_saved, which says what a file from an older version loads)."""
+        return trackerfile.load_saved(cls(loaded=True), data, max_count)

@@ -14,7 +14,7 @@ from localspec.drafters import NGramDrafter, Proposal
 from localspec.planner import PLAIN_SAMPLES, CostTracker, Planner
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair, Reply
-from localspec.tracker import CONFIRM_STEPS
+from localspec.trackerfile import CONFIRM_STEPS
 from plannersim import CPU_F16
 
 GREEDY = SamplingParams(temperature=0)
