@@ -66,6 +66,12 @@ def match_bucket(length: int, in_output: bool = False) -> int:
     return bucket + MATCH_LENGTH_BUCKETS if in_output else bucket
 
 
+def ngram_bucket(reach: int, at: int, prompt_len: int) -> int:
+    """The acceptance bucket of an n-gram match that reaches back `reach` tokens to an occurrence
+    ending at position `at`, in a generation whose output begins at position prompt_len."""
+    return match_bucket(reach, in_output=at >= prompt_len)
+
+
 def _on(go_on: Sequence[float], i: int) -> float:
     """go_on[i - 1], the chance a draft goes on past token i (1.0 where unmeasured: to its cap)."""
     return go_on[i - 1] if 0 < i <= len(go_on) else 1.0

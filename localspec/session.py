@@ -22,7 +22,9 @@ from .devices import keep_alive, local_devices, rpc_endpoints
 from .context import SAMPLED_ROWS_MAX, Context, LazyContext
 from .llama import LlamaError, Model, common_prefix_len, gpu_offload_supported, threads_of
 from .placement import Placement, place_pair
-from .planner import CostTracker, source_names, worth_preparing
+from .planner import source_names
+from .planning.budget import worth_preparing
+from .tracker import CostTracker
 from .sampling import is_whole, whole_type
 from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats

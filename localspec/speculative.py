@@ -21,7 +21,9 @@ from .config import GenerationConfig, GenerationError, check_fits, rows_on_backe
 from .drafters import NO_PROPOSAL, Drafter, Proposal
 from .context import Context, SAMPLED_ROWS_MAX
 from .llama import TextStream
-from .planner import CostTracker, Plan, Planner
+from .planner import Planner
+from .planning.plans import Plan
+from .tracker import CostTracker
 from .rule_tree import Tree, accept_tree, accept_tree_greedy
 from .sampling import (accept_drafts, accept_greedy, candidate_dist, distribution, greedy_token,
                        token_logprobs)

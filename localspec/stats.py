@@ -17,8 +17,8 @@ class GenerationStats:
     generated: int = 0
     steps: int = 0
     tree_steps: int = 0    # steps that verified a token tree (a chain with next-best siblings)
-    handoffs: int = 0      # steps whose model draft went on with an n-gram lookup's copy (planner.Handoff)
-    copy_branches: int = 0  # tree steps with an n-gram lookup's copy as a branch (planner.Handoff.branch)
+    handoffs: int = 0      # steps whose model draft went on with an n-gram lookup's copy (planning.handoff.Handoff)
+    copy_branches: int = 0  # tree steps with an n-gram lookup's copy as a branch (planning.handoff.Handoff.branch)
     drafted: int = 0       # tokens proposed, a tree's siblings included
     accepted: int = 0
     positions: PositionAcceptance = field(default_factory=PositionAcceptance)  # per draft position
@@ -33,7 +33,7 @@ class GenerationStats:
     reused_tokens: int = 0
     drafter: str = "none"  # who may propose: model, ngram, ngram+model (hybrid), or none
     by_drafter: dict[str, list[int]] = field(default_factory=dict)  # name -> [drafted, accepted]
-    probes: dict[str, int] = field(default_factory=dict)  # name -> its exploratory steps (planner.ExploreBudget)
+    probes: dict[str, int] = field(default_factory=dict)  # name -> exploratory steps (planning.budget.ExploreBudget)
     # name -> what its exploratory steps lost, net, in seconds, as the planner's budget charged it:
     # learning's measured cost in this generation (a probe that paid counts negative)
     exploration_s: dict[str, float] = field(default_factory=dict)

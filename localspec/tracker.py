@@ -116,7 +116,7 @@ class CostTracker:
     load_s: Ema = field(default_factory=Ema)
     prefill_s: Ema = field(default_factory=Ema)  # ... and to take in a prompt (without the load)
     # Seconds of generation on this setup since the drafter was last made ready (it was not worth it
-    # meanwhile); planner.worth_preparing gives it another try once ε of them cover entry_s().
+    # meanwhile); planning.budget.worth_preparing gives it another try once ε of them cover entry_s().
     idle_s: float = 0.0
     lookup_runs: LookupRuns = field(default_factory=LookupRuns, repr=False, compare=False)  # a lookup's runs here
     # The seconds the planner's latest pricings of this drafter took (planner.Planner._rest): the
@@ -177,7 +177,7 @@ class CostTracker:
     def record_acceptance(self, n_drafted: int, n_accepted: int, bucket: int = 0) -> None:
         """Count n_drafted guesses in bucket, the first n_accepted accepted: a step's own (record), or
         guesses that continued another drafter's draft in its verify (a hybrid's handoff,
-        planner.Handoff), whose costs are that drafter's to record."""
+        planning.handoff.Handoff), whose costs are that drafter's to record."""
         if n_drafted:
             self.proposals += 1
             self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
@@ -367,7 +367,7 @@ class CostTracker:
         ready before it is asked (its model loaded, the prompt taken in). Saved ones that this
         process has not yet confirmed are judged by their point estimate, its own by the optimistic
         one: a drafter that saved measurements say does not pay costs a new process nothing
-        (planner.worth_preparing says when it is tried again)."""
+        (planning.budget.worth_preparing says when it is tried again)."""
         if self.draft_s.value is None:
             return self._costs_allow(cap)  # acceptance not measured (or over too few proposals to load)
         if not self.confirmed():  # the saved curve: this process's plain step is not measured yet

@@ -17,7 +17,7 @@ rule_tree.py stays exact (the sibling is a deterministic guess, listed after the
 
 In a hybrid, the n-gram lookup's copy may be a branch too: where the lookup offered a copy at depth i
 and the draft model's token there differs from it, the copy's first L tokens, a path of deterministic
-guesses, join the tree beside the chain's token (planner.Handoff.branch). It is judged where the chain
+guesses, join the tree beside the chain's token (planning.handoff.Handoff.branch). It is judged where the chain
 reaches depth i − 1 and the target takes neither the chain's token nor the model's sibling there:
 reach × (1 − a(c)) × (1 − s(c) where a sibling was added) of the steps; then it brings the tokens the
 copy's acceptance promises, Σ_{j≤L} Π_{m≤j} a_m with a_m measured per position in the match's bucket.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import __version__, models
 from .llama import build_info
-from .planner import CostTracker
+from .tracker import CostTracker
 
 FORMAT = 2  # 2: n-gram acceptance buckets tell a match in the prompt from one in the output
 

@@ -32,7 +32,7 @@ from localspec.config import GenerationConfig  # noqa: E402
 from localspec.drafters import ModelDrafter  # noqa: E402
 from localspec.context import Context  # noqa: E402
 from localspec.llama import Model  # noqa: E402
-from localspec.planner import CostTracker  # noqa: E402
+from localspec.tracker import CostTracker  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.speculative import Finished, SpeculativeDecoder  # noqa: E402
 

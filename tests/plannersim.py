@@ -18,7 +18,9 @@ import numpy as np
 
 from localspec.config import GenerationConfig
 from localspec.drafters import NO_PROPOSAL, Proposal, one_hot
-from localspec.planner import CostTracker, ExploreBudget, Planner
+from localspec.planner import Planner
+from localspec.planning.budget import ExploreBudget
+from localspec.tracker import CostTracker
 from localspec.sampling import SamplingParams
 
 GREEDY = GenerationConfig(max_tokens=10_000, sampling=SamplingParams(temperature=0))

@@ -164,7 +164,7 @@ def test_a_fresh_process_leaves_a_draft_that_does_not_pay_here_unloaded(smol_f16
     # output is still the target's own (F16: batched and single-token logits agree).
     import json
 
-    from localspec.planner import CostTracker
+    from localspec.tracker import CostTracker
 
     env = {**os.environ, "LOCALSPEC_MODELS": str(tmp_path)}
 

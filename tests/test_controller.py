@@ -15,7 +15,7 @@ import localspec.speculative as speculative_mod
 from localspec.config import GenerationConfig, GenerationError
 from localspec.drafters import ModelDrafter, NGramDrafter
 from localspec.llama import common_prefix_len
-from localspec.planner import CostTracker
+from localspec.tracker import CostTracker
 from localspec.sampling import SamplingParams, distribution, sample
 from localspec.session import LoadOptions, Pair, Reply
 from localspec.speculative import Finished, Piece, SpeculativeDecoder

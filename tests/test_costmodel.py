@@ -10,7 +10,7 @@ from localspec.acceptance import (TEXT_LEAST, TEXT_PRIOR_ROWS, TEXTS_KEPT, Posit
 from localspec.costmodel import best_gamma, expected_seconds_upto, expected_tokens, expected_tokens_upto, step_seconds
 from localspec.draftstop import FALLBACK_P_MIN, DraftStop, DraftStops, FixedStop
 from localspec.timings import Ema
-from localspec.planner import CostTracker
+from localspec.tracker import CostTracker
 
 # Target verify time for a batch of k tokens on a 2-core CPU (a Python probe), in ms.
 CPU_VERIFY_MS = {1: 27.6, 2: 45.0, 4: 73.5, 5: 92.8, 8: 135.0, 16: 157.0}

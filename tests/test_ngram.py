@@ -130,7 +130,7 @@ class FakeModelDrafter(NGramDrafter):
 def measured_cheap_wide_verify():
     """A tracker that has seen every draft accepted and a verify as cheap for 41 tokens (as wide as
     the copy below) as for 1."""
-    from localspec.planner import CostTracker
+    from localspec.tracker import CostTracker
 
     costs = CostTracker()
     for _ in range(5):

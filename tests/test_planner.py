@@ -16,8 +16,11 @@ from localspec.draftstop import FixedStop
 from localspec.timings import VerifyCurve
 from localspec.drafters import NGramDrafter, Proposal, one_hot
 from localspec.llama import common_prefix_len
-from localspec.planner import (EXPLORE_FRACTION, PLAIN, PLAIN_SAMPLES, PRICE_FRACTION, QUIET_STEPS, REST_BACKOFF_MAX,
-                               Choice, CostTracker, ExploreBudget, Plan, Planner, retry_due)
+from localspec.planner import PLAIN_SAMPLES, Planner
+from localspec.planning.budget import EXPLORE_FRACTION, ExploreBudget, retry_due
+from localspec.planning.plans import PLAIN, Choice, Plan
+from localspec.planning.probes import PRICE_FRACTION, QUIET_STEPS, REST_BACKOFF_MAX
+from localspec.tracker import CostTracker
 from localspec.sampling import SamplingParams
 from test_costmodel import texts_of
 from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, FALSE_COPY, GPU_FLAT, H200_LIGHT, PROSE, XEON_F16, XEON_LIGHT,
@@ -783,7 +786,7 @@ def test_a_resting_draft_models_rest_is_checked_in_full_once_every_few_steps(mon
     # seconds since its pricing against that pricing's cost): where a step takes milliseconds its
     # full check at every step cost about 10 µs a step. The plans are those of a planner that
     # checks it in full at every step, pricings at the same steps.
-    import localspec.planner as planner_module
+    import localspec.planning.probes as planner_module
     steps, cost = 120, 10 * PRICE_FRACTION * 0.2  # a pricing about every 10th, then 20th ... plain step of 0.2 s
     plans, checks = [], []
     for quiet_steps in (QUIET_STEPS, 0):

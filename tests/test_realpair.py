@@ -18,7 +18,7 @@ from localspec.drafters import ModelDrafter
 from localspec.context import Context
 from localspec.llama import Model
 from localspec.sampling import SamplingParams
-from localspec.planner import CostTracker
+from localspec.tracker import CostTracker
 from localspec.config import GenerationConfig
 from localspec.speculative import Finished, SpeculativeDecoder
 from localspec.treeplan import MAX_BRANCHES

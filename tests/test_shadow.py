@@ -11,7 +11,8 @@ from localspec.config import GenerationConfig
 from localspec.acceptance import PositionAcceptance
 from localspec.costmodel import match_bucket
 from localspec.drafters import NO_PROPOSAL, NGramDrafter, one_hot
-from localspec.planner import PLAIN_SAMPLES, CostTracker, Planner
+from localspec.planner import PLAIN_SAMPLES, Planner
+from localspec.tracker import CostTracker
 from localspec.sampling import Dist, SamplingParams, accept_drafts, sample
 from plannersim import Region, curve, run_set
 

@@ -12,7 +12,10 @@ import localspec.rule_tree as rule_tree
 from localspec.config import GenerationConfig
 from localspec.timings import VerifyCurve
 from localspec.drafters import ModelDrafter, NGramDrafter
-from localspec.planner import CostTracker, Handoff, Plan, Planner
+from localspec.planner import Planner
+from localspec.planning.handoff import Handoff
+from localspec.planning.plans import Plan
+from localspec.tracker import CostTracker
 from localspec.sampling import SamplingParams, distribution
 from localspec.speculative import SpeculativeDecoder
 from localspec.treeplan import BranchRule, SiblingAcceptance, branch_rule, tree_outcome

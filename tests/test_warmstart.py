@@ -11,7 +11,8 @@ from fakes import fake_contexts
 from localspec import warmstart
 from localspec.config import GenerationConfig
 from localspec.drafters import NGramDrafter, Proposal
-from localspec.planner import PLAIN_SAMPLES, CostTracker, Planner
+from localspec.planner import PLAIN_SAMPLES, Planner
+from localspec.tracker import CostTracker
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair, Reply
 from localspec.trackerfile import CONFIRM_STEPS
@@ -355,7 +356,7 @@ def test_a_deferred_draft_loads_when_first_asked_and_its_load_is_priced_not_coun
 
 
 def test_a_deferred_draft_is_tried_again_once_the_time_spent_without_it_pays_for_the_try():
-    from localspec.planner import EXPLORE_FRACTION, worth_preparing
+    from localspec.planning.budget import EXPLORE_FRACTION, worth_preparing
 
     poor = not_paying()
     poor.load_s.add(0.3)
@@ -390,7 +391,7 @@ def test_what_pricing_takes_is_saved_so_a_new_processs_first_losing_pricing_rest
     # rest, a new process rests a choice at its first losing pricing instead of pricing it twice
     # first, which at a GPU's pace is a share of a short process. Older files load without it.
     from test_planner import Named, PricingClock, measured as never_pays, run_plain
-    from localspec.planner import PRICE_FRACTION
+    from localspec.planning.probes import PRICE_FRACTION
     tracker, counts = never_pays(0.5, 0.2), []
     for _ in range(2):  # two processes: the second starts from what the first saved
         planner = Planner([(Named("model"), tracker)], GenerationConfig(gamma=None, sampling=GREEDY))

@@ -13,7 +13,8 @@ from ..config import GenerationConfig
 from ..drafters import ModelDrafter, NGramDrafter, Proposal, StopRule, one_hot
 from ..context import Context
 from ..llama import Model
-from ..planner import CostTracker, source_names
+from ..planner import source_names
+from ..tracker import CostTracker
 from ..sampling import SamplingParams, distribution, greedy_token, top_probability
 from ..session import Pair, make_sources
 from ..speculative import Finished, SpeculativeDecoder

@@ -1,0 +1,291 @@
+"""Pricing a probe, and resting what lost: the planner's exploratory choice of a step (Planner._probe:
+the γ with the most optimistic tokens/s that the budget allows) and the rests of the sources that
+lost to the best known choice at their last pricing, which are then not priced again until that
+could change (Planner._rests). Methods of Planner (planner.py), which keeps their state."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import NamedTuple, Sequence
+
+from ..acceptance import TEXT_LEAST
+from ..tracker import CostTracker
+from .budget import EXPLORE_FRACTION
+from .plans import Choice, cap_of
+from .record import SHADOW_DEPTH
+
+
+# Pricing a drafter (its point and optimistic estimates) takes the controller tens of microseconds a
+# step: a fraction of a per cent of a CPU's step, but where a step takes a few milliseconds (a GPU)
+# several per cent, more than the budget lets exploration lose. One that lost to plain decoding is
+# priced again once this fraction of the generation's seconds since covers what pricing it takes, or
+# at once where the budget has grown to fit a probe it denied (Planner._rests): so a losing source's
+# pricing costs at most ε/4 of the time, on top of the ε its exploring may lose. One whose optimistic
+# estimate came within its min_gain of the best known choice (a draft that pays by a few per cent,
+# priced on a noisy step) may win again at the plain step's next measurements: ε for those, unless
+# the budget denied its probe (it is priced again as soon as the allowance fits that probe).
+PRICE_FRACTION = EXPLORE_FRACTION / 4
+PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
+REST_BACKOFF_MAX = 8  # a choice that keeps losing rests up to this many times as long (Planner._rest)
+QUIET_STEPS = 16  # the most steps a resting draft model's rest is taken on its clock alone (Planner._quiet)
+
+
+class Lost(NamedTuple):
+    """What Planner._probe found of a source at this step's pricing: the least allowance at which a
+    probe the budget denied would fit (ExploreBudget.needs; inf where none was denied), whether its
+    optimistic estimate came within min_gain of the best known choice, and the widest offer the
+    pricing covers (Planner._widest). Planner._rest keeps it in the source's Resting."""
+
+    need: float
+    close: bool
+    widest: int
+
+
+class Resting(NamedTuple):
+    """A drafter that lost at its last pricing: its offer then (bucket, γ limit: the widest offer that
+    pricing covers, Planner._widest), the step's room,
+    the horizon its catch-up was spread over where that is not the room's (Planner._spread; inf
+    where none), the generation's seconds at that step (ExploreBudget.elapsed), the seconds pricing
+    it took times its backoff (_rest), the allowance at which a probe the budget denied then would
+    fit (ExploreBudget.needs; inf where none was denied), the fraction of the seconds since that
+    must cover that (PRICE_FRACTION, or ε where its optimistic estimate came close to the best
+    choice), and the pricings it lost in a row, this one included (0 once its followed guesses were
+    all taken since, _settle)."""
+
+    bucket: int
+    limit: int
+    room: int
+    horizon: float
+    since: float
+    cost: float
+    need: float
+    fraction: float
+    losses: int
+
+
+class Probes:
+    """Planner's probe pricing and rests (see the module docstring); its state is Planner's:
+    _resting, _lost, _calm, _calm_steps."""
+
+    def _rests(self, offer: Choice, plain_s: float | None = None) -> bool:
+        """Whether offer's source is left unpriced this step: it lost at its last pricing in offer's
+        bucket (each bucket's rest is kept: an n-gram lookup's matches alternate between buckets, and
+        each change of bucket had it priced again, most of its pricings on text at a GPU's costs); its
+        offer is no better than it was then (no more tokens, no more room, and so a draft model's
+        catch-up no shorter, spread over no longer a horizon); no step has drafted since
+        (a draft measures verify widths and acceptance, which move every estimate); a fraction of the
+        generation's seconds since do not yet cover what that pricing took (PRICE_FRACTION; ε where
+        its optimistic estimate came within min_gain of the best choice); and the budget has not grown
+        to fit a probe it denied then (its allowance grows with the generation's seconds; plain_s,
+        the plain step's seconds, read here where not given).
+        Its estimates have then moved only by the plain steps' measurements, and a choice that lost
+        to plain decoding stays lost until enough of those add up."""
+        rest = self._resting.get((offer.source, offer.bucket))
+        return (rest is not None and offer.gamma <= rest.limit
+                and self._room <= rest.room and (rest.horizon == math.inf or self._horizon() <= rest.horizon)
+                and self._on_clock(rest) and (rest.need == math.inf or self.budget.allowance(
+                    self.sources[0][1].plain_seconds() if plain_s is None else plain_s) < rest.need))
+
+    def _quiet(self) -> bool:
+        """Whether the draft model rests this step whatever it offers, so that the planner need not
+        ask it: its offer is the room left in its one bucket, which is no more than its rest's limit
+        while the room is no larger (_rests checks that, with its offer taken at that limit). An
+        n-gram lookup's offer changes with every token: it is asked at every step, and where it
+        offers nothing the step is plain at once. Where a step takes milliseconds, asking each source
+        and checking its rest at every step cost auto about a point against plain decoding (README,
+        the fast regime). A rest found holding in full is then taken on its clock alone for up to
+        QUIET_STEPS steps, while the room is no larger: the generation's seconds since its pricing
+        against that pricing's cost, and the allowance against the probe it was denied, as _rests
+        reads them. What else _rests reads moves only as plain steps move an average (the plain
+        step's seconds, which the allowance's grace reads) or, in a hybrid, with the gap since the
+        lookup's last run (the horizon: a rest that depends on it is checked in full every step).
+        Where a step takes 1.8 ms, a full check at every step was a share of what a model alone lost
+        to plain decoding on prose (README, "The planner's work on a plain step cut again")."""
+        rest = self._resting.get((self._model, 0))
+        if rest is None:
+            return False
+        if rest is self._calm and self._calm_steps > 0 and self._room <= rest.room and self._on_clock(rest):
+            self._calm_steps -= 1
+            return True
+        quiet = self._rests(Choice(self._model, rest.limit, rest.bucket, 0.0))
+        self._calm = rest if quiet and rest.horizon == math.inf else None
+        self._calm_steps = QUIET_STEPS
+        return quiet
+
+    def _on_clock(self, rest: Resting) -> bool:
+        """Whether rest still holds by the clock: a fraction of the generation's seconds since its
+        pricing does not yet cover that pricing, and the allowance past its grace (ExploreBudget)
+        does not yet fit a probe the budget denied it (_rests)."""
+        elapsed = self.budget.elapsed
+        return (rest.fraction * (elapsed - rest.since) < rest.cost
+                and (rest.need == math.inf or self.budget.fraction * elapsed < rest.need))
+
+    def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float],
+              best_rate: float) -> None:
+        """Keep which priced sources lost this step (see _rests) to the best known choice's best_rate
+        tokens/s; the chosen one is not resting. What a pricing takes is the lower median of the
+        source's last PRICINGS_KEPT pricings on this machine (its tracker keeps them across
+        generations and saves them for the next process: else each reply priced every choice twice
+        before any could rest), once there are two: a pause of the process (a garbage
+        collection, a page fault) only ever adds time, and one pricing held up by 50 ms would leave
+        its source unpriced for the next 5 s. The least is a pricing with warm caches, which steps
+        of a few milliseconds seldom leave: at a GPU's costs (bench_fast_regime) it was a third of
+        the mean, and pricing took about three times the PRICE_FRACTION meant for it.
+        A choice that loses pricing after pricing rests twice as long after each, up to
+        REST_BACKOFF_MAX times: priced again with nothing drafted, nothing judged in its favour
+        (_settle) and its offer no better, it loses again, as a draft model on prose or each bucket
+        a lookup's matches move between does; each such choice took PRICE_FRACTION of a GPU's
+        steps, five of them a hybrid's 1.25%. Winning, any draft, or a followed run of its guesses
+        all taken starts it over; one that came close (resting at ε) is priced at ε's pace."""
+        for offer in priced:
+            key = offer.source, offer.bucket
+            latest = self.sources[offer.source][1].pricings
+            latest.append(seconds[offer.source])
+            del latest[:-PRICINGS_KEPT]
+            n = len(latest)
+            if offer.source == chosen or n < 2:
+                self._resting.pop(key, None)
+            else:
+                lost = self._lost[offer.source]  # _probe priced it this step
+                # one the budget denied is priced again once the allowance fits it (_rests)
+                fraction = EXPLORE_FRACTION if lost.close and lost.need == math.inf else PRICE_FRACTION
+                prior = self._resting.get(key)
+                losses = (prior.losses if prior is not None else 0) + 1
+                backoff = min(2 ** (losses - 1), REST_BACKOFF_MAX) if fraction == PRICE_FRACTION else 1
+                self._resting[key] = Resting(
+                    offer.bucket, lost.widest, self._room, self._spread(offer, best_rate), self.budget.elapsed,
+                    backoff * statistics.median_low(latest), lost.need, fraction, losses)
+
+    def _probe(self, offer: Choice, r_best: float, plain_s: float, followed: bool = False,
+               known: int = 0) -> Choice:
+        """The γ ≤ offer's limit with the most optimistic tokens/s, if that beats r_best by the
+        tracker's min_gain and its predicted loss fits the budget (rate 0 where none does); one token
+        while the drafter's cost is unmeasured, so that a draft dearer than predicted can cost at most
+        one token's drafting more than the budget allowed. The loss is priced by the point estimate
+        with the first width past the widest measured no dearer than the widest, as the step's stop
+        rule drafts (CostTracker.draft_stop): along the measured slope, where two rows cost two plain
+        steps, no probe past one token would ever fit the budget's grace; and wider ones no cheaper
+        a row than the widest measured (VerifyCurve.next_width), so that the loss the budget admits
+        bounds what the probe may lose; where none that could win fits, the first size past the
+        widest measured is probed alone (_stepping_stone) unless the known choice (known: its γ)
+        already drafts as wide. It is priced only for the γ that could be taken: a drafter
+        that cannot beat the known choice even optimistically, as on text it does not draft well,
+        costs the step one estimate, not three. A draft cost that rests
+        on too few steps to be trusted (CostTracker.optimistic_draft_s) is measured again by a
+        one-token probe where the budget fits no wider one that could win: priced at the cost as
+        measured, a wider probe may never fit a generation's budget, and a cost a stall inflated
+        would then stand for good. An n-gram match bucket never judged gets a one-token probe the
+        budget does not decide (_first_look). Where the step would otherwise be plain (followed),
+        the lookup's guesses in a bucket already judged are followed along it for free
+        (_shadow_step), so the hope for its first SHADOW_DEPTH guesses is their point estimate: only
+        what plain steps cannot measure, the verify's cost and deeper guesses, is worth a probe.
+        Hoped for at the optimistic estimate, a short phrase's few judged deep positions kept the
+        lookup probing it 2-3 tokens wide in every reply on prose, about 1% of each."""
+        tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
+        # where the step would be plain, the lookup's guesses are followed along it (_shadow_step)
+        shadowed = followed and offer.source == self._ngram and tracker.judged(offer.bucket)
+        hope = tracker.estimate(offer.bucket, True, switch, followed=SHADOW_DEPTH if shadowed else 0)
+        width = self._widest(offer)
+        hope_tokens, hope_s = hope.tokens(width), hope.seconds(width)
+        rates = [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(width + 1)]
+        floor = r_best * (1 + tracker.min_gain)
+        best = Choice(offer.source, 0, offer.bucket, 0.0)
+        if followed and self._text_owed(offer.source):  # this text measured as part of the intake
+            return best._replace(gamma=1, rate=max(rates[1], floor))
+        hope_best = max(rates[1 : offer.gamma + 1], default=0.0)
+        # a wider offer of the same bucket loses too where no width beyond this one beats the best known choice
+        covers = width if max(rates[offer.gamma + 1 :], default=0.0) <= r_best else offer.gamma
+        self._lost[offer.source] = Lost(math.inf, hope_best >= r_best * (1 - tracker.min_gain), covers)
+        if hope_best <= floor:
+            return best
+        point = tracker.estimate(offer.bucket, switch=switch, probe=True)
+        point_tokens = point.tokens(offer.gamma, tracker.cautious_acceptance(offer.bucket))
+        point_s = point.seconds(offer.gamma)
+        catch_up = self._catch_up_s(offer.source)
+        loss = lambda gamma: catch_up + point_s[gamma] - point_tokens[gamma] / r_best  # noqa: E731
+        if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
+            affordable = self._affords(offer.source, loss(1), plain_s) or self._entry_paid(offer.source)
+            return best._replace(gamma=1, rate=max(rates[1:])) if affordable else best
+        for gamma in range(1, offer.gamma + 1):
+            if rates[gamma] > max(best.rate, floor) and self._affords(offer.source, loss(gamma), plain_s):
+                best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
+        step = self._stepping_stone(tracker, offer, rates, floor)
+        if not best.gamma and step > known and self._affords(offer.source, loss(step), plain_s):
+            return best._replace(gamma=step, rate=hope_best)
+        if not best.gamma and not tracker.cost_trusted() and self._affords(offer.source, loss(1), plain_s):
+            return best._replace(gamma=1, rate=hope_best)  # measures the draft's cost again (below)
+        if not best.gamma and self._first_look(offer):
+            return best._replace(gamma=1, rate=hope_best)
+        return best
+
+    @staticmethod
+    def _stepping_stone(tracker: CostTracker, offer: Choice, rates: Sequence[float], floor: float) -> int:
+        """The γ whose verify is the first size past the widest measured, where a wider γ of the offer
+        hopes to beat floor and this one does not, in a bucket already judged; 0 where there is none (a
+        bucket never judged has its first look, _first_look). A probe that only measures the next size.
+        Beyond the widest measured size a probe's loss is priced no cheaper a row than that size
+        (VerifyCurve.next_width), so where that size came out slow (a stall), every wider γ that could
+        win was priced out of the budget, and the first size past it, cheap to try, was never tried
+        because on its own it could not win: at the H200's costs (a 2-row verify 2.8 plain steps, a row
+        beyond little), one slow 3-row sample held a hybrid at plain decoding for every reply of a
+        simulated copy set (tests/plannersim.py). Measured, the next size prices the wider ones by its
+        own cost a row."""
+        gamma = max(tracker.verify.points, default=0)
+        if not 0 < gamma < offer.gamma or rates[gamma] > floor or not tracker.judged(offer.bucket):
+            return 0
+        return gamma if max(rates[gamma + 1 : offer.gamma + 1], default=0.0) > floor else 0
+
+    def _widest(self, offer: Choice) -> int:
+        """The widest offer the n-gram lookup may make in offer's bucket for the rest of the generation
+        (its cap, within the room; a draft model's offer is the room, which only shrinks): how wide
+        _probe prices its hope, so that a rest it earns holds while later matches in the bucket
+        reach further (_rests). The lookup's offer is where its match's occurrence continues, up to
+        the context's end, so one bucket's offers grow along a reply, and each wider one, priced
+        again, lost again (README, "The planner's work on a plain step cut again")."""
+        if offer.source != self._ngram:
+            return offer.gamma
+        return max(offer.gamma, min(cap_of("ngram", self.config), self._room))
+
+    def _first_look(self, offer: Choice) -> bool:
+        """Whether offer is the n-gram lookup's first at a match bucket no step has judged (here or
+        in the plans loaded), and this generation has had no such look from it yet: a one-token probe
+        is then taken whatever the budget says, its loss charged as any probe's. A bucket is a kind
+        of match, a copy reaching back 16 tokens or a phrase that merely recurs, and what the lookup
+        learnt of one says little of another: a long copy met after short recurring phrases had spent
+        the generation's budget was otherwise never tried, and decoded plain. So beyond ε a source
+        may lose at most one such probe a generation (one verify row beyond a plain step), and at
+        most one per bucket over a tracker's life."""
+        return (offer.source == self._ngram and not self._looked
+                and not self.sources[offer.source][1].judged(offer.bucket))
+
+    def _affords(self, source: int, loss: float, plain_s: float) -> bool:
+        """Whether source's budget fits a probe predicted to lose `loss`; where not, keep the least
+        allowance a denied probe of its pricing needs (_rests)."""
+        if self.budget.allows(source, loss, plain_s):
+            return True
+        lost, need = self._lost[source], self.budget.needs(source, loss)
+        if need < lost.need:
+            self._lost[source] = lost._replace(need=need)
+        return False
+
+    def _entry_paid(self, source: int) -> bool:
+        """Whether source is a draft model made ready for this generation (loaded, the prompt taken
+        in) whose cost is still unmeasured. Its one-token probe is then taken whatever the budget
+        says: the entry was paid to learn that cost, and it is the probe that learns it. Denied, the
+        draft would stay unmeasured, and every later process of the setup would pay the entry again
+        (warm start only leaves out a draft measured not to pay). So the probe is part of the entry,
+        and its loss is not charged to the budget: where a 2-row verify costs more than the budget's
+        grace, a charged probe left no room for the next one, which one accepted guess cannot yet
+        price above one token, and the draft stayed at one token for the generation."""
+        return source == self._model and source in self._prefilled and self.sources[source][1].draft_s.value is None
+
+    def _text_owed(self, source: int) -> bool:
+        """Whether source is a draft model taken in for this generation as its second text
+        (_intake_pays) and not yet measured on it (TextAcceptance: TEXT_LEAST judged drafts). Its
+        one-token probes are then taken where the step would otherwise be plain, whatever the budget
+        says, and not charged to it: the intake was taken to learn whether this text differs from
+        the last, and it is the probes that learn it. So beyond ε a process may lose this once, on
+        its second text: TEXT_LEAST one-token probes, each losing at most a draft token and a verify
+        row less the guesses accepted."""
+        return source == self._model and self._owed and self.sources[source][1].texts.judged < TEXT_LEAST
