@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from ..acceptance import TEXT_LEAST
 from ..tracker import CostTracker
@@ -159,36 +159,16 @@ class Probes:
 
     def _probe(self, offer: Choice, r_best: float, plain_s: float, followed: bool = False,
                known: int = 0) -> Choice:
-        """The γ ≤ offer's limit with the most optimistic tokens/s, if that beats r_best by the
-        tracker's min_gain and its predicted loss fits the budget (rate 0 where none does); one token
-        while the drafter's cost is unmeasured, so that a draft dearer than predicted can cost at most
-        one token's drafting more than the budget allowed. The loss is priced by the point estimate
-        with the first width past the widest measured no dearer than the widest, as the step's stop
-        rule drafts (CostTracker.draft_stop): along the measured slope, where two rows cost two plain
-        steps, no probe past one token would ever fit the budget's grace; and wider ones no cheaper
-        a row than the widest measured (VerifyCurve.next_width), so that the loss the budget admits
-        bounds what the probe may lose; where none that could win fits, the first size past the
-        widest measured is probed alone (_stepping_stone) unless the known choice (known: its γ)
-        already drafts as wide. It is priced only for the γ that could be taken: a drafter
-        that cannot beat the known choice even optimistically, as on text it does not draft well,
-        costs the step one estimate, not three. A draft cost that rests
-        on too few steps to be trusted (CostTracker.optimistic_draft_s) is measured again by a
-        one-token probe where the budget fits no wider one that could win: priced at the cost as
-        measured, a wider probe may never fit a generation's budget, and a cost a stall inflated
-        would then stand for good. An n-gram match bucket never judged gets a one-token probe the
-        budget does not decide (_first_look). Where the step would otherwise be plain (followed),
-        the lookup's guesses in a bucket already judged are followed along it for free
-        (_shadow_step), so the hope for its first SHADOW_DEPTH guesses is their point estimate: only
-        what plain steps cannot measure, the verify's cost and deeper guesses, is worth a probe.
-        Hoped for at the optimistic estimate, a short phrase's few judged deep positions kept the
-        lookup probing it 2-3 tokens wide in every reply on prose, about 1% of each."""
-        tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
-        # where the step would be plain, the lookup's guesses are followed along it (_shadow_step)
-        shadowed = followed and offer.source == self._ngram and tracker.judged(offer.bucket)
-        hope = tracker.estimate(offer.bucket, True, switch, followed=SHADOW_DEPTH if shadowed else 0)
-        width = self._widest(offer)
-        hope_tokens, hope_s = hope.tokens(width), hope.seconds(width)
-        rates = [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(width + 1)]
+        """The γ ≤ offer's limit with the most optimistic tokens/s (_hope), if that beats r_best by the
+        tracker's min_gain and its predicted loss (_probe_loss) fits the budget (rate 0 where none
+        does); one token while the drafter's cost is unmeasured, so that a draft dearer than
+        predicted can cost at most one token's drafting more than the budget allowed; where none
+        that could win fits, a narrower probe may measure what keeps them out (_narrow_probe). It
+        is priced only for the γ that could be taken: a drafter that cannot beat the known choice
+        even optimistically, as on text it does not draft well, costs the step one estimate, not
+        three."""
+        tracker = self.sources[offer.source][1]
+        rates, width = self._hope(offer, followed)
         floor = r_best * (1 + tracker.min_gain)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
         if followed and self._text_owed(offer.source):  # this text measured as part of the intake
@@ -199,25 +179,65 @@ class Probes:
         self._lost[offer.source] = Lost(math.inf, hope_best >= r_best * (1 - tracker.min_gain), covers)
         if hope_best <= floor:
             return best
-        point = tracker.estimate(offer.bucket, switch=switch, probe=True)
-        point_tokens = point.tokens(offer.gamma, tracker.cautious_acceptance(offer.bucket))
-        point_s = point.seconds(offer.gamma)
-        catch_up = self._catch_up_s(offer.source)
-        loss = lambda gamma: catch_up + point_s[gamma] - point_tokens[gamma] / r_best  # noqa: E731
+        loss = self._probe_loss(offer, r_best)
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
             affordable = self._affords(offer.source, loss(1), plain_s) or self._entry_paid(offer.source)
             return best._replace(gamma=1, rate=max(rates[1:])) if affordable else best
         for gamma in range(1, offer.gamma + 1):
             if rates[gamma] > max(best.rate, floor) and self._affords(offer.source, loss(gamma), plain_s):
                 best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
+        if best.gamma:
+            return best
+        gamma = self._narrow_probe(offer, rates, floor, known, loss, plain_s)
+        return best._replace(gamma=gamma, rate=hope_best) if gamma else best
+
+    def _hope(self, offer: Choice, followed: bool) -> tuple[list[float], int]:
+        """The optimistic tokens/s of each γ up to the widest offer the pricing covers (_widest), and
+        that width. Where the step would otherwise be plain (followed), the lookup's guesses in a
+        bucket already judged are followed along it for free (_shadow_step), so the hope for its
+        first SHADOW_DEPTH guesses is their point estimate: only what plain steps cannot measure, the
+        verify's cost and deeper guesses, is worth a probe. Hoped for at the optimistic estimate, a
+        short phrase's few judged deep positions kept the lookup probing it 2-3 tokens wide in every
+        reply on prose, about 1% of each."""
+        tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
+        # where the step would be plain, the lookup's guesses are followed along it (_shadow_step)
+        shadowed = followed and offer.source == self._ngram and tracker.judged(offer.bucket)
+        hope = tracker.estimate(offer.bucket, True, switch, followed=SHADOW_DEPTH if shadowed else 0)
+        width = self._widest(offer)
+        hope_tokens, hope_s = hope.tokens(width), hope.seconds(width)
+        return [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(width + 1)], width
+
+    def _probe_loss(self, offer: Choice, r_best: float) -> Callable[[int], float]:
+        """A probe's predicted loss at each γ ≤ offer's (ExploreBudget): its catch-up and its seconds
+        less its tokens at r_best. Priced by the point estimate, its tokens by the cautious
+        acceptance, with the first width past the widest measured no dearer than the widest, as the
+        step's stop rule drafts (CostTracker.draft_stop): along the measured slope, where two rows
+        cost two plain steps, no probe past one token would ever fit the budget's grace; and wider
+        ones no cheaper a row than the widest measured (VerifyCurve.next_width), so that the loss the
+        budget admits bounds what the probe may lose."""
+        tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
+        point = tracker.estimate(offer.bucket, switch=switch, probe=True)
+        point_tokens = point.tokens(offer.gamma, tracker.cautious_acceptance(offer.bucket))
+        point_s = point.seconds(offer.gamma)
+        catch_up = self._catch_up_s(offer.source)
+        return lambda gamma: catch_up + point_s[gamma] - point_tokens[gamma] / r_best
+
+    def _narrow_probe(self, offer: Choice, rates: Sequence[float], floor: float, known: int,
+                      loss: Callable[[int], float], plain_s: float) -> int:
+        """The γ of a probe where the budget fits none that could win (0: none). The first size past
+        the widest measured is probed alone (_stepping_stone) unless the known choice (known: its γ)
+        already drafts as wide. A draft cost that rests on too few steps to be trusted
+        (CostTracker.optimistic_draft_s) is measured again by a one-token probe: priced at the cost
+        as measured, a wider probe may never fit a generation's budget, and a cost a stall inflated
+        would then stand for good. An n-gram match bucket never judged gets a one-token probe the
+        budget does not decide (_first_look)."""
+        tracker = self.sources[offer.source][1]
         step = self._stepping_stone(tracker, offer, rates, floor)
-        if not best.gamma and step > known and self._affords(offer.source, loss(step), plain_s):
-            return best._replace(gamma=step, rate=hope_best)
-        if not best.gamma and not tracker.cost_trusted() and self._affords(offer.source, loss(1), plain_s):
-            return best._replace(gamma=1, rate=hope_best)  # measures the draft's cost again (below)
-        if not best.gamma and self._first_look(offer):
-            return best._replace(gamma=1, rate=hope_best)
-        return best
+        if step > known and self._affords(offer.source, loss(step), plain_s):
+            return step
+        if not tracker.cost_trusted() and self._affords(offer.source, loss(1), plain_s):
+            return 1  # measures the draft's cost again
+        return 1 if self._first_look(offer) else 0
 
     @staticmethod
     def _stepping_stone(tracker: CostTracker, offer: Choice, rates: Sequence[float], floor: float) -> int:

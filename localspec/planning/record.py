@@ -100,16 +100,8 @@ class Recording:
         an exploratory step's loss to the budget. A tree (path: its accepted nodes) teaches its
         chain's acceptance, its siblings' and the cost of its full width. token: what a plain step
         emitted, which judges the lookup's guesses being followed (_shadow_step)."""
-        if plan.source is None:  # a plain step: the target's one-token verify, the same for every source
-            if self._shadow is not None:
-                self._follow(token)
-            self._runs.note(0, 1)
-            seconds, explored = draft_s + verify_s + overhead_s, self._explored
-            # plain decoding measured again in place of a drafting choice (_plain_again) is its source's probe
-            loss = None if explored is None else (explored.source, seconds - 1.0 / explored.r_best)
-            self.budget.charge(seconds, loss)
-            for _, tracker in self.sources:
-                tracker.record_verify(1, verify_s, overhead_s)
+        if plan.source is None:
+            self._record_plain(draft_s, verify_s, overhead_s, token)
             return
         self.sources[0][1].plain_age += 1
         chain = proposal.parents is None  # not a tree: once a handoff's copy is set apart, the source's own guesses
@@ -125,31 +117,56 @@ class Recording:
         cap = None if plan.stop is None else n if copied else plan.gamma
         load_s = self.note_load(plan.source) if plan.source is not None else 0.0
         # the tokens a catch-up before this step's draft decoded, and its seconds beyond the step's first decode
-        caught_up, extra_s = 0, 0.0
-        if n:
-            behind = self._behind(plan.source)
-            caught_up = behind if proposal.catchup_s > 0 and behind > STEP_DECODE else 0
-            extra_s = self._beyond_first_decode(plan.source, proposal, caught_up)
-            self._seen[plan.source] = self._length + n_accepted
-            self._charge_switches(plan.source, extra_s, caught_up, emitted)
-            if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
-                self._since_model[self._ngram] = [emitted - n_accepted]
+        caught_up, extra_s = self._record_catch_up(plan, proposal, n_accepted, emitted, copied) if n else (0, 0.0)
         own_s = draft_s - load_s - extra_s  # drafting this step's tokens
         if n:
             self._resting.clear()  # what the step measured moves every source's estimates
         seconds, charged = draft_s + verify_s + overhead_s, None
         if n and plan.source == self._ngram and not self.sources[plan.source][1].judged(plan.bucket):
             self._looked = True  # its first look at the bucket (_first_look), whatever chose it
-        if self._explored is not None:
-            probe_s, probe_verify_s, probe_emitted = seconds, verify_s, emitted
-            if copied:  # a probe is judged by the model's own draft: the copy's tokens are the lookup's gain
-                probe_verify_s = self.sources[plan.source][1].verify_seconds(n + 1)
-                probe_s, probe_emitted = seconds - verify_s + probe_verify_s, n_accepted + 1
-            loss = self._loss(probe_s, probe_emitted, proposal, n_accepted, probe_verify_s, own_s, chain)
-            source = self._explored.source
-            # an entry's probe is the entry's (asked before the trackers below record its draft cost)
-            charged = (source, 0.0 if self._entry_paid(source) or self._text_owed(source) else loss)
+        if self._explored is not None:  # (asked before the trackers below record its draft cost)
+            charged = self._charged(plan, proposal, n_accepted, (seconds, verify_s, own_s), emitted, chain, copied)
         self.budget.charge(seconds, charged)
+        self._record_costs(plan, proposal, n_accepted, (own_s, verify_s, overhead_s), width, emitted, cap)
+        if caught_up:  # after the step's own draft cost is in: a catch-up is priced beyond it
+            batch = caught_up - int(proposal.first_apart)  # the tokens its batch decoded
+            self.sources[plan.source][1].add_catchup(batch, proposal.catchup_s)
+
+    def _record_plain(self, draft_s: float, verify_s: float, overhead_s: float, token: int | None) -> None:
+        """Record a plain step: the target's one-token verify, the same for every source; token judges
+        the lookup's guesses being followed (_follow)."""
+        if self._shadow is not None:
+            self._follow(token)
+        self._runs.note(0, 1)
+        seconds, explored = draft_s + verify_s + overhead_s, self._explored
+        # plain decoding measured again in place of a drafting choice (_plain_again) is its source's probe
+        loss = None if explored is None else (explored.source, seconds - 1.0 / explored.r_best)
+        self.budget.charge(seconds, loss)
+        for _, tracker in self.sources:
+            tracker.record_verify(1, verify_s, overhead_s)
+
+    def _record_catch_up(self, plan: Plan, proposal: Proposal, n_accepted: int, emitted: int,
+                         copied: int) -> tuple[int, float]:
+        """(tokens, seconds) of the catch-up a drafting step's draft began with: the tokens it decoded
+        (0 for none), and its seconds beyond the step's first decode (_beyond_first_decode). Keeps
+        where the source now stands, and shares the catch-up among the steps it made up for
+        (_charge_switches)."""
+        behind = self._behind(plan.source)
+        caught_up = behind if proposal.catchup_s > 0 and behind > STEP_DECODE else 0
+        extra_s = self._beyond_first_decode(plan.source, proposal, caught_up)
+        self._seen[plan.source] = self._length + n_accepted
+        self._charge_switches(plan.source, extra_s, caught_up, emitted)
+        if copied:  # the model catches up on a handoff's copy as on an n-gram step's tokens
+            self._since_model[self._ngram] = [emitted - n_accepted]
+        return caught_up, extra_s
+
+    def _record_costs(self, plan: Plan, proposal: Proposal, n_accepted: int, measured: tuple[float, float, float],
+                      width: int, emitted: int, cap: int | None) -> None:
+        """Teach every source the verify of the step's width, and the drafting source (every source,
+        where nothing was drafted) the step's costs and acceptance; measured: the seconds of the
+        step's own drafting, of its verify and its overhead."""
+        own_s, verify_s, overhead_s = measured
+        n = len(proposal.ids)
         for i, (_, tracker) in enumerate(self.sources):
             if i == plan.source or not n:
                 # A load, and a catch-up over tokens generated while not drafting, are one-offs, not
@@ -158,9 +175,20 @@ class Recording:
                                proposal.confidences, plan.bucket, width=width, emitted=emitted, cap=cap)
             else:
                 tracker.verify.add(width, verify_s)
-        if caught_up:  # after the step's own draft cost is in: a catch-up is priced beyond it
-            batch = caught_up - int(proposal.first_apart)  # the tokens its batch decoded
-            self.sources[plan.source][1].add_catchup(batch, proposal.catchup_s)
+
+    def _charged(self, plan: Plan, proposal: Proposal, n_accepted: int, timed: tuple[float, float, float],
+                 emitted: int, chain: bool, copied: int) -> tuple[int, float]:
+        """What an exploratory step charges its source's budget: (source, its loss, _loss); timed: the
+        step's seconds, its verify's and its own drafting's. An entry's probe is the entry's
+        (_entry_paid, _text_owed): it charges nothing."""
+        seconds, verify_s, own_s = timed
+        probe_s, probe_verify_s, probe_emitted = seconds, verify_s, emitted
+        if copied:  # a probe is judged by the model's own draft: the copy's tokens are the lookup's gain
+            probe_verify_s = self.sources[plan.source][1].verify_seconds(len(proposal.ids) + 1)
+            probe_s, probe_emitted = seconds - verify_s + probe_verify_s, n_accepted + 1
+        loss = self._loss(probe_s, probe_emitted, proposal, n_accepted, probe_verify_s, own_s, chain)
+        source = self._explored.source
+        return source, 0.0 if self._entry_paid(source) or self._text_owed(source) else loss
 
     def _copied(self, plan: Plan, proposal: Proposal, n_accepted: int, path: Sequence[int]) -> int:
         """How many of a step's accepted tokens came from the n-gram lookup: an n-gram step's, or the
