@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-
 CONFIDENCE_BINS = 10
 FALLBACK_P_MIN = 0.75  # before anything is measured: llama.cpp's common p-min
 

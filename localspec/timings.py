@@ -8,7 +8,6 @@ import math
 import statistics
 from typing import Sequence
 
-
 STALL_FACTOR = 3.0  # past the first samples, one sample moves an average as if at most this many times it
 
 

@@ -9,7 +9,6 @@ from typing import NamedTuple
 from ..drafters import StopRule
 from ..tracker import CostTracker
 
-
 EXPLORE_FRACTION = 0.01  # ε: exploration may cost at most this fraction of a generation's time ...
 GRACE_STEPS = 128         # ... counting a generation as at least this many plain steps long
 

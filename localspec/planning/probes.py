@@ -15,7 +15,6 @@ from .budget import EXPLORE_FRACTION
 from .plans import Choice, cap_of
 from .record import SHADOW_DEPTH
 
-
 # Pricing a drafter (its point and optimistic estimates) takes the controller tens of microseconds a
 # step: a fraction of a per cent of a CPU's step, but where a step takes a few milliseconds (a GPU)
 # several per cent, more than the budget lets exploration lose. One that lost to plain decoding is

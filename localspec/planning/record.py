@@ -12,7 +12,6 @@ from ..drafters import STEP_DECODE, Proposal
 from ..treeplan import tree_outcome
 from .plans import Choice, Plan
 
-
 SHADOW_DEPTH = 8  # the most guesses of the lookup followed at once (Planner._shadow_step)
 
 
