@@ -313,7 +313,7 @@ class Planner(Recording, Probes):
         that wins stops plain steps, and nothing else measures them: a process whose first plain
         steps ran at twice their time (a stall, the machine's pace at its start) drafted every step
         at 0.6x plain decoding for good, its one-row verify read at 73 ms against 62 ms for two
-        rows (README, "Plain decoding measured again"). So plain is taken where the latest plain
+        rows (scripts/results/HISTORY.md, "Plain decoding measured again"). So plain is taken where the latest plain
         step came out faster than best by best's min_gain: the freshest measurement says plain
         wins, and the next one tells again (a step the estimate lags, not a probe); and where none
         has been measured for PLAIN_AGE drafting steps, as best's source's probe, under its budget

@@ -253,7 +253,7 @@ def _as_others_put_it(fit: Sequence[tuple[int, float]], untrusted: dict[int, flo
     OUTLIER_FACTOR above what the rest of fit puts it at (_estimates without it) read no dearer
     than that: the hope that it was a stall. Read as it came, one stalled copy's first wide verify
     priced every width past the narrow trusted ones out of both the known choice and the hope, and
-    the lookup drafted a few tokens a step for good (README, "The H200 again"); hoped for at what
+    the lookup drafted a few tokens a step for good (scripts/results/HISTORY.md, "The H200 again"); hoped for at what
     the others say, it is probed again under the budget until its median is trusted. (Where it is
     not far above them, it is read as it came: a size on the others' line would otherwise be read
     at one or the other by rounding alone.)"""

@@ -270,7 +270,7 @@ class CostTracker:
         lost about 3% on a copy accepted at 0.998, and a 128-token probe was priced at 59% of the
         tokens its point estimate expects from a bucket of 900 judged guesses all but one accepted
         (far less where a copy's few rejections came at a few positions): a lookup that settled on
-        31-63 tokens a step never tried a wider one (README, "Copy widths held by a cautious
+        31-63 tokens a step never tried a wider one (scripts/results/HISTORY.md, "Copy widths held by a cautious
         estimate"). Each position is still one error below, as if one luck held the whole draft."""
         rates, w = self.acceptance(bucket), self.prior_weight  # (first: it checks the memo's key)
         counts = self.buckets.get(bucket) if bucket is not None else None

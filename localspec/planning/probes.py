@@ -100,7 +100,7 @@ class Probes:
         step's seconds, which the allowance's grace reads) or, in a hybrid, with the gap since the
         lookup's last run (the horizon: a rest that depends on it is checked in full every step).
         Where a step takes 1.8 ms, a full check at every step was a share of what a model alone lost
-        to plain decoding on prose (README, "The planner's work on a plain step cut again")."""
+        to plain decoding on prose (scripts/results/HISTORY.md, "The planner's work on a plain step cut again")."""
         rest = self._resting.get((self._model, 0))
         if rest is None:
             return False
@@ -261,7 +261,7 @@ class Probes:
         _probe prices its hope, so that a rest it earns holds while later matches in the bucket
         reach further (_rests). The lookup's offer is where its match's occurrence continues, up to
         the context's end, so one bucket's offers grow along a reply, and each wider one, priced
-        again, lost again (README, "The planner's work on a plain step cut again")."""
+        again, lost again (scripts/results/HISTORY.md, "The planner's work on a plain step cut again")."""
         if offer.source != self._ngram:
             return offer.gamma
         return max(offer.gamma, min(cap_of("ngram", self.config), self._room))
