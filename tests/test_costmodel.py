@@ -446,7 +446,7 @@ def _one_width(k: int, known: list[tuple[int, float]]) -> float:
 
 def test_a_curve_read_in_one_pass_gives_each_width_as_read_alone():
     # The planner reads every width up to a cap each step; the curve fills them in one pass
-    # (costmodel._estimates), which must give each width exactly what its definition gives.
+    # (timings._estimates), which must give each width exactly what its definition gives.
     from localspec.timings import _estimates
 
     rng = np.random.default_rng(3)
@@ -581,12 +581,12 @@ def test_a_curve_is_refitted_only_once_a_trusted_size_moves_past_the_tolerance(m
     # after it rebuild its tables, about twice the time a pricing took otherwise. A trusted size
     # whose average moves less than MEMO_TOLERANCE keeps the fits (and reads as measured itself);
     # a larger move, a size not yet trusted, or a new size refits.
-    from localspec import timings as costmodel
+    from localspec import timings
     from localspec.timings import MEMO_TOLERANCE, TRUSTED_SAMPLES, VerifyCurve
 
     fits = []
-    estimates = costmodel._estimates
-    monkeypatch.setattr(costmodel, "_estimates", lambda *a: fits.append(a) or estimates(*a))
+    estimates = timings._estimates
+    monkeypatch.setattr(timings, "_estimates", lambda *a: fits.append(a) or estimates(*a))
     curve = VerifyCurve()
     for k, seconds in ((1, 0.02), (4, 0.03), (16, 0.06)):
         for _ in range(TRUSTED_SAMPLES):
