@@ -14,7 +14,7 @@ DRAFTERS = ("auto", "model", "ngram", "hybrid")  # auto: hybrid with a draft mod
 class Worded(Exception):
     """An error in one line naming the value and the fix, worded for whoever reads it. str() is worded
     for a library caller, by the names it sets (`seed must be >= 0 (got -3)`); worded(names) by a
-    shell's own names for them (cli.options.said: `--seed must be >= 0 (got -3)`). One about a field
+    shell's own names for them (cli.errors.said: `--seed must be >= 0 (got -3)`). One about a field
     keeps the `field`, the `rule` it broke and `lower`: other fields whose lowering would do too. One
     whose words name what a shell names its own way (a setting, a method, a command) keeps its
     `template`: the message with each such name a key of LIBRARY_NAMES (Worded.naming). UserError,
@@ -74,7 +74,7 @@ class GenerationError(UserError):
 
 
 # What a user error's template names (Worded.naming), as a library caller names it; a shell has its own
-# names (the CLI's flags and chat's commands: cli.options.CLI_NAMES; the server's: server.types.SERVER_NAMES).
+# names (the CLI's flags and chat's commands: cli.errors.CLI_NAMES; the server's: server.types.SERVER_NAMES).
 # n_ctx, save, reset: a full context's fix (ContextFull); restart: how a conversation goes on with more room,
 # where chat's user restarts it with a larger --ctx. drafter=KIND: that drafter as a setting; no_draft: what a
 # pair without a draft model says of one asked for (Pair.drafter_kind). raw: what sends a prompt as is, without

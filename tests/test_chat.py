@@ -315,7 +315,7 @@ TEMPLATE_ERRORS = [(None, "fake-instruct.gguf has no chat template", " to send t
 @pytest.mark.parametrize("template, error, tail", TEMPLATE_ERRORS)
 def test_a_chat_template_error_names_the_librarys_raw_prompt_and_the_clis_raw_flag(template, error, tail):
     # a Python caller was told to "use --raw", a flag it does not have: it sends text as is with chat=False
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
 
     pair = fake_pair(draft=False)
     pair.target_model.template = template

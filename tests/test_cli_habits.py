@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from localspec.cli import cli
-from localspec.cli.options import unescape
+from localspec.cli.flags import unescape
 from localspec.sampling import SamplingParams
 from clitools import assert_one_line_error, invoke
 
@@ -115,7 +115,7 @@ def test_tune_options_name_the_field_to_the_library_and_the_flag_to_the_cli(fiel
 ])
 def test_generation_config_names_the_field_to_the_library_and_the_flag_to_the_cli(field, value, library, cli):
     # the CLI said "seed must be >= 0, or -1 for a random seed" of --seed -5, where tune's said "--max-tokens"
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
     from localspec.config import GenerationConfig, GenerationError
     with pytest.raises(GenerationError) as e:
         GenerationConfig(**{field: value}).validate()
@@ -173,7 +173,7 @@ def stop_tune_at_its_run(monkeypatch) -> list:
      "choose a writable --plot path")])
 def test_a_plot_tune_cannot_write_is_named_as_the_library_and_the_cli_name_it(fake_cli, tmp_path, name, library, cli):
     # a library caller of check_plot(path) or TuneResult.plot(path) was told of --plot, a flag it has not
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
     from localspec.tune import TuneError, check_plot
 
     path = tmp_path / name
@@ -186,7 +186,7 @@ def test_a_plot_tune_cannot_write_is_named_as_the_library_and_the_cli_name_it(fa
 
 
 def test_a_plot_without_matplotlib_is_named_as_the_library_and_the_cli_name_it(fake_cli, tmp_path, monkeypatch):
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
     from localspec.tune import TuneError, check_plot
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
@@ -868,7 +868,7 @@ def test_an_on_off_variable_lists_the_values_it_takes_readably():
 
 
 def test_every_option_with_a_variable_names_where_its_bad_value_came_from():
-    from localspec.cli.options import EnvvarOption
+    from localspec.cli.flags import EnvvarOption
 
     def options(command):
         yield from command.params

@@ -619,7 +619,7 @@ def test_a_full_context_names_load_options_to_the_library_and_ctx_to_the_cli():
         list(pair.stream(prompt, GenerationConfig()))
     full = f"the prompt has {len(prompt)} tokens but the context holds 32"
     assert str(e.value) == f"{full}; raise n_ctx in the Pair's LoadOptions or shorten the prompt"
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
     assert said(e.value) == f"{full}; raise --ctx or shorten the prompt"
 
 
@@ -627,7 +627,7 @@ def test_a_full_context_names_load_options_to_the_library_and_ctx_to_the_cli():
 def test_a_drafter_the_pair_cannot_run_names_the_pairs_setting_to_the_library_and_flags_to_the_cli(drafter):
     # a Python caller was told "give --draft, or use --drafter ngram": flags it does not have
     from fakes import fake_pair
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
 
     pair = fake_pair(draft=False)
     prompt = pair.prompt_tokens("hi", chat=False)

@@ -199,7 +199,7 @@ def test_ctx_0_takes_the_models_own_length_for_both_models_and_a_negative_one_na
         pair.close()
     with pytest.raises(LlamaError) as e:  # the LoadOptions field to a library caller, the flag to the CLI
         Context(model, n_ctx=-5, n_threads=1)
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
     rule = "must be >= 0 (got -5); 0 takes the model's own context length"
     assert (str(e.value), said(e.value)) == (f"n_ctx {rule}", f"--ctx {rule}")
 
@@ -282,7 +282,7 @@ SEQUENCES = "sequences a draft's token trees are verified in"
 def test_a_context_option_llama_cpp_cannot_take_is_named_as_loadoptions_and_as_the_cli_name_it(kwargs, library, cli):
     # A Python caller was told "--ctx must be >= 0", a flag it does not have: it sets the Pair's LoadOptions.
     # Checked before llama.cpp is reached: no model needed.
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
 
     with pytest.raises(LlamaError) as e:
         Context(None, **kwargs)
@@ -290,7 +290,7 @@ def test_a_context_option_llama_cpp_cannot_take_is_named_as_loadoptions_and_as_t
 
 
 def test_a_tensor_split_of_too_many_parts_is_named_as_loadoptions_and_as_the_cli_name_it():
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
     from localspec.llama import place
 
     n_max = lc.llama_max_devices()
@@ -310,7 +310,7 @@ def test_a_failed_decode_names_loadoptions_to_the_library_and_flags_to_the_cli(m
                                                                                 cli):
     from fakes import failed_decode
 
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
 
     e = failed_decode(monkeypatch, tree)
     assert (str(e), said(e)) == (f"{failed}; {library}", f"{failed}; {cli}")

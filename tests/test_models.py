@@ -255,7 +255,7 @@ def test_convert_onto_an_existing_file_names_dst_to_the_library_and_out_to_the_c
     # a library caller of models.convert(src, dst, quant) was told of --out, a flag of `models convert`
     from clitools import assert_one_line_error, invoke
 
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
 
     src, dst = tmp_path / "src.gguf", tmp_path / "dst.gguf"
     src.write_bytes(b"GGUF fake")

@@ -167,7 +167,7 @@ def test_a_model_larger_than_its_devices_free_memory_is_refused(tmp_path):
     full = "big.gguf (3 MiB) does not fit in the free memory of CUDA0 (2 MiB); lower"
     assert str(e.value) == (f"{full} ngl_target in the Pair's LoadOptions or choose another device "
                             "(localspec.devices.list_devices())")
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
     assert said(e.value) == f"{full} --ngl-target or choose another device (`localspec devices`)"
     assert placement(gguf, [small], 10, "ngl_target").where == "CUDA0 (10 layers, the rest on the CPU)"
     assert placement(gguf, [], 999, "ngl_target").where == "CPU"
@@ -246,7 +246,7 @@ def test_an_rpc_endpoint_where_another_service_answers_is_named_as_such():
         with pytest.raises(LlamaError) as e:
             devices.probe_server(f"127.0.0.1:{port}", timeout_s=5)
     # the library's LoadOptions field (was "as --rpc"), the CLI's flag
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
     answered = f"127.0.0.1:{port} answered, but not as a ggml RPC server (another service listens there); " \
                "give the HOST:PORT of `localspec rpc-server` as"
     assert (str(e.value), said(e.value)) == (f"{answered} rpc in the Pair's LoadOptions", f"{answered} --rpc")

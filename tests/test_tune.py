@@ -112,7 +112,7 @@ def test_bad_quants_are_one_line_errors():
     with pytest.raises(TuneError) as e:
         parse_quants("Q4_0,Q9")
     # TuneOptions' field to the library (it said "in --quants"), the flag to the CLI
-    from localspec.cli.options import said
+    from localspec.cli.errors import said
     assert str(e.value).startswith("Unknown quantization type 'Q9' in quants; choose from F32")
     assert said(e.value).startswith("Unknown quantization type 'Q9' in --quants; choose from F32")
 

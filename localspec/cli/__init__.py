@@ -1,6 +1,7 @@
 """The command line: `localspec generate|chat|serve|tune|models ...`. The only package that imports click.
 
-The group is here; each command lives in its own module, the flags they share in options.py.
+The group is here; each command lives in its own module, the flags they share in flags.py (how a
+mistake is said: errors.py; how flags become a config and a loaded pair: options.py).
 `Pair` is looked up here when a command loads models, so tests can replace it with fakes."""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import signal
 import click
 
 from ..session import Pair  # noqa: F401  (options.load_pair loads through this name)
-from .options import EnvvarOption, OneLineGroup
+from .errors import OneLineGroup
+from .flags import EnvvarOption
 
 
 @click.group(cls=OneLineGroup)

@@ -13,8 +13,9 @@ from ..models import ModelError
 from ..session import Chat
 from ..speculative import Piece
 from . import cli
-from .options import (GREEN, PLAIN, SHOW_DRAFTS, USER_ERRORS, Escaped, JsonErrors, answer_json, answer_options,
-                      generation_config, load_pair, model_options, said, use_colour, user_errors, where)
+from .errors import USER_ERRORS, JsonErrors, said, user_errors
+from .flags import GREEN, PLAIN, SHOW_DRAFTS, Escaped, answer_options, use_colour
+from .options import answer_json, generation_config, load_pair, model_options, where
 
 
 CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"

@@ -6,7 +6,9 @@ import click
 from click.core import ParameterSource
 
 from . import cli
-from .options import AutoOr, apply_profile, check_before_load, user_errors, uses_profile
+from .errors import user_errors
+from .flags import AutoOr
+from .options import apply_profile, check_before_load, uses_profile
 from .settings_file import COMMANDS, config_path
 
 SOURCES = {ParameterSource.COMMANDLINE: "flag", ParameterSource.ENVIRONMENT: "env",

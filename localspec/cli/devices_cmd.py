@@ -15,7 +15,8 @@ import click
 from .. import devices as dv
 from ..placement import describe, split_names
 from . import cli
-from .options import JsonErrors, Port, shared, user_errors
+from .errors import JsonErrors, user_errors
+from .flags import Port, shared
 
 LOOPBACK_HINT = "the RPC protocol has no authentication: anyone who can reach the port can use this machine's devices and their memory"
 

@@ -11,8 +11,9 @@ from click.core import ParameterSource
 from ..config import GenerationConfig
 from ..session import Pair, Reply
 from . import cli
-from .options import (GREEN, PLAIN, SHOW_DRAFTS, Escaped, JsonErrors, answer_json, generation_config, load_pair,
-                      model_options, sampling_options, unescape, use_colour, user_errors, where)
+from .errors import JsonErrors, user_errors
+from .flags import GREEN, PLAIN, SHOW_DRAFTS, Escaped, sampling_options, unescape, use_colour
+from .options import answer_json, generation_config, load_pair, model_options, where
 
 
 @cli.command(cls=JsonErrors)

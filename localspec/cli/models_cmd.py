@@ -8,7 +8,7 @@ import click
 
 from .. import models
 from . import cli
-from .options import USER_ERRORS, user_errors
+from .errors import USER_ERRORS, user_errors
 
 
 @cli.group("models")

@@ -10,7 +10,9 @@ from .. import devices
 from ..placement import split_names
 from ..session import Reply
 from . import cli
-from .options import EnvvarOption, Port, WholeNumber, generation_config, load_pair, model_options, answer_options, user_errors
+from .errors import user_errors
+from .flags import EnvvarOption, Port, WholeNumber, answer_options
+from .options import generation_config, load_pair, model_options
 
 
 @cli.command()

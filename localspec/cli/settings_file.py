@@ -21,7 +21,9 @@ from pathlib import Path
 import click
 from click.core import augment_usage_errors
 
-from .options import GENERATION_FLAGS, TUNE_FLAGS, check_before_load, said
+from .errors import said
+from .flags import GENERATION_FLAGS, TUNE_FLAGS
+from .options import check_before_load
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -12,7 +12,9 @@ from .. import devices, models
 from ..placement import check_names, split_names
 from ..session import LoadOptions
 from . import cli
-from .options import FLAGS, JsonErrors, shared, tune_options, user_errors, WholeNumber
+from .errors import JsonErrors, user_errors
+from .flags import FLAGS, shared, WholeNumber
+from .options import tune_options
 
 
 @cli.command(cls=JsonErrors)
