@@ -1,5 +1,5 @@
-"""What to generate, how a user error is worded, the errors a request can raise, and the one list of
-drafter kinds."""
+"""What to generate, how a user error is worded, the errors a request or a model file or name can raise,
+and the one list of drafter kinds."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class Worded(Exception):
     keeps the `field`, the `rule` it broke and `lower`: other fields whose lowering would do too. One
     whose words name what a shell names its own way (a setting, a method, a command) keeps its
     `template`: the message with each such name a key of LIBRARY_NAMES (Worded.naming). UserError,
-    the bindings layer's LlamaError and models' ModelError are Worded."""
+    the bindings layer's LlamaError and ModelError (the model store's) are Worded."""
 
     def __init__(self, message: str, field: str | None = None, rule: str | None = None,
                  lower: tuple[str, ...] = (), template: str | None = None):
@@ -71,6 +71,12 @@ def or_lower(names) -> str:
 
 class GenerationError(UserError):
     """A request that cannot be generated; str() names the value and the fix."""
+
+
+class ModelError(Worded):
+    """A user-facing problem with a model file or name (the store, the catalog, a pull, a conversion:
+    models.py, download.py, discovery.py); str() is one line naming the value and the fix, worded for a
+    library caller (a shell words it with its own names: Worded)."""
 
 
 # What a user error's template names (Worded.naming), as a library caller names it; a shell has its own

@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Iterator, Sequence
 
 from . import models
+from .config import ModelError
 from .llama import GGUF_MAGIC, SPLIT_TAIL, split_parts
 
 SOURCES = ("store", "lmstudio", "ollama", "hf-cache", "extra")
@@ -57,7 +58,7 @@ def _name_misses(f: Found, tiers: Sequence[Sequence[Found]]) -> str | None:
     """Why f's name does not give f to lookup, and the fix; None where it does."""
     try:
         path = _pick(f.name, tiers)
-    except models.ModelError:
+    except ModelError:
         return "this name is shared by several files; give this path instead"
     if _file_key(path) != _file_key(f.path):  # path: never None, f's name is one of its own
         return f"this name picks {path}; give this path instead"
@@ -344,7 +345,7 @@ def lookup(name: str) -> Path | None:
         return path
     problem = _why_unlisted(name)
     if problem:
-        raise models.ModelError(problem)
+        raise ModelError(problem)
     return None
 
 
@@ -364,7 +365,7 @@ def _one(name: str, found: Sequence[Found], named: Callable[[Found], bool]) -> P
     """The file of found that named picks (None: none); ModelError where it picks several."""
     hits = list({_file_key(f.path): f for f in found if named(f)}.values())  # files, not names
     if len(hits) > 1:
-        raise models.ModelError(_ambiguous(name, hits))
+        raise ModelError(_ambiguous(name, hits))
     return hits[0].path if hits else None
 
 

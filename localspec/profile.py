@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import discovery, models
+from .config import ModelError
 
 PROFILE_SUFFIX = ".tune.json"
 PROFILE_VERSION = 1
@@ -210,5 +211,5 @@ def _same_draft(given: str | None, draft: Path | None) -> bool:
         return False
     try:
         return os.path.samefile(models.resolve_model(str(given), pull_missing=False), draft)
-    except (models.ModelError, OSError):
+    except (ModelError, OSError):
         return False

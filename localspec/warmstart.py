@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from . import __version__, models
+from .config import ModelError
 from .llama import build_info
 from .tracker import CostTracker
 
@@ -63,5 +64,5 @@ def save(key: dict, trackers: dict[tuple, CostTracker]) -> None:
                                      for (name, greedy), t in trackers.items()}}
     try:
         models.atomic_write(plan_path(key), json.dumps(data))
-    except (OSError, models.ModelError):
+    except (OSError, ModelError):
         pass

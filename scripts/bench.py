@@ -66,7 +66,7 @@ from localspec import prompts as prompt_files
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 from script_args import Parser
-from localspec.config import GenerationConfig
+from localspec.config import GenerationConfig, ModelError
 from localspec.stats import GenerationStats, pooled_verify
 from localspec.tracker import CostTracker
 
@@ -938,7 +938,7 @@ def resolve_models(ap: argparse.ArgumentParser, *names: str) -> list[Path]:
     """Model names or paths -> files (models.resolve_model); a usage error naming the one not found."""
     try:
         return [models.resolve_model(name) for name in names]
-    except models.ModelError as e:
+    except ModelError as e:
         ap.error(str(e))
 
 
@@ -1036,7 +1036,7 @@ def main(argv=None) -> int:
         if args.rpc:  # a server lost mid-run: one line, not ggml's abort
             devices.on_rpc_abort(devices.exit_with_error)
         pair = Pair(*paths, LoadOptions(n_ctx=args.ctx, threads=args.threads, ngl_draft=ngl, **remote))
-    except (models.ModelError, LlamaError, ValueError, OSError) as e:
+    except (ModelError, LlamaError, ValueError, OSError) as e:
         sys.exit(f"bench.py: {e}")
     t0 = time.time()
     try:

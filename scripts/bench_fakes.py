@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from localspec import models
+from localspec.config import ModelError
 from localspec.context import SAMPLED_ROWS_MAX
 from localspec.llama import Model, common_prefix_len
 from localspec.sampling import SamplingParams, distribution
@@ -53,7 +54,7 @@ def light_models(*roles: str) -> list[Path]:
         if all(f.is_file() for f in files):
             return files
         return [models.resolve_model(names[role]) for role in roles]
-    except models.ModelError as e:
+    except ModelError as e:
         sys.exit(f"{Path(sys.argv[0]).name}: {e}")
 
 

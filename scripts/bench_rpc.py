@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE.parent))
 import bench  # noqa: E402
 import delay_proxy  # noqa: E402
 from script_args import Parser  # noqa: E402
+from localspec.config import ModelError  # noqa: E402
 
 
 def free_port() -> int:
@@ -139,7 +140,7 @@ def main() -> int:
     args = ap.parse_args()
     try:
         target = bench.resolve_paths(bench.parse_args(args.bench_args.split()))[0]
-    except bench.models.ModelError as e:
+    except ModelError as e:
         ap.error(f"--bench-args: {e}")
     lines = ["| added RTT ms | T | plain over RPC tok/s | llama-bench --rpc tok/s | localspec auto tok/s | vs plain "
              "| llama.cpp spec-simple --rpc best | auto vs it |", "|---|---|---|---|---|---|---|---|"]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import localspec  # noqa: F401  (llama.cpp before numpy)
 from localspec import models, profile, tune
+from localspec.config import ModelError
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
 
@@ -149,7 +150,7 @@ def main(argv=None) -> int:
     else:
         try:
             target = models.resolve_model(args.target or models.resolve_pair(None)[0])
-        except models.ModelError as e:
+        except ModelError as e:
             sys.exit(f"tune_grid.py: {e}")
     options = tune.TuneOptions(sampling=SamplingParams(temperature=args.temperature), p_min=args.p_min,
                                max_tokens=args.max_tokens, gamma_max=args.gamma_max, budget_s=None, seed=args.seed,

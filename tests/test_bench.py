@@ -693,7 +693,7 @@ def test_a_failed_fresh_process_says_why(monkeypatch):
     ("bench_rpc", ["--bench-args", "--target /no/such/target.gguf --draft d"],
      "error: --bench-args: Model file not found: /no/such/target.gguf")])
 def test_a_script_names_a_target_it_cannot_find_in_one_line(script, argv, says, monkeypatch, capsys):
-    # both let models.ModelError out as a traceback (bench_rpc.py before starting its servers)
+    # both let ModelError out as a traceback (bench_rpc.py before starting its servers)
     module = load_script(script)
     monkeypatch.setattr(sys, "argv", [f"{script}.py", *argv])
     with pytest.raises(SystemExit) as e:

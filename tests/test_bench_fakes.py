@@ -87,9 +87,10 @@ def test_the_light_pair_is_the_tests_copy_else_the_stores(tmp_path, monkeypatch,
 
 def test_a_light_pair_that_cannot_be_had_is_one_line(tmp_path, monkeypatch):
     from localspec import models
+    from localspec.config import ModelError
 
     def offline(name, **kwargs):
-        raise models.ModelError(f"Cannot download {name}; check the network")
+        raise ModelError(f"Cannot download {name}; check the network")
 
     monkeypatch.setenv("LOCALSPEC_TEST_MODELS", str(tmp_path / "no-test-models"))
     monkeypatch.setattr(models, "pull", offline)

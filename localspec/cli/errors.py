@@ -9,13 +9,13 @@ from typing import Sequence
 
 import click
 
-from .. import models
+from ..config import ModelError
 from ..config import DRAFTERS, GenerationError, check_environment, worded
 from ..llama import LlamaError
 from .flags import GENERATION_FLAGS, long_flag
 
 
-USER_ERRORS = (models.ModelError, LlamaError, GenerationError, ValueError, OSError)
+USER_ERRORS = (ModelError, LlamaError, GenerationError, ValueError, OSError)
 
 
 def user_errors(fn):

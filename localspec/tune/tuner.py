@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .. import models
+from ..config import ModelError
 from ..llama import LlamaError
 from ..sampling import distribution
 from ..session import Pair
@@ -141,7 +141,7 @@ class Tuner:
             return Row(cand, note="skipped: --budget")
         try:
             return self.measure(cand)
-        except (LlamaError, models.ModelError) as e:
+        except (LlamaError, ModelError) as e:
             self.say(f"{cand.label}: {e}")
             return Row(cand, note="failed: " + str(e).split(";")[0][:60])
 
