@@ -22,7 +22,8 @@ from fakes import fake_pair
 
 from localspec.cli import cli
 from localspec.sampling import SamplingParams
-from localspec.session import Chat, LoadOptions, Pair, Reply
+from localspec.chat import Chat
+from localspec.session import LoadOptions, Pair, Reply
 from localspec.config import GenerationConfig, GenerationError
 from localspec.speculative import Piece
 

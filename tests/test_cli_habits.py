@@ -994,7 +994,8 @@ def test_chat_load_of_a_file_that_is_missing_or_not_json_names_it(fake_cli, tmp_
 
 def test_library_chat_alpha_is_none_on_every_turn_without_drafts(fake_cli, tmp_path):
     from localspec.config import GenerationConfig
-    from localspec.session import Chat, LoadOptions
+    from localspec.chat import Chat
+    from localspec.session import LoadOptions
 
     fake_cli.reply_len = 4
     pair = fake_cli.load(fake_cli.target, fake_cli.draft, LoadOptions(n_ctx=256))

@@ -10,7 +10,7 @@ import sys
 import click
 
 from ..config import ModelError
-from ..session import Chat
+from ..chat import Chat
 from ..speculative import Piece
 from . import cli
 from .errors import USER_ERRORS, JsonErrors, said, user_errors

@@ -22,10 +22,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
+from ..chat import check_messages
 from ..config import ContextFull, GenerationConfig, GenerationError, check_fits, worded
 from ..devices import cannot_listen
 from ..llama import LlamaError
-from ..session import Pair, check_messages
+from ..session import Pair
 from .logprobs import Logprobs
 from .metrics import Metrics
 from .middleware import MAX_BODY, Cors, Guard

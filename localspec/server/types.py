@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..sampling import SamplingParams
 from ..config import DRAFTERS, GenerationConfig, GenerationError, seed_from
-from ..session import ROLES
+from ..chat import ROLES
 
 # The request's fields that are GenerationConfig's too: a GenerationError's field is the 400's param.
 FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "p_min", "gamma", "drafter", "seed", "stop",
