@@ -1,6 +1,7 @@
 """Finding GGUF models people already have: the store (subfolders too) and, on request, the folders
 of LM Studio, Ollama and the Hugging Face hub cache, and $LOCALSPEC_MODEL_DIRS. Each model found has
-a name (`find_models` lists them) that `resolve_model` accepts; files are read only for their magic."""
+a name (`find_models` lists them) that `resolve_model` accepts (naming.py picks the file a name stands
+for); files are read only for their magic."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 from . import models
-from .config import ModelError
 from .llama import GGUF_MAGIC, SPLIT_TAIL, split_parts
 
 SOURCES = ("store", "lmstudio", "ollama", "hf-cache", "extra")
@@ -25,7 +25,6 @@ OLLAMA_REGISTRY = "registry.ollama.ai"
 OLLAMA_BLOB = re.compile(r"sha256[-:][0-9a-f]{64}")
 # Where Linux's service install of Ollama keeps its models (the `ollama` user's home).
 OLLAMA_SYSTEM_DIR = Path("/usr/share/ollama/.ollama/models")
-LISTED_IN_ERRORS = 8  # at most this many other apps' models named in an unknown-model error
 
 
 @dataclass(frozen=True)
@@ -43,29 +42,10 @@ def find_models(all_sources: bool = False) -> list[Found]:
     """The GGUF models in the store; with all_sources also those in other apps' folders and in
     $LOCALSPEC_MODEL_DIRS. A file reachable twice is listed once (the first source wins); entries
     that cannot be read, or do not start with the GGUF magic, are left out."""
-    return _unique(f for tier in _tiers(all_sources) for f in tier)
+    return unique_files(f for tier in search_tiers(all_sources) for f in tier)
 
 
-def listing(all_sources: bool = False) -> list[tuple[Found, str | None]]:
-    """find_models(all_sources), each model with why its name does not give it, and the fix (None
-    where it does): another file of the same name comes first (the store's), or several files share
-    the name (one file name in two folders, LM Studio's and the hub cache's copies of one repo)."""
-    tiers = list(_tiers(all_sources))
-    return [(f, _name_misses(f, tiers)) for f in _unique(f for tier in tiers for f in tier)]
-
-
-def _name_misses(f: Found, tiers: Sequence[Sequence[Found]]) -> str | None:
-    """Why f's name does not give f to lookup, and the fix; None where it does."""
-    try:
-        path = _pick(f.name, tiers)
-    except ModelError:
-        return "this name is shared by several files; give this path instead"
-    if _file_key(path) != _file_key(f.path):  # path: never None, f's name is one of its own
-        return f"this name picks {path}; give this path instead"
-    return None
-
-
-def _tiers(all_sources: bool = True) -> Iterator[list[Found]]:
+def search_tiers(all_sources: bool = True) -> Iterator[list[Found]]:
     """The models in the order a name is looked up in, each scanned only when reached: the store's,
     then (with all_sources) the other apps' and $LOCALSPEC_MODEL_DIRS'."""
     yield store_models()
@@ -81,12 +61,13 @@ def store_models() -> list[Found]:
 def other_models() -> list[Found]:
     """The GGUF models in LM Studio's, Ollama's and the Hugging Face hub cache's folders, then in
     $LOCALSPEC_MODEL_DIRS."""
-    return _unique(f for folder, source in _folders() if source != "store" for f in _models_in(folder, source))
+    return unique_files(f for folder, source in source_folders() if source != "store"
+                        for f in _models_in(folder, source))
 
 
-def _folders() -> list[tuple[Path, str]]:
+def source_folders() -> list[tuple[Path, str]]:
     """(folder, source) of each folder models are looked for in, in the order that decides which
-    source wins a file reachable twice (_unique): the store, LM Studio's, Ollama's, the hub cache,
+    source wins a file reachable twice (unique_files): the store, LM Studio's, Ollama's, the hub cache,
     then $LOCALSPEC_MODEL_DIRS (where one of them names the hub cache, its models keep their repo ids)."""
     return [(models.store_dir(), "store"), *((d, "lmstudio") for d in lmstudio_dirs()),
             *((d, "ollama") for d in ollama_dirs()), (hf_cache_dir(), "hf-cache"),
@@ -94,10 +75,10 @@ def _folders() -> list[tuple[Path, str]]:
 
 
 def _models_in(folder: Path, source: str) -> list[Found]:
-    """The models in one of _folders(), read as its source lays them out."""
+    """The models in one of source_folders(), read as its source lays them out."""
     if source in PLAIN:
         return _folder_models(folder, source)
-    return _guarded(_ollama_models if source == "ollama" else _hf_cache_models, folder)
+    return guarded(_ollama_models if source == "ollama" else _hf_cache_models, folder)
 
 
 def lmstudio_dirs() -> list[Path]:
@@ -191,10 +172,10 @@ def gguf_files(folder: Path) -> list[Path]:
 
 def _folder_models(folder: Path, source: str) -> list[Found]:
     """The models under a plain folder, named by their path inside it."""
-    return [f for name, path in _folder_files(folder) if is_gguf(path) for f in _found(name, path, source)]
+    return [f for name, path in folder_files(folder) if is_gguf(path) for f in _found(name, path, source)]
 
 
-def _folder_files(folder: Path) -> list[tuple[str, Path]]:
+def folder_files(folder: Path) -> list[tuple[str, Path]]:
     """(name, path) of each file under folder named as a model, GGUF or not."""
     return [(path.relative_to(folder).as_posix(), path) for path in gguf_files(folder) if is_model_file(path.name)]
 
@@ -207,7 +188,7 @@ def _found(name: str, path: Path, source: str) -> list[Found]:
         return []
 
 
-def _guarded(scan: Callable[[Path], list], folder: Path) -> list:
+def guarded(scan: Callable[[Path], list], folder: Path) -> list:
     """scan(folder), or [] when the folder is missing or cannot be read."""
     try:
         return scan(folder) if folder.is_dir() else []
@@ -225,9 +206,9 @@ def _ollama_models(root: Path) -> list[Found]:
 def unusable_ollama_models() -> list[tuple[str, str]]:
     """(name, why it cannot be used and the fix) of each Ollama manifest whose model is not listed: its
     blob missing or not a GGUF file, or the manifest unreadable. `models list --all` shows them, and a
-    name given as --target is told the same (_why_unlisted)."""
+    name given as --target is told the same (naming.lookup)."""
     return [(name, f"{problem}; run `ollama pull {name}`") for root in ollama_dirs()
-            for name, _, problem in _guarded(_ollama_manifests, root) if problem]
+            for name, _, problem in guarded(_ollama_manifests, root) if problem]
 
 
 def _ollama_manifests(root: Path) -> list[tuple[str, Path | None, str]]:
@@ -272,10 +253,10 @@ def _hf_cache_models(cache: Path) -> list[Found]:
     repo_id/path-in-repo; where several revisions hold a file, the one `main` points to (else the
     newest) is taken, unless its blob was deleted. Read here file by file: huggingface_hub's
     scan_cache_dir leaves out a whole repo when one of its links is broken."""
-    return [f for name, path in _hf_cache_files(cache) if is_gguf(path) for f in _found(name, path, "hf-cache")]
+    return [f for name, path in hf_cache_files(cache) if is_gguf(path) for f in _found(name, path, "hf-cache")]
 
 
-def _hf_cache_files(cache: Path) -> list[tuple[str, Path]]:
+def hf_cache_files(cache: Path) -> list[tuple[str, Path]]:
     """(name, path) of each file in the hub cache named as a model, GGUF or not (_hf_cache_models), sorted."""
     chosen: dict[str, tuple[tuple[bool, bool, float], Path]] = {}
     for repo in sorted(cache.glob("models--*")):
@@ -308,20 +289,20 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _unique(found: Iterable[Found]) -> list[Found]:
-    """found without a file already listed (_file_key), order kept; but every Ollama name of a file
+def unique_files(found: Iterable[Found]) -> list[Found]:
+    """found without a file already listed (file_key), order kept; but every Ollama name of a file
     is kept: Ollama's tags of one model (llama3.2:latest, llama3.2:3b, a copy made with `ollama cp`)
     share its blob, and each is a name `ollama list` shows and users give."""
     seen, out = set(), []
     for f in found:
-        key = (_file_key(f.path), f.name if f.source == "ollama" else None)
+        key = (file_key(f.path), f.name if f.source == "ollama" else None)
         if key not in seen:
             seen.add(key)
             out.append(f)
     return out
 
 
-def _file_key(path: Path) -> tuple[int, int] | str:
+def file_key(path: Path) -> tuple[int, int] | str:
     """What one file is known by however it is reached: its device and inode, which a symbolic link
     leads to and a hard link shares (LM Studio's `lms import` can leave one in its folder); its real
     path where it cannot be stat'ed."""
@@ -330,132 +311,3 @@ def _file_key(path: Path) -> tuple[int, int] | str:
     except OSError:
         return os.path.realpath(path)
     return info.st_dev, info.st_ino
-
-
-def lookup(name: str) -> Path | None:
-    """The file a model name stands for, or None when nothing has that name.
-
-    Tried in turn, the first that matches wins: store models by their listed name (with or without
-    .gguf), store models by file name or stem, other apps' models by their listed name (an Ollama
-    name without a tag means :latest), then by file name or stem. ModelError when the first that
-    matches matches several files. Last, an Ollama name in another case ('Llama3.2:1B'), as Ollama
-    matches names itself."""
-    path = _pick(name, _tiers())
-    if path is not None:
-        return path
-    problem = _why_unlisted(name)
-    if problem:
-        raise ModelError(problem)
-    return None
-
-
-def _pick(name: str, tiers: Iterable[Sequence[Found]]) -> Path | None:
-    """The file name picks in lookup's order, tiers (_tiers) taken in turn; None where none matches."""
-    found: Sequence[Found] = ()
-    for found in tiers:
-        for forms in (_name_forms, _file_forms):
-            path = _one(name, found, lambda f, forms=forms: name in forms(f))
-            if path is not None:
-                return path
-    folded = name.casefold()  # found: the last tier, the other apps' models
-    return _one(name, found, lambda f: f.source == "ollama" and folded in {n.casefold() for n in _name_forms(f)})
-
-
-def _one(name: str, found: Sequence[Found], named: Callable[[Found], bool]) -> Path | None:
-    """The file of found that named picks (None: none); ModelError where it picks several."""
-    hits = list({_file_key(f.path): f for f in found if named(f)}.values())  # files, not names
-    if len(hits) > 1:
-        raise ModelError(_ambiguous(name, hits))
-    return hits[0].path if hits else None
-
-
-def _why_unlisted(name: str) -> str | None:
-    """Why a model file or Ollama model called name is on the machine but not listed, and the fix (a
-    failed download saved as a web page, an empty or unreadable file, a deleted blob, a broken Ollama
-    manifest); None when nothing has that name."""
-    def named(f: Found) -> bool:
-        return name in _name_forms(f) | _file_forms(f)
-
-    plain = [(folder, source) for folder, source in _folders() if source in PLAIN]
-    for folder, source in plain:
-        for fname, path in _folder_files(folder):
-            if named(Found(fname, path, source, 0)) and not is_gguf(path):
-                return f"Model '{name}' is {path}, which {_file_problem(path)}"
-    for oname, why in unusable_ollama_models():
-        if named(Found(oname, Path(), "ollama", 0)):  # by its name: an Ollama model's path names nothing
-            return f"Ollama's model {oname} cannot be used: {why}"
-    for hname, path in _guarded(_hf_cache_files, hf_cache_dir()):
-        if named(Found(hname, path, "hf-cache", 0)) and not is_gguf(path):
-            org, repo, inside = hname.split("/", 2)
-            download = f"`hf download {org}/{repo} {inside}`"
-            return f"Model '{name}' is {path} in the Hugging Face cache, which {_file_problem(path, download)}"
-    return None
-
-
-def _file_problem(path: Path, download: str = "") -> str:
-    """What is wrong with a .gguf file that is no GGUF model, and the fix: 'is empty (...); ...'."""
-    again = f"download it again{f' ({download})' if download else ''}"
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except FileNotFoundError:
-        return f"is a link to a file that was deleted; {again}"
-    except OSError as e:
-        return f"cannot be read ({e.strerror or e}); check its permissions, or run as a user who can read it"
-    if not head:
-        return f"is empty (0 bytes: an interrupted download?); {again}, or delete it"
-    if head.lstrip()[:1] == b"<":
-        return f"is a web page, not a GGUF model (a failed download?); {again}, or delete it"
-    return f"is not a GGUF model (it starts with {head[:4]!r}, not b'GGUF'); {again}, or delete it"
-
-
-def _ambiguous(name: str, hits: list[Found]) -> str:
-    """The error for a name that matches several files: their names, or, where two files share a name
-    (the same file name in two of $LOCALSPEC_MODEL_DIRS, or in both LM Studio folders), their paths."""
-    if len({f.name for f in hits}) == len(hits):
-        matches = ", ".join(f"{f.name} ({f.source})" for f in hits)
-        return f"Model name '{name}' is ambiguous: it matches {matches}; give one of these names, or a path"
-    matches = ", ".join(f"{f.path} ({f.source})" for f in hits)
-    return f"Model name '{name}' is ambiguous: it matches {matches}; give the path of the one you mean"
-
-
-def _name_forms(f: Found) -> set[str]:
-    """What names f when given whole: its name, without .gguf, and name for an Ollama name:latest."""
-    forms = {f.name, f.name[:-5] if f.name.lower().endswith(".gguf") else f.name}
-    if f.source == "ollama" and f.name.endswith(":latest"):
-        forms.add(f.name.removesuffix(":latest"))
-    return forms
-
-
-def _file_forms(f: Found) -> set[str]:
-    """What names f by its file alone: the last part of its name, with and without .gguf (not for
-    Ollama, whose files are blobs)."""
-    if f.source == "ollama":
-        return set()
-    last = PurePosixPath(f.name).name
-    return {last, last[:-5] if last.lower().endswith(".gguf") else last}
-
-
-def known_models(catalog: models.Catalog) -> str:
-    """'Known models: a (installed), b, c-f16 (converted from a on pull); also installed: ...; in other
-    apps: ...' — for an error about a name that is none of them: what is installed, and what a pull
-    would download or convert."""
-    items = []
-    for name, entry in catalog.models.items():
-        if models.installed_already(name):
-            items.append(f"{name} (installed)")
-        elif entry.derived_from:
-            items.append(f"{name} (converted from {entry.derived_from} on pull)")
-        else:
-            items.append(name)
-    text = "Known models: " + ", ".join(items)
-    catalog_files = {_file_key(models.store_dir() / e.file) for e in catalog.models.values()}
-    others = [f.name for f in store_models() if _file_key(f.path) not in catalog_files]
-    if others:
-        text += "; also installed: " + ", ".join(others)
-    elsewhere = [f"{f.name} ({f.source})" for f in find_models(all_sources=True) if f.source != "store"]
-    if elsewhere:
-        more = len(elsewhere) - LISTED_IN_ERRORS
-        text += "; in other apps' folders: " + ", ".join(elsewhere[:LISTED_IN_ERRORS]) + (
-            f" and {more} more" if more > 0 else "")
-    return text

@@ -192,8 +192,8 @@ def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> Path:
 
     In turn: an existing file; a catalog name (pulled if missing, unless pull_missing is False); a
     store model by its name, file name or stem (subfolders included); a model in another app's
-    folder by the name `find_models(all_sources=True)` lists (see discovery.lookup)."""
-    from . import discovery
+    folder by the name `find_models(all_sources=True)` lists (see naming.lookup)."""
+    from . import naming
 
     path = Path(name_or_path).expanduser()
     try:
@@ -215,10 +215,10 @@ def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> Path:
             raise ModelError(f"{name_or_path} is not installed; run `localspec models pull {name_or_path}`")
         return pull(name_or_path)
     if not _explicit_path(name_or_path):
-        found = discovery.lookup(name_or_path)
+        found = naming.lookup(name_or_path)
         if found is not None:
             return found
-    known, pull_it = discovery.known_models(catalog), "`localspec models pull NAME` installs a known model"
+    known, pull_it = naming.known_models(catalog), "`localspec models pull NAME` installs a known model"
     if "/" in name_or_path or os.sep in name_or_path or name_or_path.lower().endswith(".gguf"):
         raise ModelError(f"Model file not found: {path}; check the path, or use a model name ({known}; {pull_it})")
     raise ModelError(f"Unknown model '{name_or_path}'. {known}; {pull_it}; or give a path to a .gguf file")

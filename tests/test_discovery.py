@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec import discovery, models, pairing
+from localspec import discovery, models, naming, pairing
 from localspec.config import ModelError
 
 QWEN_15B, QWEN_05B = "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m"
@@ -151,7 +151,7 @@ def test_files_that_share_a_name_are_told_apart_in_the_listing(isolated_store, m
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     hf = hf_cached(cache, "org/repo", "c.gguf", b"4")
     shared = "this name is shared by several files; give this path instead"
-    assert [(f.path, why) for f, why in discovery.listing(all_sources=True)] == [
+    assert [(f.path, why) for f, why in naming.listing(all_sources=True)] == [
         (store_x, None), (lm, shared), (hf, shared), (extra_x, f"this name picks {store_x}; give this path instead")]
     assert models.resolve_model("x.gguf") == store_x
     with pytest.raises(ModelError) as e:
@@ -333,9 +333,9 @@ def test_extra_folders_and_unreadable_entries(monkeypatch, tmp_path):
 
 
 def test_other_apps_folders_named_in_model_dirs_keep_their_apps_names(isolated_store, monkeypatch, tmp_path):
-    # discovery._folders' order decides which source names a file reachable twice: the app's folder
+    # discovery.source_folders' order decides which source names a file reachable twice: the app's folder
     # comes before $LOCALSPEC_MODEL_DIRS. A guard of that order (it passed before and after
-    # _why_unlisted came to read the folders from _folders too), and of LM Studio's broken file told.
+    # naming._why_unlisted came to read the folders from source_folders too), and of LM Studio's broken file told.
     home = Path(os.environ["HOME"])
     lm = home / ".lmstudio/models"
     gguf(lm / "pub/repo/a.gguf")

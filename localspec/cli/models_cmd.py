@@ -30,7 +30,8 @@ def models_list(all_sources):
     """Show the installed GGUF files with size, architecture, quantization and vocabulary size; any
     NAME listed works as --target/--draft, but where it picks another file of that name, or several,
     and the line says to give the path."""
-    from ..discovery import find_models, listing, unusable_ollama_models
+    from ..discovery import find_models, unusable_ollama_models
+    from ..naming import listing
     from ..llama import model_info
 
     found = listing(all_sources)
