@@ -45,6 +45,18 @@ class Proposal(NamedTuple):
 
 
 NO_PROPOSAL = Proposal([], [])
+
+
+def tree_proposal(nodes: list[tuple[int, Dist, int, float]], copy: list[int], fork: int, judged: bool,
+                  catchup_s: float, tail: int, first_apart: bool) -> Proposal:
+    """The Proposal of a model draft's nodes, (token, q, parent, confidence) parents first, with a copy
+    beside the chain (a branch from node fork) last: the copy's first token a child of the fork, each
+    later one a child of the one before. Confidences kept where a stop or branch rule judged them."""
+    nodes = nodes + [(t, one_hot(t), fork if j == 0 else len(nodes) + j - 1, 1.0) for j, t in enumerate(copy)]
+    ids, dists, parents, confidences = (list(column) for column in zip(*nodes)) if nodes else ([], [], [], [])
+    is_tree = len(set(parents)) < len(parents)  # some node has a sibling
+    return Proposal(ids, dists, tuple(confidences) if judged else (), catchup_s, parents if is_tree else None,
+                    tail, len(copy), first_apart)
 # A draft model decodes up to this many tokens before its first guess as part of any step (its last
 # draft and the target's bonus token, after a draft accepted whole); more is a catch-up over tokens
 # generated while it did not draft, timed and priced apart (ModelDrafter._catch_up, the planner).
@@ -143,10 +155,7 @@ class ModelDrafter:
         if k <= 0:
             return NO_PROPOSAL
         self._load()
-        # Where a row's top-k logits determine q and the confidence, llama.cpp keeps only those in the
-        # decode (a top_k chain on the backend) and numpy reads k floats instead of the whole row.
-        top_k = candidates_needed(self.params) if rows_on_backend(self.ctx, greedy=self.params.greedy) else 0
-        self.sampled = top_k > 0 and self.ctx.keep_top_k_on_backend(top_k)
+        self._choose_rows()
         catchup_s, first_apart = self._catch_up(context)
         # (token, q, parent, confidence) per node, parents first: each chain node, then its sibling if any
         nodes: list[tuple[int, Dist, int, float]] = []
@@ -181,12 +190,14 @@ class ModelDrafter:
                 copy, fork = handoff.branch(here, branch), parent  # the copy offered at this depth, if it pays
             if i + 1 < k:
                 self.ctx.decode([token], logits="last", sampled=self.sampled)
-        # the copy's first token is a child of the fork, each later one a child of the one before
-        nodes += [(t, one_hot(t), fork if j == 0 else len(nodes) + j - 1, 1.0) for j, t in enumerate(copy)]
-        ids, dists, parents, confidences = (list(column) for column in zip(*nodes)) if nodes else ([], [], [], [])
-        judged = tuple(confidences) if stop is not None or branch is not None else ()
-        is_tree = len(set(parents)) < len(parents)  # some node has a sibling
-        return Proposal(ids, dists, judged, catchup_s, parents if is_tree else None, len(tail), len(copy), first_apart)
+        judged = stop is not None or branch is not None
+        return tree_proposal(nodes, copy, fork, judged, catchup_s, len(tail), first_apart)
+
+    def _choose_rows(self) -> None:
+        """Where a row's top-k logits determine q and the confidence, llama.cpp keeps only those in the
+        decode (a top_k chain on the backend) and numpy reads k floats instead of the whole row (sampled)."""
+        top_k = candidates_needed(self.params) if rows_on_backend(self.ctx, greedy=self.params.greedy) else 0
+        self.sampled = top_k > 0 and self.ctx.keep_top_k_on_backend(top_k)
 
     def _next_best(self, candidates: np.ndarray | None, logits: np.ndarray, q: Dist, token: int) -> int | None:
         """The draft's likeliest token other than token, a deterministic guess: by logit at T=0 (logits
