@@ -1087,3 +1087,58 @@ def test_tune_names_the_room_it_needs_by_field_to_the_library_and_by_flag_to_the
     assert re.fullmatch(r"Error: --ctx must be >= \d+ \(got 16\): calibration prompt 1 has \d+ tokens, and 8 "
                         r"generated plus a draft of up to 4 need 13 more; or lower --max-tokens or --gamma-max",
                         result.output.splitlines()[-1]), result.output
+
+
+# A Worded error that names a library setting (here llama.cpp's memory, in LoadOptions' words), as each of the
+# CLI's side lines below may meet one; the CLI must say its flags, not the fields.
+IN_FLAGS = "lower --ctx, --ngl-target or --ngl-draft"
+
+
+def wordy_failure(*args, **kwargs):
+    from localspec.llama import LlamaError
+
+    raise LlamaError.naming("llama.cpp could not read the model; {lower_memory}")
+
+
+def test_the_reason_for_no_draft_says_a_checks_error_in_flags(fake_cli, monkeypatch):
+    # was: "could not check the installed models (...; lower n_ctx, ngl_target or ngl_draft in the Pair's LoadOptions)"
+    monkeypatch.setattr("localspec.pairing.choose_draft", wordy_failure)
+    result = invoke("generate", "hi", "--raw", "--target", fake_cli.target, "-n", "2")
+    assert result.exit_code == 0, result.output
+    assert ("localspec: draft none: no draft model: could not check the installed models (llama.cpp could not read "
+            f"the model; {IN_FLAGS})") in result.stderr.splitlines()
+
+
+def test_a_tune_profile_that_cannot_be_read_is_warned_of_in_flags(fake_cli, monkeypatch):
+    # was: "warning: llama.cpp could not read the model; lower n_ctx, ngl_target or ngl_draft in the Pair's ..."
+    monkeypatch.setattr("localspec.profile.load_profile", wordy_failure)
+    result = invoke("generate", "hi", "--raw", "--target", fake_cli.target, "--draft", "none", "-n", "2")
+    assert result.exit_code == 0, result.output
+    assert f"warning: llama.cpp could not read the model; {IN_FLAGS}" in result.stderr.splitlines()
+
+
+def test_models_list_says_a_file_it_cannot_read_in_flags(isolated_store, monkeypatch):
+    # was: "(cannot read: llama.cpp could not read the model; lower n_ctx, ... in the Pair's LoadOptions)"
+    from test_discovery import gguf
+
+    gguf(isolated_store / "mine.gguf")
+    monkeypatch.setattr("localspec.llama.model_info", wordy_failure)
+    result = invoke("models", "list")
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("mine.gguf")]
+    assert f"(cannot read: llama.cpp could not read the model; {IN_FLAGS})" in line
+
+
+def test_chat_says_a_failed_save_in_its_own_words(fake_cli, monkeypatch):
+    # was the library's words: "cannot write there; Chat.save(path) to another folder"
+    from localspec.chat import Chat
+    from localspec.config import ModelError
+
+    def refused(self, path):
+        raise ModelError.naming("cannot write there; {save} to another folder")
+
+    monkeypatch.setattr(Chat, "save", refused)
+    result = CliRunner().invoke(cli, ["chat", "--target", str(fake_cli.target), "--draft", "none", "-n", "2"],
+                                input="/save here.json\n/exit\n")
+    assert result.exit_code == 0, result.output
+    assert "Error: cannot write there; /save FILE to another folder" in result.stderr.splitlines()

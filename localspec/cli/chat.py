@@ -103,7 +103,7 @@ def chat_command(session, line: str, as_json: bool = False) -> bool:
         except OSError as e:
             click.echo(f"Error: could not save to {arg.strip()}: {e.strerror}", err=True)
         except ModelError as e:  # the folder cannot be written (models.staging)
-            click.echo(f"Error: {e}", err=True)
+            click.echo(f"Error: {said(e)}", err=True)
     elif cmd == "/save":
         say("usage: /save FILE")
     elif cmd == "/load" and arg.strip():

@@ -8,7 +8,7 @@ import click
 
 from .. import models
 from . import cli
-from .errors import USER_ERRORS, user_errors
+from .errors import USER_ERRORS, said, user_errors
 
 
 @cli.group("models")
@@ -42,7 +42,7 @@ def models_list(all_sources):
             info = model_info(f.path)
             detail = f"{info.architecture}  {info.quant}  vocab {info.n_vocab}"
         except USER_ERRORS as e:
-            detail = f"(cannot read: {e})"
+            detail = f"(cannot read: {said(e)})"
         note = f"  ({misses})" if misses else ""
         click.echo(f"{f.name}  [{f.source}]  {f.size / 2**20:,.0f} MiB  {detail}  {f.path}{note}")
     for name, why in unusable_ollama_models() if all_sources else ():  # a deleted blob: not silently left out

@@ -18,7 +18,7 @@ from ..config import GenerationConfig, GenerationError, seed_from
 from ..placement import ALL_LAYERS, check_names, split_names
 from ..sampling import SamplingParams
 from ..session import LoadOptions, Pair, Reply
-from .errors import USER_ERRORS
+from .errors import USER_ERRORS, said
 from .flags import GENERATION_FLAGS, MODEL_FLAGS, PLACEMENT_FLAGS, SAMPLING, TUNE_FLAGS, EnvvarOption, shared
 
 UNTIL_FULL = 2**31 - 1  # a max_tokens no context reaches: the answer runs until it ends or fills the context
@@ -165,7 +165,7 @@ def draft_for(target: str | None, draft: str | None, given_by: str = "--draft") 
     try:
         choice = pairing.choose_draft(target_path)
     except USER_ERRORS as e:
-        return target_path, None, f"no draft model: could not check the installed models ({e})"
+        return target_path, None, f"no draft model: could not check the installed models ({said(e)})"
     return target_path, choice.path, choice.reason
 
 
@@ -211,7 +211,7 @@ def apply_profile(ctx: click.Context, kwargs: dict) -> set[str]:
         target = models.installed_target(kwargs.get("target"))
         choice = target and profile.load_profile(target, kwargs.get("temperature", SAMPLING["temperature"]))
     except USER_ERRORS as e:
-        click.echo(f"warning: {e}", err=True)
+        click.echo(f"warning: {said(e)}", err=True)
         return set()
     if not choice:
         return set()
