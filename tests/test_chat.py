@@ -336,6 +336,27 @@ def test_generate_says_a_chat_template_error_with_its_raw_flag(fake_cli, monkeyp
     assert_one_line_error(result, f"Error: {error}; use --raw{tail}")
 
 
+@pytest.mark.parametrize("template, error, tail", TEMPLATE_ERRORS)
+def test_chat_says_a_chat_template_error_with_what_chat_offers(fake_cli, monkeypatch, template, error, tail):
+    # was "use --raw", a flag chat does not have: a prompt sent as is is generate's
+    from clitools import assert_one_line_error
+
+    load_with_template(fake_cli, monkeypatch, template)
+    result = CliRunner().invoke(cli, ["chat", "--target", str(fake_cli.target), "--draft", "none"], input="Hi\n")
+    assert_one_line_error(result, f"Error: {error}; use `localspec generate --raw`{tail}")
+
+
+def test_a_chat_turn_the_template_refuses_is_said_with_what_chat_offers(fake_cli, monkeypatch):
+    # the chat goes on after a turn its template refuses (here a third message), said in chat's words
+    load_with_template(fake_cli, monkeypatch, "{% if messages|length > 2 %}{{ raise_exception('too long') }}"
+                                              "{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}")
+    fake_cli.reply_len = 4
+    code, out, err = chat_in_process(fake_cli, "Hi\nAgain\n/exit\n", "--draft", "none", "--drafter", "ngram")
+    assert code == 0, err
+    assert ("Error: the chat template of fake-instruct.gguf failed (too long); use `localspec generate --raw`"
+            in err.splitlines())
+
+
 def test_a_save_that_fails_midway_leaves_the_saved_file_as_it_was(pair, tmp_path, monkeypatch):
     # Written in place, a full disk left the earlier conversation as 4 KiB of cut-off JSON.
     chat = Chat(pair, GREEDY)

@@ -13,12 +13,16 @@ from ..config import ModelError
 from ..chat import Chat
 from ..speculative import Piece
 from . import cli
-from .errors import USER_ERRORS, JsonErrors, said, user_errors
+from .errors import CLI_NAMES, USER_ERRORS, JsonErrors, said, user_errors
 from .flags import GREEN, PLAIN, SHOW_DRAFTS, Escaped, answer_options, use_colour
 from .options import answer_json, generation_config, load_pair, model_options, where
 
 
 CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C stops an answer, Ctrl-D quits)"
+# What chat's errors name, as chat says it: the CLI's flags, but a prompt sent as is (without the chat
+# template) by generate's --raw, as chat has no --raw.
+CHAT_NAMES = {**CLI_NAMES, "raw": "`localspec generate --raw`"}
+said_in_chat = functools.partial(said, names=CHAT_NAMES)
 
 
 @cli.command(cls=JsonErrors)
@@ -29,7 +33,7 @@ CHAT_HELP = "commands: /stats  /reset  /save FILE  /load FILE  /exit   (Ctrl-C s
 @click.option("--stats", "show_stats", is_flag=True, help="Print the speculation stats after every answer.")
 @click.option("--json", "as_json", is_flag=True, help="Print each answer as one JSON line, as generate --json "
               "prints its answer (text, target and draft, settings, stats), instead of streaming it.")
-@user_errors
+@functools.partial(user_errors, names=CHAT_NAMES)
 def chat(system, show_drafts, show_stats, as_json, **options):
     """Chat in the terminal, with the model's own chat template; answers stream as they come.
 
@@ -74,7 +78,7 @@ def chat_loop(session, colour: bool, show_stats: bool, as_json: bool = False) ->
                 if not chat_command(session, line, as_json):
                     return
             except USER_ERRORS as e:
-                click.echo(f"Error: {said(e)}", err=True)
+                click.echo(f"Error: {said_in_chat(e)}", err=True)
         elif line:
             chat_answer(session, line, colour, show_stats, as_json)
 
@@ -103,7 +107,7 @@ def chat_command(session, line: str, as_json: bool = False) -> bool:
         except OSError as e:
             click.echo(f"Error: could not save to {arg.strip()}: {e.strerror}", err=True)
         except ModelError as e:  # the folder cannot be written (models.staging)
-            click.echo(f"Error: {said(e)}", err=True)
+            click.echo(f"Error: {said_in_chat(e)}", err=True)
     elif cmd == "/save":
         say("usage: /save FILE")
     elif cmd == "/load" and arg.strip():
@@ -119,9 +123,9 @@ def refused(error: Exception, as_json: bool) -> None:
     """A message the chat could not answer: one line on stderr, or with --json one JSON line on stdout
     as generate --json prints an error, so that every message sent has its line there."""
     if not as_json:
-        click.echo(f"Error: {said(error)}", err=True)
+        click.echo(f"Error: {said_in_chat(error)}", err=True)
     else:
-        click.echo(json.dumps({"error": {"message": said(error), "type": type(error).__name__}}))
+        click.echo(json.dumps({"error": {"message": said_in_chat(error), "type": type(error).__name__}}))
 
 
 def chat_answer(session, text: str, colour: bool, show_stats: bool, as_json: bool = False) -> None:

@@ -18,9 +18,10 @@ from .flags import GENERATION_FLAGS, long_flag
 USER_ERRORS = (ModelError, LlamaError, GenerationError, ValueError, OSError)
 
 
-def user_errors(fn):
-    """Turn localspec's one-line errors into click errors: a message and exit code 1, no traceback.
-    A closed stdout (`| head`) is no mistake: click ends it with exit code 1 and nothing printed."""
+def user_errors(fn, names: dict[str, str] | None = None):
+    """Turn localspec's one-line errors into click errors: a message in the CLI's words (said, by names
+    where a command has its own) and exit code 1, no traceback. A closed stdout (`| head`) is no
+    mistake: click ends it with exit code 1 and nothing printed."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -28,16 +29,16 @@ def user_errors(fn):
         except BrokenPipeError:
             raise
         except USER_ERRORS as e:
-            error = click.ClickException(said(e))
+            error = click.ClickException(said(e, names))
             error.kind = type(e).__name__
             raise error from None
     return wrapper
 
 
-def said(error: Exception) -> str:
-    """A user error's one line as the CLI says it: naming the flags (CLI_NAMES), not the fields and
-    the LoadOptions a library caller is told of."""
-    return worded(error, CLI_NAMES)
+def said(error: Exception, names: dict[str, str] | None = None) -> str:
+    """A user error's one line as the CLI says it: naming the flags (CLI_NAMES, or a command's own names),
+    not the fields and the LoadOptions a library caller is told of."""
+    return worded(error, CLI_NAMES if names is None else names)
 
 
 class JsonError(click.ClickException):
