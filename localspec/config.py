@@ -20,9 +20,11 @@ class Worded(Exception):
     `template`: the message with each such name a key of LIBRARY_NAMES (Worded.naming). UserError,
     the bindings layer's LlamaError and ModelError (the model store's) are Worded."""
 
-    def __init__(self, message: str, field: str | None = None, rule: str | None = None,
+    def __init__(self, message: str | None, field: str | None = None, rule: str | None = None,
                  lower: tuple[str, ...] = (), template: str | None = None):
-        super().__init__(message)
+        """message: the library caller's line; None where a template gives it, its keys filled as
+        LIBRARY_NAMES names them (the one place a template becomes the library's words)."""
+        super().__init__(template.format_map(LIBRARY_NAMES) if message is None else message)
         self.field, self.rule, self.lower, self.template = field, rule, lower, template
 
     @classmethod
@@ -36,7 +38,7 @@ class Worded(Exception):
         """The error worded by template, a message whose {keys} are LIBRARY_NAMES' keys (literal text in
         it escaped by `literal`): str() fills them as a library caller names them, worded(names) as a
         shell does. field: the setting it is about, where there is one (the server's 400 names it)."""
-        return cls(template.format_map(LIBRARY_NAMES), field, template=template)
+        return cls(None, field, template=template)
 
     def worded(self, names: dict[str, str]) -> str:
         """This error with what it names named as names does: a template's keys (else as LIBRARY_NAMES
@@ -107,8 +109,7 @@ class ContextFull(GenerationError):
     code = "context_length_exceeded"
 
     def __init__(self, full: str, n_tokens: int, n_ctx: int, param: str = "prompt", fix: str = ""):
-        template = f"{literal(full)}; {fix}" if fix else literal(full)
-        super().__init__(template.format_map(LIBRARY_NAMES), template=template)
+        super().__init__(None, template=f"{literal(full)}; {fix}" if fix else literal(full))
         self.n_tokens, self.n_ctx, self.param = n_tokens, n_ctx, param
 
 

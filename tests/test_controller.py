@@ -623,6 +623,28 @@ def test_a_full_context_names_load_options_to_the_library_and_ctx_to_the_cli():
     assert said(e.value) == f"{full}; raise --ctx or shorten the prompt"
 
 
+def test_a_full_context_is_worded_by_the_one_step_that_words_every_template():
+    # ContextFull filled its template with LIBRARY_NAMES itself, a second copy of Worded.naming's step;
+    # now both hand the template to Worded, which fills it (a message of None: the template's words)
+    from localspec.cli.errors import said
+    from localspec.config import ContextFull
+    from localspec.server.types import SERVER_NAMES
+
+    fix = "nothing was dropped: save it ({save}), then {reset}, or {restart}"
+    full = ContextFull("the conversation has 40 tokens but the context holds 32", 40, 32, fix=fix)
+    assert str(full) == ("the conversation has 40 tokens but the context holds 32; nothing was dropped: save it "
+                         "(Chat.save(path)), then Chat.reset(), or raise n_ctx in the Pair's LoadOptions")
+    assert said(full) == ("the conversation has 40 tokens but the context holds 32; nothing was dropped: save it "
+                          "(/save FILE), then /reset, or restart with a larger --ctx")
+    prompt = ContextFull("the prompt has 40 tokens but the context holds 32", 40, 32, fix="raise {n_ctx}")
+    assert (str(prompt), prompt.worded(SERVER_NAMES)) == ("the prompt has 40 tokens but the context holds 32; raise "
+                                                           "n_ctx in the Pair's LoadOptions", "the prompt has 40 "
+                                                           "tokens but the context holds 32; raise --ctx")
+    template = "the prompt has {{3}} tokens; {restart}"
+    assert str(GenerationError(None, template=template)) == str(GenerationError.naming(template)) == \
+        "the prompt has {3} tokens; raise n_ctx in the Pair's LoadOptions"
+
+
 @pytest.mark.parametrize("drafter", ["model", "hybrid"])
 def test_a_drafter_the_pair_cannot_run_names_the_pairs_setting_to_the_library_and_flags_to_the_cli(drafter):
     # a Python caller was told "give --draft, or use --drafter ngram": flags it does not have
