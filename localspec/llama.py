@@ -41,6 +41,10 @@ class LlamaError(Worded):
     own names (config.Worded)."""
 
 
+class NoChatTemplate(LlamaError):
+    """The GGUF has no chat template to format a conversation with (Model.apply_chat_template)."""
+
+
 def init_backend(verbose: bool = False) -> None:
     """Initialise llama.cpp once per process; silence its log unless verbose."""
     global _backend_ready
@@ -253,11 +257,11 @@ class Model:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
 
     def apply_chat_template(self, messages: Sequence[dict], add_assistant: bool = True) -> str:
-        """Format chat messages with the GGUF's own Jinja template, as the Hub's tokenizer would; LlamaError
-        where there is none or it fails (the fix is its caller's to give: Pair.chat_tokens)."""
+        """Format chat messages with the GGUF's own Jinja template, as the Hub's tokenizer would; NoChatTemplate
+        where there is none, LlamaError where it fails (the fix is its caller's to give: Pair.chat_tokens)."""
         tmpl = self.chat_template()
         if tmpl is None:
-            raise LlamaError(f"{self.path.name} has no chat template")
+            raise NoChatTemplate(f"{self.path.name} has no chat template")
         formatter = Jinja2ChatFormatter(tmpl, eos_token=self.token_text(self.eos()).decode("utf-8", "replace"),
                                         bos_token=self.token_text(self.bos()).decode("utf-8", "replace"),
                                         add_generation_prompt=add_assistant)

@@ -15,7 +15,7 @@ from .config import GenerationConfig, GenerationError, check_fits, literal
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .devices import keep_alive, local_devices, rpc_endpoints
 from .context import SAMPLED_ROWS_MAX, Context, LazyContext
-from .llama import LlamaError, Model, common_prefix_len, gpu_offload_supported, threads_of
+from .llama import LlamaError, Model, NoChatTemplate, common_prefix_len, gpu_offload_supported, threads_of
 from .placement import Placement, place_pair
 from .planner import source_names
 from .planning.budget import worth_preparing
@@ -229,11 +229,11 @@ class Pair:
         GenerationError where the target has none or it fails, naming how to send the text as is."""
         self._open()
         m = self.target_model
-        if m.chat_template() is None:
-            raise GenerationError.naming(f"{literal(m.path.name)} has no chat template; use {{raw}} to send the "
-                                         "prompt as is")
         try:
             text = m.apply_chat_template(messages)
+        except NoChatTemplate:
+            raise GenerationError.naming(f"{literal(m.path.name)} has no chat template; use {{raw}} to send the "
+                                         "prompt as is") from None
         except LlamaError as e:  # the template's own raise_exception(), or jinja's error: named in e
             raise GenerationError.naming(f"{literal(str(e))}; use {{raw}}") from None
         return m.tokenize_prompt(text)

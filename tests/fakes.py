@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 from jinja2 import Template
 
-from localspec.llama import LlamaError, common_prefix_len
+from localspec.llama import LlamaError, NoChatTemplate, common_prefix_len
 from localspec.sampling import distribution
 
 CONTROL = ["<s>", "<|im_start|>", "<|im_end|>"]
@@ -138,10 +138,11 @@ class FakeModel:
         return b"".join(self.piece(t) for t in tokens).decode()
 
     def apply_chat_template(self, messages: Sequence[dict], add_assistant: bool = True) -> str:
-        if self.template is None:
-            raise LlamaError(f"{self.path.name} has no chat template")
+        template = self.chat_template()  # read as llama.Model reads it, once a call
+        if template is None:
+            raise NoChatTemplate(f"{self.path.name} has no chat template")
         try:  # raise_exception() as llama-cpp-python's formatter gives it to a template
-            return Template(self.template).render(messages=list(messages), add_generation_prompt=add_assistant,
+            return Template(template).render(messages=list(messages), add_generation_prompt=add_assistant,
                                                   raise_exception=refuse)
         except Exception as e:
             raise LlamaError(f"the chat template of {self.path.name} failed ({e})") from None

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fakes import fake_pair
+from fakes import CHATML, FakeModel, fake_pair
 
+from localspec.chat import Chat
 from localspec.cli import cli
 from localspec.sampling import SamplingParams
-from localspec.chat import Chat
 from localspec.session import LoadOptions, Pair, Reply
 from localspec.config import GenerationConfig, GenerationError
 from localspec.speculative import Piece
@@ -324,6 +324,23 @@ def test_a_chat_template_error_names_the_librarys_raw_prompt_and_the_clis_raw_fl
         pair.prompt_tokens("Hi", chat=True)
     assert str(e.value) == f"{error}; use Pair.prompt_tokens(text, chat=False){tail}"
     assert said(e.value) == f"{error}; use --raw{tail}"
+
+
+@pytest.mark.parametrize("template, error, tail", [(CHATML, None, None), *TEMPLATE_ERRORS])
+def test_a_conversation_reads_the_chat_template_once(monkeypatch, template, error, tail):
+    # chat_tokens read the template to refuse a target without one, then apply_chat_template read it again;
+    # apply_chat_template's reading alone decides now, with the same messages
+    pair = fake_pair(draft=False)
+    pair.target_model.template = template
+    reads = []
+    monkeypatch.setattr(FakeModel, "chat_template", lambda self: reads.append(self.template) or self.template)
+    if error is None:
+        assert pair.chat_tokens([{"role": "user", "content": "Hi"}])
+    else:
+        with pytest.raises(GenerationError) as e:
+            pair.chat_tokens([{"role": "user", "content": "Hi"}])
+        assert str(e.value) == f"{error}; use Pair.prompt_tokens(text, chat=False){tail}"
+    assert reads == [template]
 
 
 @pytest.mark.parametrize("template, error, tail", TEMPLATE_ERRORS)
