@@ -84,8 +84,8 @@ class ModelError(Worded):
 # What a user error's template names (Worded.naming), as a library caller names it; a shell has its own
 # names (the CLI's flags and chat's commands: cli.errors.CLI_NAMES; the server's: server.types.SERVER_NAMES).
 # n_ctx, save, reset: a full context's fix (ContextFull); restart: how a conversation goes on with more room,
-# where chat's user restarts it with a larger --ctx. drafter=KIND: that drafter as a setting; no_draft: what a
-# pair without a draft model says of one asked for (Pair.drafter_kind). raw: what sends a prompt as is, without
+# where chat's user restarts it with a larger --ctx. model_drafter, hybrid_drafter: the drafters that need a
+# draft model, as a setting; no_draft: the fix where a pair without one is asked for them (Pair.drafter_kind). raw: what sends a prompt as is, without
 # the chat template (Pair.chat_tokens). ngl_target, ngl_draft, rpc: LoadOptions too; devices: where the devices
 # to choose from are listed; lower_memory: what asks llama.cpp for less memory when a decode fails. quants: the
 # text of TuneOptions' quants (tune.parse_quants); plot, plot_path: a tune's plot (TuneResult.plot) and its path;
@@ -96,8 +96,8 @@ LIBRARY_NAMES = {"n_ctx": "n_ctx in the Pair's LoadOptions", "save": "Chat.save(
                  "devices": "localspec.devices.list_devices()",
                  "lower_memory": "lower n_ctx, ngl_target or ngl_draft in the Pair's LoadOptions",
                  "quants": "quants", "plot": "the plot", "plot_path": "path", "out": "dst",
-                 **{f"drafter={kind}": f"drafter={kind!r}" for kind in DRAFTERS},
-                 "no_draft": "; give the Pair a draft model, or use drafter='ngram'",
+                 "model_drafter": "drafter='model'", "hybrid_drafter": "drafter='hybrid'",
+                 "no_draft": "give the Pair a draft model, or use drafter='ngram'",
                  "raw": "Pair.prompt_tokens(text, chat=False)"}
 
 

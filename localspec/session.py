@@ -25,6 +25,11 @@ from .speculative import Finished, Piece, SpeculativeDecoder
 from .stats import GenerationStats
 from .treeplan import MAX_BRANCHES
 
+# What a generation asking for a drafter that needs a draft model is refused with on a pair without one
+# (drafter_kind): templates of LIBRARY_NAMES' keys, which each shell names its own way (config.Worded).
+NEEDS_DRAFT = {"model": "{model_drafter} needs a draft model; {no_draft}",
+               "hybrid": "{hybrid_drafter} needs a draft model; {no_draft}"}
+
 
 @dataclass(frozen=True)
 class LoadOptions:
@@ -186,8 +191,8 @@ class Pair:
         the draft model this pair lacks."""
         if config.gamma == 0:
             return None
-        if config.drafter in ("model", "hybrid") and self.draft_ctx is None:
-            raise GenerationError.naming("{drafter=%s} needs a draft model{no_draft}" % config.drafter, "drafter")
+        if config.drafter in NEEDS_DRAFT and self.draft_ctx is None:
+            raise GenerationError.naming(NEEDS_DRAFT[config.drafter], "drafter")
         if config.drafter == "auto":
             return "hybrid" if self.draft_ctx is not None else "ngram"
         return config.drafter

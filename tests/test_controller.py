@@ -659,3 +659,7 @@ def test_a_drafter_the_pair_cannot_run_names_the_pairs_setting_to_the_library_an
                             "or use drafter='ngram'")
     assert e.value.field == "drafter"
     assert said(e.value) == f"--drafter {drafter} needs a draft model; give --draft, or use --drafter ngram"
+    # the server's: its fix was " and this server has none; ..." (each shell's fix began with its own joiner)
+    from localspec.server.types import SERVER_NAMES
+    assert e.value.worded(SERVER_NAMES) == (f"drafter {drafter!r} needs a draft model; this server was started "
+                                            "without one: use drafter 'ngram', or restart it with --draft")

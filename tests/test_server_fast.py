@@ -303,8 +303,8 @@ def test_a_server_without_a_draft_refuses_the_model_drafter(tmp_path):
         r = http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 4, "drafter": "model"})
         assert r.status_code == 400 and r.json()["error"]["param"] == "drafter"
         # the server's words: a request's drafter and the server's own --draft, not the library's Pair
-        assert r.json()["error"]["message"] == ("drafter 'model' needs a draft model and this server has none; "
-                                                "use drafter 'ngram', or restart the server with --draft")
+        assert r.json()["error"]["message"] == ("drafter 'model' needs a draft model; this server was started "
+                                                "without one: use drafter 'ngram', or restart it with --draft")
         r = http.post("/v1/completions", json={"prompt": COUNT, "max_tokens": 4})  # no key needed
         assert r.status_code == 200 and r.headers["x-localspec-draft"] == "none"
         assert r.json()["speculative"]["drafter"] == "ngram" and r.json()["speculative"]["reused_draft_tokens"] is None

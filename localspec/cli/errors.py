@@ -9,8 +9,7 @@ from typing import Sequence
 
 import click
 
-from ..config import ModelError
-from ..config import DRAFTERS, GenerationError, check_environment, worded
+from ..config import GenerationError, ModelError, check_environment, worded
 from ..llama import LlamaError
 from .flags import GENERATION_FLAGS, long_flag
 
@@ -143,5 +142,5 @@ CLI_NAMES = {**{name: long_flag(name) for name in GENERATION_FLAGS}, "gamma_max"
              "out": "--out",
              "lower_memory": f"lower {long_flag('ctx')}, {long_flag('ngl_target')} or {long_flag('ngl_draft')}",
              "save": "/save FILE", "reset": "/reset", "restart": f"restart with a larger {long_flag('ctx')}",
-             **{f"drafter={kind}": f"{long_flag('drafter')} {kind}" for kind in DRAFTERS},
-             "no_draft": f"; give {long_flag('draft')}, or use {long_flag('drafter')} ngram", "raw": "--raw"}
+             **{f"{kind}_drafter": f"{long_flag('drafter')} {kind}" for kind in ("model", "hybrid")},
+             "no_draft": f"give {long_flag('draft')}, or use {long_flag('drafter')} ngram", "raw": "--raw"}

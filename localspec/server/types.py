@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from ..sampling import SamplingParams
-from ..config import DRAFTERS, GenerationConfig, GenerationError, seed_from
+from ..config import GenerationConfig, GenerationError, seed_from
 from ..chat import ROLES
 
 # The request's fields that are GenerationConfig's too: a GenerationError's field is the 400's param.
@@ -21,8 +21,8 @@ MAX_STOP = 4  # OpenAI's limit on stop strings
 # --ctx for the Pair's n_ctx, and --draft for the draft model it was started without; a request's fields
 # by the names GenerationConfig gives them, a drafter as the request's `drafter` value; a prompt sent as
 # is, without the chat template, by the endpoint that takes one; less memory by the flags of a restart.
-SERVER_NAMES = {"n_ctx": "--ctx", **{f"drafter={kind}": f"drafter {kind!r}" for kind in DRAFTERS},
-                "no_draft": " and this server has none; use drafter 'ngram', or restart the server with --draft",
+SERVER_NAMES = {"n_ctx": "--ctx", "model_drafter": "drafter 'model'", "hybrid_drafter": "drafter 'hybrid'",
+                "no_draft": "this server was started without one: use drafter 'ngram', or restart it with --draft",
                 "raw": "/v1/completions",
                 "lower_memory": "restart the server with a lower --ctx, --ngl-target or --ngl-draft"}
 
