@@ -85,11 +85,11 @@ class ModelError(Worded):
 # names (the CLI's flags and chat's commands: cli.errors.CLI_NAMES; the server's: server.types.SERVER_NAMES).
 # n_ctx, save, reset: a full context's fix (ContextFull); restart: how a conversation goes on with more room,
 # where chat's user restarts it with a larger --ctx. model_drafter, hybrid_drafter: the drafters that need a
-# draft model, as a setting; no_draft: the fix where a pair without one is asked for them (Pair.drafter_kind). raw: what sends a prompt as is, without
-# the chat template (Pair.chat_tokens). ngl_target, ngl_draft, rpc: LoadOptions too; devices: where the devices
-# to choose from are listed; lower_memory: what asks llama.cpp for less memory when a decode fails. quants: the
-# text of TuneOptions' quants (tune.parse_quants); plot, plot_path: a tune's plot (TuneResult.plot) and its path;
-# out: where models.convert writes.
+# draft model, as a setting; no_draft: the fix where a pair without one is asked for them (Pair.drafter_kind).
+# raw: what sends a prompt as is, without the chat template (Pair.chat_tokens). ngl_target, ngl_draft, rpc:
+# LoadOptions too; devices: where the devices to choose from are listed; lower_memory: what asks llama.cpp for
+# less memory when a decode fails. quants: the text of TuneOptions' quants (tune.parse_quants); plot,
+# plot_path: a tune's plot (TuneResult.plot) and its path; out: where models.convert writes.
 LIBRARY_NAMES = {"n_ctx": "n_ctx in the Pair's LoadOptions", "save": "Chat.save(path)", "reset": "Chat.reset()",
                  "restart": "raise n_ctx in the Pair's LoadOptions",
                  **{name: f"{name} in the Pair's LoadOptions" for name in ("ngl_target", "ngl_draft", "rpc")},
