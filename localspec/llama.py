@@ -22,7 +22,6 @@ from typing import Callable, Sequence
 import llama_cpp as lc  # before numpy: see localspec/__init__.py
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-
 from .config import Worded
 
 GGUF_MAGIC = b"GGUF"
