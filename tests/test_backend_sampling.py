@@ -25,7 +25,7 @@ from localspec.sampling import (
 from conftest import GPU_LAYERS
 from fakes import FakeContext, RecordingContext, SampledContext, fake_contexts
 from test_controller import (GREEDY, HOT, PURE_T1, emitted_tokens, exact_first_two, first_two, generate,
-                             model_source, same_distribution_pvalue)
+                             model_source, same_distribution_pvalue, target_only_first_two)
 from test_sampling import ALPHA, N, PAIRS, V8, dense, first_tokens, gof_pvalue
 
 FILTERED = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, min_p=0.02)
@@ -192,7 +192,8 @@ def test_sampled_rows_keep_the_target_distribution(sampling, draft_sampling, mon
     sampled_t, sampled_d = fake_contexts(context=SampledContext)
     prompt = plain_t.model.tokenize("My favourite colour is")
     n = 4000
-    plain, _ = first_two(plain_t, None, prompt, sampling, 0, range(n))
+    plain_prompt, plain = target_only_first_two("My favourite colour is", sampling, n)  # numpy rows, once a run
+    assert plain_prompt == prompt
     spec, drafted = first_two(sampled_t, lambda: model_source(sampled_d, draft_sampling), prompt, sampling, 2,
                               range(n, 2 * n))
     assert drafted >= 2 * n and sampled_t.chain == sampling
@@ -208,7 +209,7 @@ def test_sampled_rows_distribution_test_has_power(monkeypatch):
     plain_t, _ = fake_contexts()
     sampled_t, sampled_d = fake_contexts(context=SampledContext)
     prompt = plain_t.model.tokenize("My favourite colour is")
-    plain, _ = first_two(plain_t, None, prompt, PURE_T1, 0, range(4000))
+    plain = target_only_first_two("My favourite colour is", PURE_T1, 4000)[1]  # as test_controller's plain_t1
     broken, _ = first_two(sampled_t, lambda: model_source(sampled_d, HOT), prompt, PURE_T1, 2, range(4000, 8000))
     assert same_distribution_pvalue(plain, broken) < 1e-6
 

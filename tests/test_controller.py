@@ -4,6 +4,7 @@ llama.cpp on SmolLM2-135M (target) and a Q4_0 copy (draft), marked slow."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import numpy as np
@@ -261,12 +262,20 @@ def same_distribution_pvalue(a, b) -> float:
     return chi2_contingency(rows)[1]
 
 
+@functools.cache
+def target_only_first_two(text: str, sampling: SamplingParams, n: int = N) -> tuple[list[int], list[tuple]]:
+    """Target-only first two tokens after text on the fakes (numpy rows), seeds 0..n-1: the prompt and
+    the samples. A fixed function of its arguments, computed once per run for the tests here and in
+    test_backend_sampling.py that compare with the same reference."""
+    target, _ = fake_contexts()
+    prompt = tokenize(target, text)
+    return prompt, first_two(target, None, prompt, sampling, 0, range(n))[0]
+
+
 @pytest.fixture(scope="module")
 def plain_t1():
     """Target-only first two tokens over N seeds at T=1: the reference every test below compares with."""
-    target, _ = fake_contexts()
-    prompt = tokenize(target, "My favourite colour is")
-    samples, _ = first_two(target, None, prompt, PURE_T1, 0, range(N))
+    prompt, samples = target_only_first_two("My favourite colour is", PURE_T1)
     assert len(set(samples)) > 100  # a spread-out distribution, not a near-certain continuation
     return prompt, samples
 
