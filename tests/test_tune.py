@@ -469,8 +469,10 @@ def test_a_pick_only_predicted_keeps_a_confirmed_profile(store_pair):
     target, _ = store_pair
     profile.save_profile(target, profile.Choice("ngram", None, 5, temperature=0.0, tokens_per_s=30.0,
                                              target_only_tokens_per_s=20.0, confirmed=True))
+    # one calibration prompt and drafts of up to 2 (the defaults, 8 and 8, calibrated 4x longer): the budget
+    # runs out after the calibration all the same
     result = invoke("tune", "--target", target, "--temperature", 0, "-n", 8, "--quants", "none", "--budget", 0.001,
-                    "--threads", 2, "--ctx", 512, "--json")
+                    "--threads", 2, "--ctx", 512, "--n-prompts", 1, "--gamma-max", 2, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["profile_kept"] is True and "kept the confirmed profile" in result.stderr
     assert json.loads(result.stdout)["seed"] == 1  # the calibration's seed, as --seed -1 draws it too
