@@ -40,11 +40,11 @@ def sets(regions, kinds, machine, scale: float = 1.0, seeds=SEEDS):
     luck), so the sets that several tests judge (the prose sets of the budget and hybrid tests, the
     copy sets) are simulated once per run. A test that patches the planner calls run_set instead."""
     points, draft_ratio = MACHINES[machine]
-    for s in seeds:
-        key = (tuple(regions), tuple(kinds), machine, scale, s)
+    keys = [(tuple(regions), tuple(kinds), machine, scale, s) for s in seeds]
+    for key in keys:
         if key not in _SETS:
-            _SETS[key] = run_set(regions, kinds, curve(points, scale), draft_ratio, seed=s)
-    return [_SETS[(tuple(regions), tuple(kinds), machine, scale, s)] for s in seeds]
+            _SETS[key] = run_set(regions, kinds, curve(points, scale), draft_ratio, seed=key[-1])
+    return [_SETS[key] for key in keys]
 
 
 def mean_ratio(runs) -> float:

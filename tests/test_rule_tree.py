@@ -115,7 +115,7 @@ def best_guess(prev: int, drawn: tuple[int, ...]) -> tuple[int, Dist]:
     return token, one_hot(token)
 
 
-_CDFS: dict[int, tuple[Dist, list[int], list[float]]] = {}  # id(q) -> q (held: its id stays its), ids, cumsums
+_CDFS: dict[int, tuple[Dist, list[int], list[float]]] = {}  # id(q) -> q (kept: no other takes its id), ids, cumsums
 
 
 def draw(q: Dist, rng) -> int:
