@@ -69,7 +69,7 @@ class OneLineUsage(click.Command):
             try:
                 check_environment()
             except GenerationError as e:
-                raise click.ClickException(str(e)) from None
+                raise click.ClickException(said(e)) from None
         return super().invoke(ctx)
 
     def parse_args(self, ctx, args):
