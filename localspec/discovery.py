@@ -58,6 +58,12 @@ def store_models() -> list[Found]:
     return _folder_models(models.store_dir(), "store")
 
 
+def installed() -> list[Path]:
+    """The .gguf files in the store, subfolders included (hidden entries, such as downloads under
+    way, left out), sorted: GGUF or not, for tune to judge (store_models() keeps the models alone)."""
+    return gguf_files(models.store_dir())
+
+
 def other_models() -> list[Found]:
     """The GGUF models in LM Studio's, Ollama's and the Hugging Face hub cache's folders, then in
     $LOCALSPEC_MODEL_DIRS."""

@@ -1,5 +1,5 @@
-"""The model store: catalog, where the store is, the one name resolver, pull (the bytes are fetched by
-download.py), derived (converted) files, the one atomic write.
+"""The model store: catalog, where the store is, pull (the bytes are fetched by download.py), derived
+(converted) files, the one atomic write. Names become files in naming.py (resolve_model), above this.
 
 The store is $LOCALSPEC_MODELS, else in a source checkout the checkout's models/ folder, else (installed)
 $XDG_DATA_HOME/localspec/models (~/.local/share by default). The catalog ships in the package,
@@ -169,14 +169,6 @@ def model_path(name: str) -> Path:
     return store_dir() / load_catalog().entry(name).file
 
 
-def installed() -> list[Path]:
-    """The .gguf files in the store, subfolders included (hidden entries, such as downloads under
-    way, left out), sorted."""
-    from .discovery import gguf_files
-
-    return gguf_files(store_dir())
-
-
 def installed_already(name: str) -> Path | None:
     """The store file of catalog model `name` when it is installed (at the catalog's size), else None:
     what pull(name) would return without downloading or converting anything."""
@@ -185,48 +177,6 @@ def installed_already(name: str) -> Path | None:
     if dst.is_file() and (entry.size is None or dst.stat().st_size == entry.size):
         return dst
     return None
-
-
-def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> Path:
-    """A model name or a file path -> an existing GGUF path, the one resolver of every command.
-
-    In turn: an existing file; a catalog name (pulled if missing, unless pull_missing is False); a
-    store model by its name, file name or stem (subfolders included); a model in another app's
-    folder by the name `find_models(all_sources=True)` lists (see naming.lookup)."""
-    from . import naming
-
-    path = Path(name_or_path).expanduser()
-    try:
-        if path.is_file():
-            return path
-        is_dir = path.is_dir()
-    except OSError as e:  # a folder on the way that this user may not read
-        from .llama import unreadable
-
-        raise ModelError(unreadable(path, e)) from None
-    if is_dir and _explicit_path(name_or_path):
-        raise ModelError(f"{path} is a directory, not a model file; give the path of a .gguf file in it")
-    catalog = load_catalog()
-    if name_or_path in catalog.models:
-        target = model_path(name_or_path)
-        if target.is_file():
-            return target
-        if not pull_missing:
-            raise ModelError(f"{name_or_path} is not installed; run `localspec models pull {name_or_path}`")
-        return pull(name_or_path)
-    if not _explicit_path(name_or_path):
-        found = naming.lookup(name_or_path)
-        if found is not None:
-            return found
-    known, pull_it = naming.known_models(catalog), "`localspec models pull NAME` installs a known model"
-    if "/" in name_or_path or os.sep in name_or_path or name_or_path.lower().endswith(".gguf"):
-        raise ModelError(f"Model file not found: {path}; check the path, or use a model name ({known}; {pull_it})")
-    raise ModelError(f"Unknown model '{name_or_path}'. {known}; {pull_it}; or give a path to a .gguf file")
-
-
-def _explicit_path(text: str) -> bool:
-    """Whether text can only mean a path (absolute, ~, ./ or ../), never a model's name."""
-    return os.path.isabs(os.path.expanduser(text)) or text.startswith(("./", "../"))
 
 
 def resolve_pair(pair: str | None) -> tuple[str, str]:
@@ -249,25 +199,6 @@ def pair_names(target: str | None) -> tuple[str, str | None]:
 def names_no_draft(draft) -> bool:
     """Whether a --draft value (a name, a path or None) is 'none', in any case: no draft model."""
     return draft is not None and str(draft).lower() == "none"
-
-
-def pair_files(target: str | None, draft: str | None) -> tuple[Path, Path | None]:
-    """--target/--draft (names, paths or 'none'; None: the catalog's choice) -> file paths, pulling
-    catalog models if missing."""
-    target, default_draft = pair_names(target)
-    draft = default_draft if draft is None else draft
-    target_path = resolve_model(target)
-    if draft is None or names_no_draft(draft):
-        return target_path, None
-    return target_path, resolve_model(draft)
-
-
-def installed_target(target: str | None) -> Path | None:
-    """The target file a command would load, if it is installed (None: not, or not pulled yet)."""
-    try:
-        return resolve_model(pair_names(target)[0], pull_missing=False)
-    except ModelError:
-        return None
 
 
 def pull(name: str, *, progress: bool = True, log: Callable[[str], None] = print, verify: bool = False) -> Path:

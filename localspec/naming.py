@@ -1,9 +1,11 @@
-"""What a model name stands for: the one file a name picks among the models found on the machine
-(discovery.py), in the order lookup tries them; the names `models list` shows, each with why it does not
-pick its file (listing); and the known models an unknown name's error lists (known_models)."""
+"""What a model name stands for: the one resolver of every command (resolve_model: a name or a path ->
+a file, pulling a catalog model if missing); the one file a name picks among the models found on the
+machine (discovery.py), in the order lookup tries them; the names `models list` shows, each with why it
+does not pick its file (listing); and the known models an unknown name's error lists (known_models)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Sequence
 
@@ -11,8 +13,66 @@ from . import models
 from .config import ModelError
 from .discovery import (PLAIN, Found, file_key, find_models, folder_files, guarded, hf_cache_dir, hf_cache_files,
                         is_gguf, search_tiers, source_folders, store_models, unique_files, unusable_ollama_models)
+from .llama import unreadable
 
 LISTED_IN_ERRORS = 8  # at most this many other apps' models named in an unknown-model error
+
+
+def resolve_model(name_or_path: str, *, pull_missing: bool = True) -> Path:
+    """A model name or a file path -> an existing GGUF path, the one resolver of every command.
+
+    In turn: an existing file; a catalog name (pulled if missing, unless pull_missing is False); a
+    store model by its name, file name or stem (subfolders included); a model in another app's
+    folder by the name `find_models(all_sources=True)` lists (see lookup)."""
+    path = Path(name_or_path).expanduser()
+    try:
+        if path.is_file():
+            return path
+        is_dir = path.is_dir()
+    except OSError as e:  # a folder on the way that this user may not read
+        raise ModelError(unreadable(path, e)) from None
+    if is_dir and _explicit_path(name_or_path):
+        raise ModelError(f"{path} is a directory, not a model file; give the path of a .gguf file in it")
+    catalog = models.load_catalog()
+    if name_or_path in catalog.models:
+        target = models.model_path(name_or_path)
+        if target.is_file():
+            return target
+        if not pull_missing:
+            raise ModelError(f"{name_or_path} is not installed; run `localspec models pull {name_or_path}`")
+        return models.pull(name_or_path)
+    if not _explicit_path(name_or_path):
+        found = lookup(name_or_path)
+        if found is not None:
+            return found
+    known, pull_it = known_models(catalog), "`localspec models pull NAME` installs a known model"
+    if "/" in name_or_path or os.sep in name_or_path or name_or_path.lower().endswith(".gguf"):
+        raise ModelError(f"Model file not found: {path}; check the path, or use a model name ({known}; {pull_it})")
+    raise ModelError(f"Unknown model '{name_or_path}'. {known}; {pull_it}; or give a path to a .gguf file")
+
+
+def _explicit_path(text: str) -> bool:
+    """Whether text can only mean a path (absolute, ~, ./ or ../), never a model's name."""
+    return os.path.isabs(os.path.expanduser(text)) or text.startswith(("./", "../"))
+
+
+def pair_files(target: str | None, draft: str | None) -> tuple[Path, Path | None]:
+    """--target/--draft (names, paths or 'none'; None: the catalog's choice) -> file paths, pulling
+    catalog models if missing."""
+    target, default_draft = models.pair_names(target)
+    draft = default_draft if draft is None else draft
+    target_path = resolve_model(target)
+    if draft is None or models.names_no_draft(draft):
+        return target_path, None
+    return target_path, resolve_model(draft)
+
+
+def installed_target(target: str | None) -> Path | None:
+    """The target file a command would load, if it is installed (None: not, or not pulled yet)."""
+    try:
+        return resolve_model(models.pair_names(target)[0], pull_missing=False)
+    except ModelError:
+        return None
 
 
 def listing(all_sources: bool = False) -> list[tuple[Found, str | None]]:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from . import discovery, models
+from . import discovery, models, naming
 from .config import ModelError
 
 PROFILE_SUFFIX = ".tune.json"
@@ -210,6 +210,6 @@ def _same_draft(given: str | None, draft: Path | None) -> bool:
     if draft is None:
         return False
     try:
-        return os.path.samefile(models.resolve_model(str(given), pull_missing=False), draft)
+        return os.path.samefile(naming.resolve_model(str(given), pull_missing=False), draft)
     except (ModelError, OSError):
         return False

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import localspec  # noqa: F401  (llama.cpp before numpy)
-from localspec import devices, models
+from localspec import devices, models, naming
 from localspec.acceptance import PositionAcceptance
 from localspec.costmodel import expected_tokens
 from localspec.timings import VerifyCurve
@@ -935,9 +935,9 @@ def one_process_args(ap: argparse.ArgumentParser, args) -> None:
 
 
 def resolve_models(ap: argparse.ArgumentParser, *names: str) -> list[Path]:
-    """Model names or paths -> files (models.resolve_model); a usage error naming the one not found."""
+    """Model names or paths -> files (naming.resolve_model); a usage error naming the one not found."""
     try:
-        return [models.resolve_model(name) for name in names]
+        return [naming.resolve_model(name) for name in names]
     except ModelError as e:
         ap.error(str(e))
 
@@ -958,7 +958,7 @@ def resolve_paths(args) -> tuple[Path, Path]:
         args.out.mkdir(parents=True, exist_ok=True)
         return quick_pair(args.out)
     target, draft = models.resolve_pair(args.pair)
-    return models.resolve_model(args.target or target), models.resolve_model(args.draft or draft)
+    return naming.resolve_model(args.target or target), naming.resolve_model(args.draft or draft)
 
 
 def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Costs, wall_s: float) -> str:

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec import models
+from localspec import models, naming
 from localspec.config import ModelError
 from localspec.context import SAMPLED_ROWS_MAX
 from localspec.llama import Model, common_prefix_len
@@ -53,7 +53,7 @@ def light_models(*roles: str) -> list[Path]:
         files = [tests / models.load_catalog().entry(names[role]).file for role in roles]
         if all(f.is_file() for f in files):
             return files
-        return [models.resolve_model(names[role]) for role in roles]
+        return [naming.resolve_model(names[role]) for role in roles]
     except ModelError as e:
         sys.exit(f"{Path(sys.argv[0]).name}: {e}")
 

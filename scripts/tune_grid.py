@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import localspec  # noqa: F401  (llama.cpp before numpy)
-from localspec import models, profile, tune
+from localspec import models, naming, profile, tune
 from localspec.config import ModelError
 from localspec.sampling import SamplingParams
 from localspec.session import LoadOptions, Pair
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
         target = quick_target(args.out / "store")
     else:
         try:
-            target = models.resolve_model(args.target or models.resolve_pair(None)[0])
+            target = naming.resolve_model(args.target or models.resolve_pair(None)[0])
         except ModelError as e:
             sys.exit(f"tune_grid.py: {e}")
     options = tune.TuneOptions(sampling=SamplingParams(temperature=args.temperature), p_min=args.p_min,

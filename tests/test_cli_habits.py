@@ -478,7 +478,7 @@ def test_config_show_gives_gamma_and_p_min_auto_as_a_user_writes_them(tmp_path, 
 def test_config_beats_the_profile(tmp_path, monkeypatch, fake_cli):
     from localspec import profile
 
-    monkeypatch.setattr("localspec.models.installed_target", lambda target: fake_cli.target)
+    monkeypatch.setattr("localspec.naming.installed_target", lambda target: fake_cli.target)
     choice = type("Choice", (), {})()
     monkeypatch.setattr(profile, "load_profile", lambda target, temperature: choice)
 

@@ -96,10 +96,10 @@ def test_the_store_is_searched_with_its_subfolders(isolated_store):
     assert discovery.find_models()[1].size == 5
     for name in ("Model-Q4_K_M", "Model-Q4_K_M.gguf", "lmstudio-community/Repo-GGUF/Model-Q4_K_M",
                  "lmstudio-community/Repo-GGUF/Model-Q4_K_M.gguf"):
-        assert models.resolve_model(name) == nested, name
-    assert models.resolve_model("x") == top
+        assert naming.resolve_model(name) == nested, name
+    assert naming.resolve_model("x") == top
     # installed() lists every .gguf in the store, subfolders too, for tune to judge (and report)
-    assert [p.relative_to(isolated_store).as_posix() for p in models.installed()] == [
+    assert [p.relative_to(isolated_store).as_posix() for p in discovery.installed()] == [
         "big-00002-of-00002.gguf", "lmstudio-community/Repo-GGUF/Model-Q4_K_M.gguf", "mmproj-model-f16.gguf",
         "notes.gguf", "x.gguf"]
 
@@ -108,10 +108,10 @@ def test_an_ambiguous_stem_lists_the_matches(isolated_store):
     gguf(isolated_store / "a" / "model.gguf")
     b = gguf(isolated_store / "b" / "model.gguf")
     with pytest.raises(ModelError) as e:
-        models.resolve_model("model")
+        naming.resolve_model("model")
     assert str(e.value) == ("Model name 'model' is ambiguous: it matches a/model.gguf (store), b/model.gguf (store); "
                             "give one of these names, or a path")
-    assert models.resolve_model("b/model") == b
+    assert naming.resolve_model("b/model") == b
 
 
 def test_one_file_name_in_two_folders_is_told_apart_by_path(monkeypatch, tmp_path):
@@ -120,10 +120,10 @@ def test_one_file_name_in_two_folders_is_told_apart_by_path(monkeypatch, tmp_pat
     monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", os.pathsep.join([str(a.parent), str(b.parent)]))
     for name in ("dup", "dup.gguf"):
         with pytest.raises(ModelError) as e:
-            models.resolve_model(name)
+            naming.resolve_model(name)
         assert str(e.value) == (f"Model name '{name}' is ambiguous: it matches {a} (extra), {b} (extra); "
                                 "give the path of the one you mean")
-    assert models.resolve_model(str(b)) == b
+    assert naming.resolve_model(str(b)) == b
 
 
 def test_a_file_hard_linked_into_two_folders_is_one_model(isolated_store, monkeypatch, tmp_path):
@@ -136,7 +136,7 @@ def test_a_file_hard_linked_into_two_folders_is_one_model(isolated_store, monkey
     os.link(theirs, mine)
     monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", str(tmp_path / "mine"))
     assert named(discovery.find_models(all_sources=True)) == [("pub/repo/b.gguf", "lmstudio")]
-    assert models.resolve_model("pub/repo/b.gguf") == theirs
+    assert naming.resolve_model("pub/repo/b.gguf") == theirs
 
 
 def test_files_that_share_a_name_are_told_apart_in_the_listing(isolated_store, monkeypatch, tmp_path):
@@ -153,12 +153,12 @@ def test_files_that_share_a_name_are_told_apart_in_the_listing(isolated_store, m
     shared = "this name is shared by several files; give this path instead"
     assert [(f.path, why) for f, why in naming.listing(all_sources=True)] == [
         (store_x, None), (lm, shared), (hf, shared), (extra_x, f"this name picks {store_x}; give this path instead")]
-    assert models.resolve_model("x.gguf") == store_x
+    assert naming.resolve_model("x.gguf") == store_x
     with pytest.raises(ModelError) as e:
-        models.resolve_model("org/repo/c.gguf")
+        naming.resolve_model("org/repo/c.gguf")
     assert str(e.value) == (f"Model name 'org/repo/c.gguf' is ambiguous: it matches {lm} (lmstudio), {hf} "
                             "(hf-cache); give the path of the one you mean")
-    assert models.resolve_model(str(extra_x)) == extra_x
+    assert naming.resolve_model(str(extra_x)) == extra_x
 
 
 def test_lm_studio_folders(isolated_store, monkeypatch, tmp_path):
@@ -170,10 +170,10 @@ def test_lm_studio_folders(isolated_store, monkeypatch, tmp_path):
     assert discovery.find_models() == []  # other apps only when asked
     assert named(discovery.find_models(all_sources=True)) == [
         ("lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf", "lmstudio"), ("TheBloke/Llama-GGUF/llama.Q4_0.gguf", "lmstudio")]
-    assert models.resolve_model("lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf") == new
-    assert models.resolve_model("llama.Q4_0") == old  # by its file alone, when only one file has that name
+    assert naming.resolve_model("lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf") == new
+    assert naming.resolve_model("llama.Q4_0") == old  # by its file alone, when only one file has that name
     shadow = gguf(isolated_store / "lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M.gguf")
-    assert models.resolve_model("lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M") == shadow  # the store comes first
+    assert naming.resolve_model("lmstudio-community/Qwen-GGUF/Qwen-Q4_K_M") == shadow  # the store comes first
 
 
 def test_a_split_model_is_listed_once_at_the_size_of_all_its_parts(isolated_store):
@@ -185,7 +185,7 @@ def test_a_split_model_is_listed_once_at_the_size_of_all_its_parts(isolated_stor
     gguf(folder / "big-Q4_K_M-00003-of-00003.gguf", size=20)
     found = discovery.find_models(all_sources=True)
     assert [(f.name, f.size) for f in found] == [("pub/Big-GGUF/big-Q4_K_M-00001-of-00003.gguf", 150)]
-    assert models.resolve_model("big-Q4_K_M-00001-of-00003") == first
+    assert naming.resolve_model("big-Q4_K_M-00001-of-00003") == first
     assert discovery.split_parts(first)[1:] == [folder / "big-Q4_K_M-00002-of-00003.gguf",
                                                 folder / "big-Q4_K_M-00003-of-00003.gguf"]
     assert discovery.model_size(gguf(isolated_store / "one.gguf", size=7)) == 7
@@ -244,13 +244,13 @@ def test_ollama_store_by_name_and_tag(monkeypatch, tmp_path):
     found = discovery.find_models(all_sources=True)
     assert named(found) == [("llama3.2:1b", "ollama"), ("llama3.2:latest", "ollama"), ("someone/coder:7b", "ollama")]
     assert found[0].path == one_b and found[0].size == 7
-    assert models.resolve_model("llama3.2:1b") == one_b
-    assert models.resolve_model("llama3.2") == latest  # as in Ollama, no tag means :latest
-    assert models.resolve_model("someone/coder:7b") == mine
+    assert naming.resolve_model("llama3.2:1b") == one_b
+    assert naming.resolve_model("llama3.2") == latest  # as in Ollama, no tag means :latest
+    assert naming.resolve_model("someone/coder:7b") == mine
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "elsewhere"))  # OLLAMA_MODELS replaces ~/.ollama/models
     other = ollama_model(tmp_path / "elsewhere", "qwen2.5-coder", "0.5b", b"q", host="hf.co", namespace="Qwen")
     assert named(discovery.find_models(all_sources=True)) == [("hf.co/Qwen/qwen2.5-coder:0.5b", "ollama")]
-    assert models.resolve_model("hf.co/Qwen/qwen2.5-coder:0.5b") == other
+    assert naming.resolve_model("hf.co/Qwen/qwen2.5-coder:0.5b") == other
 
 
 def test_ollama_tags_of_one_blob_are_each_listed_and_resolved():
@@ -263,7 +263,7 @@ def test_ollama_tags_of_one_blob_are_each_listed_and_resolved():
     assert named(discovery.find_models(all_sources=True)) == [
         ("smol:135m", "ollama"), ("smol:latest", "ollama"), ("someone/coder:v1", "ollama")]
     for name in ("smol", "smol:latest", "smol:135m", "someone/coder:v1"):
-        assert models.resolve_model(name) == blob
+        assert naming.resolve_model(name) == blob
 
 
 def test_an_ollama_name_in_another_case_resolves_as_ollama_takes_it():
@@ -272,11 +272,11 @@ def test_an_ollama_name_in_another_case_resolves_as_ollama_takes_it():
     one_b = ollama_model(root, "llama3.2", "1b", b"one")
     latest = ollama_model(root, "llama3.2", "latest", b"latest")
     mine = ollama_model(root, "coder", "q4_K_M", b"user", namespace="someone")
-    assert models.resolve_model("Llama3.2:1B") == one_b
-    assert models.resolve_model("LLAMA3.2") == latest
-    assert models.resolve_model("Someone/Coder:q4_k_m") == mine
+    assert naming.resolve_model("Llama3.2:1B") == one_b
+    assert naming.resolve_model("LLAMA3.2") == latest
+    assert naming.resolve_model("Someone/Coder:q4_k_m") == mine
     with pytest.raises(ModelError, match="Unknown model"):
-        models.resolve_model("Llama3.3:1B")
+        naming.resolve_model("Llama3.3:1B")
 
 
 def test_hugging_face_hub_cache(monkeypatch, tmp_path):
@@ -294,8 +294,8 @@ def test_hugging_face_hub_cache(monkeypatch, tmp_path):
     assert named(found) == [("bartowski/Qwen-GGUF/Qwen-Q4_K_M.gguf", "hf-cache"),
                             ("unsloth/Big-GGUF/Q4_K_M/Big-Q4_K_M-00001-of-00002.gguf", "hf-cache")]
     assert found[0].path == main and found[0].path.read_bytes() == b"GGUFnew"  # main's revision, not the older one
-    assert models.resolve_model("bartowski/Qwen-GGUF/Qwen-Q4_K_M.gguf") == main
-    assert models.resolve_model("Big-Q4_K_M-00001-of-00002") == nested
+    assert naming.resolve_model("bartowski/Qwen-GGUF/Qwen-Q4_K_M.gguf") == main
+    assert naming.resolve_model("Big-Q4_K_M-00001-of-00002") == nested
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))  # HF_HUB_CACHE wins over HF_HOME
     assert discovery.find_models(all_sources=True) == []
 
@@ -311,8 +311,8 @@ def test_a_deleted_blob_hides_only_its_own_file(monkeypatch, tmp_path):
     hf_cached(cache, "org/Smol-GGUF", "smol-F16.gguf", b"newer").resolve().unlink()  # main's copy deleted
     assert named(discovery.find_models(all_sources=True)) == [("org/Smol-GGUF/smol-F16.gguf", "hf-cache"),
                                                               ("org/Smol-GGUF/smol-Q4_K_M.gguf", "hf-cache")]
-    assert models.resolve_model("org/Smol-GGUF/smol-Q4_K_M.gguf") == kept
-    assert models.resolve_model("smol-F16") == older  # the copy still on disk
+    assert naming.resolve_model("org/Smol-GGUF/smol-Q4_K_M.gguf") == kept
+    assert naming.resolve_model("smol-F16") == older  # the copy still on disk
 
 
 def test_extra_folders_and_unreadable_entries(monkeypatch, tmp_path):
@@ -324,7 +324,7 @@ def test_extra_folders_and_unreadable_entries(monkeypatch, tmp_path):
     (b / "wrong-magic.gguf").write_bytes(b"GGML")
     monkeypatch.setenv("LOCALSPEC_MODEL_DIRS", os.pathsep.join([str(a), str(b), str(tmp_path / "missing"), str(a)]))
     assert named(discovery.find_models(all_sources=True)) == [("one.gguf", "extra"), ("sub/two.gguf", "extra")]
-    assert models.resolve_model("one") == first
+    assert naming.resolve_model("one") == first
     home = Path(os.environ["HOME"])
     (home / ".cache").mkdir(parents=True)
     (home / ".ollama").write_text("a file where a folder should be")
@@ -347,7 +347,7 @@ def test_other_apps_folders_named_in_model_dirs_keep_their_apps_names(isolated_s
     assert named(discovery.find_models(all_sources=True)) == [("pub/repo/a.gguf", "lmstudio"),
                                                               ("org/repo/c.gguf", "hf-cache")]
     with pytest.raises(ModelError, match="which is a web page"):
-        models.resolve_model("pub/repo/page.gguf")
+        naming.resolve_model("pub/repo/page.gguf")
 
 
 def test_a_model_on_the_machine_that_cannot_be_used_says_why_and_the_fix(isolated_store, monkeypatch, tmp_path):
@@ -388,11 +388,11 @@ def test_a_model_on_the_machine_that_cannot_be_used_says_why_and_the_fix(isolate
     }
     for name, message in expected.items():
         with pytest.raises(ModelError) as e:
-            models.resolve_model(name)
+            naming.resolve_model(name)
         assert str(e.value) == message, name
     assert discovery.find_models(all_sources=True) == []
     with pytest.raises(ModelError, match="^Unknown model 'nothing'"):
-        models.resolve_model("nothing")
+        naming.resolve_model("nothing")
 
 
 def test_unknown_name_says_what_is_installed_and_what_can_be_pulled(isolated_store, tmp_path, monkeypatch):
@@ -401,14 +401,14 @@ def test_unknown_name_says_what_is_installed_and_what_can_be_pulled(isolated_sto
     gguf(isolated_store / "sub" / "mine.gguf")
     ollama_model(Path(os.environ["HOME"]) / ".ollama/models", "llama3.2", "1b", b"x")
     with pytest.raises(ModelError) as e:
-        models.resolve_model("llama9")
+        naming.resolve_model("llama9")
     assert str(e.value) == (
         "Unknown model 'llama9'. Known models: fake (installed), fake-f16 (converted from fake on pull); "
         "also installed: sub/mine.gguf; in other apps' folders: llama3.2:1b (ollama); "
         "`localspec models pull NAME` installs a known model; or give a path to a .gguf file")
     with pytest.raises(ModelError, match=r"^Model file not found: .*/nope\.gguf; check the path, or use a "
                                                 r"model name \(Known models: fake \(installed\), fake-f16 \(converted"):
-        models.resolve_model(str(tmp_path / "nope.gguf"))
+        naming.resolve_model(str(tmp_path / "nope.gguf"))
     with pytest.raises(ModelError, match=r"Known models: fake, fake-f16 \(converted from fake on pull\); or"):
         models.pull("llama9")  # pull's own list: the F16 copy is made, not downloaded
 
@@ -431,14 +431,14 @@ def test_the_catalog_draft_follows_the_target_by_name_or_by_path(isolated_store,
     profile_draft = gguf(tmp_path / "tuned-draft.gguf")
     monkeypatch.setattr(pairing, "compatible_drafts", lambda target: [])  # no vocabulary to read in these files
     # the pair's draft is not installed: the profile's, then none, each saying why
-    choice = pairing.choose_draft(models.resolve_model(QWEN_15B), profile_draft)
+    choice = pairing.choose_draft(naming.resolve_model(QWEN_15B), profile_draft)
     assert choice == pairing.DraftChoice(profile_draft, "the draft of the target's tune profile")
     choice = pairing.choose_draft(target)
     assert choice.path is None and choice.reason.startswith(
         f"no draft model: its catalog draft {QWEN_05B} is not installed (`localspec models pull {QWEN_05B}`); "
         f"no installed model smaller than {target.name} shares its vocabulary")
     gguf(draft_file, size=catalog.models[QWEN_05B].size)
-    for given in (models.resolve_model(QWEN_15B), target):  # by catalog name, and by the file's path
+    for given in (naming.resolve_model(QWEN_15B), target):  # by catalog name, and by the file's path
         expected = pairing.DraftChoice(draft_file, f"the catalog pairs {QWEN_05B} with {QWEN_15B}")
         assert pairing.choose_draft(given, profile_draft) == expected
     elsewhere = gguf(tmp_path / "downloads" / target.name, size=target.stat().st_size)  # the same file, copied

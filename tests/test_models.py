@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from localspec import download, models
+from localspec import discovery, download, models, naming
 from localspec.config import ModelError
 
 PARTS = [b"GGUF" + b"a" * 1000, b"b" * 1500, b"c" * 700]
@@ -307,13 +307,13 @@ def test_convert_refuses_unknown_type_and_unwritable_destination(smol_path, tmp_
 
 def test_resolve_model(tmp_path, monkeypatch, smol_path):
     write_catalog(tmp_path, monkeypatch)
-    assert models.resolve_model(str(smol_path)) == smol_path
+    assert naming.resolve_model(str(smol_path)) == smol_path
     with pytest.raises(ModelError, match=r"Model file not found: .*nope\.gguf.*Known models: fake, fake-f16"):
-        models.resolve_model(str(tmp_path / "nope.gguf"))
+        naming.resolve_model(str(tmp_path / "nope.gguf"))
     with pytest.raises(ModelError, match=r"Unknown model 'llama9'\. Known models: fake, fake-f16"):
-        models.resolve_model("llama9")
+        naming.resolve_model("llama9")
     with pytest.raises(ModelError, match=r"fake is not installed; run `localspec models pull fake`"):
-        models.resolve_model("fake", pull_missing=False)
+        naming.resolve_model("fake", pull_missing=False)
     with pytest.raises(ModelError, match="Known pairs: p"):
         models.resolve_pair("nope")
     assert models.resolve_pair(None) == ("fake", "fake")
@@ -323,7 +323,7 @@ def test_store_follows_the_environment(isolated_store, monkeypatch):
     assert models.store_dir() == isolated_store and isolated_store.is_dir()  # created on first use
     (isolated_store / "x.gguf").write_bytes(b"GGUF")
     (isolated_store / "notes.txt").write_text("not a model")
-    assert models.installed() == [isolated_store / "x.gguf"]
+    assert discovery.installed() == [isolated_store / "x.gguf"]
     write_catalog(isolated_store.parent, monkeypatch)
     assert models.model_path("fake") == isolated_store / "fake.gguf"
 
@@ -361,7 +361,7 @@ def test_a_directory_given_as_a_model_is_named_as_one(tmp_path):
     from localspec.llama import LlamaError, check_gguf_file
 
     with pytest.raises(ModelError, match=r"is a directory, not a model file; give the path of a \.gguf file"):
-        models.resolve_model(str(tmp_path))
+        naming.resolve_model(str(tmp_path))
     with pytest.raises(LlamaError, match=r"is a directory, not a model file"):
         check_gguf_file(tmp_path)
 
@@ -394,7 +394,7 @@ def test_a_model_file_that_cannot_be_read_says_so_and_the_fix(tmp_path, monkeypa
     monkeypatch.setattr(builtins, "open", fake_open)
     fix = "(Permission denied); check its permissions and its folder's, or run as a user who can read it"
     with pytest.raises(ModelError) as e:
-        models.resolve_model(str(in_locked_folder))
+        naming.resolve_model(str(in_locked_folder))
     assert str(e.value) == f"Cannot read {in_locked_folder} {fix}"
     for path in (in_locked_folder, locked):
         with pytest.raises(LlamaError) as e:

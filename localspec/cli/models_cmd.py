@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .. import models
+from .. import models, naming
 from . import cli
 from .errors import USER_ERRORS, said, user_errors
 
@@ -31,10 +31,9 @@ def models_list(all_sources):
     NAME listed works as --target/--draft, but where it picks another file of that name, or several,
     and the line says to give the path."""
     from ..discovery import find_models, unusable_ollama_models
-    from ..naming import listing
     from ..llama import model_info
 
-    found = listing(all_sources)
+    found = naming.listing(all_sources)
     if not found:
         click.echo(_none_listed(() if all_sources else find_models(True)))
     for f, misses in found:
@@ -87,7 +86,7 @@ def models_check(target, draft):
     from ..compat import check_compatible
     from ..llama import Model
 
-    t = Model(models.resolve_model(target, pull_missing=False), vocab_only=True)  # a check changes no store
+    t = Model(naming.resolve_model(target, pull_missing=False), vocab_only=True)  # a check changes no store
     if draft is None:
         from .. import pairing
 
@@ -99,7 +98,7 @@ def models_check(target, draft):
         choice = pairing.choose_draft(t.path)
         click.echo(f"default draft: {choice.path.name if choice.path else 'none'} ({choice.reason})")
         return
-    d = Model(models.resolve_model(draft, pull_missing=False), vocab_only=True)
+    d = Model(naming.resolve_model(draft, pull_missing=False), vocab_only=True)
     check_compatible(t, d)
     click.echo(f"compatible: {d.path.name} can draft for {t.path.name} (vocabulary of {t.n_vocab} tokens)")
 
@@ -114,7 +113,7 @@ def models_convert(src, quant, out):
 
     Example: localspec models convert qwen2.5-coder-1.5b-instruct-q4_k_m --quant F16
     """
-    src_path = models.resolve_model(src)
+    src_path = naming.resolve_model(src)
     dst = out or src_path.with_name(f"{src_path.stem}-{quant.lower()}.gguf")
     models.convert(src_path, dst, quant)
     click.echo(f"wrote {dst}")

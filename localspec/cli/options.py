@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from .. import devices, models
+from .. import devices, models, naming
 from ..config import GenerationConfig, GenerationError, seed_from
 from ..placement import ALL_LAYERS, check_names, split_names
 from ..sampling import SamplingParams
@@ -153,15 +153,15 @@ def draft_for(target: str | None, draft: str | None, given_by: str = "--draft") 
     from .. import pairing
 
     if draft is not None:
-        target_path, draft_path = models.pair_files(target, draft)
+        target_path, draft_path = naming.pair_files(target, draft)
         if given_by != "--draft":
             return target_path, draft_path, f"{'none: ' if draft_path is None else ''}chosen by {given_by}"
         return target_path, draft_path, "--draft none" if draft_path is None else "given with --draft"
     name, paired = models.pair_names(target)
     if paired is not None:  # a catalog pair by name: both pulled if missing, as `models pull` would
-        target_path, draft_path = models.pair_files(target, None)
+        target_path, draft_path = naming.pair_files(target, None)
         return target_path, draft_path, f"the catalog pairs {paired} with {name}"
-    target_path = models.resolve_model(name)
+    target_path = naming.resolve_model(name)
     try:
         choice = pairing.choose_draft(target_path)
     except USER_ERRORS as e:
@@ -208,7 +208,7 @@ def apply_profile(ctx: click.Context, kwargs: dict) -> set[str]:
     # a flag, an environment variable or the config file (DEFAULT_MAP) wins over the profile
     explicit = {n for n in PROFILE_FLAGS if n in kwargs and ctx.get_parameter_source(n) != ParameterSource.DEFAULT}
     try:
-        target = models.installed_target(kwargs.get("target"))
+        target = naming.installed_target(kwargs.get("target"))
         choice = target and profile.load_profile(target, kwargs.get("temperature", SAMPLING["temperature"]))
     except USER_ERRORS as e:
         click.echo(f"warning: {said(e)}", err=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .. import devices, models
+from .. import devices, models, naming
 from ..placement import check_names, split_names
 from ..session import LoadOptions
 from . import cli
@@ -62,7 +62,7 @@ def tune(target, drafts, quants, temperature, top_k, top_p, min_p, p_min, prompt
         click.echo(f"localspec tune: seed {options.seed} (drawn for --seed -1; --seed {options.seed} repeats it)",
                    err=True)
     prompts = prompt_sets.load_prompts(prompts_file, n_prompts)
-    target_path, _ = models.pair_files(target, "none")
+    target_path, _ = naming.pair_files(target, "none")
     result = tuning.run_tune(target_path, options, prompts, log=lambda s: click.echo(s, err=True), progress=True)
     saved, kept = result.save()
     if plot:
@@ -84,7 +84,7 @@ def given_draft(name: str) -> Path:
     GGUF is left out of the candidates with a note; one the user names is a mistake)."""
     from ..llama import check_gguf_file
 
-    path = models.resolve_model(name)
+    path = naming.resolve_model(name)
     check_gguf_file(path)
     return path
 

@@ -12,7 +12,7 @@ from .. import models
 from ..compat import first_difference
 from ..context import Context
 from ..devices import local_devices
-from ..discovery import model_size
+from ..discovery import installed, model_size
 from ..llama import QUANT_TYPES, LlamaError, Model, quant_name
 from ..placement import draft_placement
 from ..session import LoadOptions
@@ -70,7 +70,7 @@ def discover(target: Path, extra: Sequence[Path] = (), quants: Sequence[str] = D
     vocabulary; from each that is not itself derived, each quant in quants smaller than its own
     type (made on first use and cached in the store); each draft on every device. Target-only is
     the baseline and is not listed."""
-    files = _unique([*models.installed(), *extra])
+    files = _unique([*installed(), *extra])
     derived = _derived_files(files)
     files.sort(key=lambda f: (derived.get(f, f.stem), f in derived, -BITS.get(f.stem.rpartition("-")[2].upper(), 0)))
     drafts, skipped = _usable_drafts(target, files, given=_unique(extra))
