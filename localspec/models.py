@@ -26,6 +26,7 @@ else:  # pragma: no cover
 
 from . import download
 from .config import ModelError, literal
+from .llama import QUANT_TYPES, LlamaError, check_gguf_file, quantize
 
 PACKAGE = Path(__file__).resolve().parent
 SHIPPED_CATALOG = PACKAGE / "catalog.json"  # package data: in every install, not only in a checkout
@@ -232,8 +233,6 @@ def convert(src: Path, dst: Path, quant: str) -> None:
     What can be checked is checked before anything is written; after any failure (a type llama.cpp
     refuses, an unwritable folder, a full disk, Ctrl-C) neither dst, nor its temporary file, nor a
     folder made for it is left behind."""
-    from .llama import QUANT_TYPES, LlamaError, check_gguf_file, quantize
-
     src, dst = Path(src), Path(dst)
     check_gguf_file(src)
     if quant.upper() not in QUANT_TYPES:

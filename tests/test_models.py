@@ -253,7 +253,7 @@ def test_derived_model_is_converted_atomically(packs_in_process, tmp_path, monke
         seen.append((Path(src).name, quant))
         Path(dst).write_bytes(b"GGUF converted")
 
-    monkeypatch.setattr("localspec.llama.quantize", fake_quantize)
+    monkeypatch.setattr("localspec.models.quantize", fake_quantize)
     path = models.pull("fake-f16", progress=False, log=lambda s: None)  # pulls its source first
     assert seen == [("fake.gguf", "F16")] and path.read_bytes() == b"GGUF converted"
     assert leftovers(isolated_store) == ["fake-f16.gguf", "fake.gguf"]
@@ -268,7 +268,7 @@ def test_failed_conversion_leaves_nothing(packs_in_process, tmp_path, monkeypatc
         Path(dst).write_bytes(b"half")
         raise error
 
-    monkeypatch.setattr("localspec.llama.quantize", failing)
+    monkeypatch.setattr("localspec.models.quantize", failing)
     with pytest.raises(type(error)):
         models.pull("fake-f16", progress=False, log=lambda s: None)
     assert leftovers(isolated_store) == ["fake.gguf"]  # the source stays; no half-converted file

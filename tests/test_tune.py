@@ -248,7 +248,7 @@ def test_replay_matches_the_real_runs_at_t0(tuned):
 def test_a_second_tune_reuses_the_derived_draft(tuned, monkeypatch):
     _, store, _ = tuned
     monkeypatch.setenv("LOCALSPEC_MODELS", str(store))
-    monkeypatch.setattr("localspec.llama.quantize", lambda *a, **k: pytest.fail("converted again"))
+    monkeypatch.setattr("localspec.models.quantize", lambda *a, **k: pytest.fail("converted again"))
     cands, _ = candidates.discover(store / "smol.gguf", quants=("Q2_K",))
     assert [(c.label, c.source) for c in cands][-1] == ("draft-q2_k", None)  # a store file now
 
