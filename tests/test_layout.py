@@ -1,5 +1,7 @@
 """The size rules (STYLE.md, "Size"): no module in localspec/ over 450 lines (the command line's,
-localspec/cli/, over 500) and no function over 50 lines. Pure: reads the source, imports nothing."""
+localspec/cli/, over 500) and no function over 50 lines; and the floors (STYLE.md, "The shape"): no
+import cycle between the package's modules, counting the imports made inside functions. Pure: reads
+the source, imports nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "localspec"
 MODULE_LINES = 450
 CLI_MODULE_LINES = 500  # localspec/cli/: a command's options and help text are long by nature
 FUNCTION_LINES = 50
+TYPE_ONLY = ("TYPE_CHECKING", "typing.TYPE_CHECKING")  # `if TYPE_CHECKING:` imports never run
 
 
 def modules() -> list[Path]:
@@ -61,3 +64,98 @@ def test_no_function_over_50_lines():
         over += [f"localspec/{path.relative_to(PACKAGE).as_posix()}: {name} is {n} lines (limit {FUNCTION_LINES})"
                  for name, n in functions(tree) if n > FUNCTION_LINES]
     assert not over, "functions over the size rule:\n" + "\n".join(over)
+
+
+def module_name(path: Path) -> str:
+    """'models', 'cli.options', 'cli' (cli/__init__.py); '' for the package's own __init__.py."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def runtime_nodes(node: ast.AST):
+    """Every node under node, in functions too, but not in the body of an `if TYPE_CHECKING:`."""
+    for child in ast.iter_child_nodes(node):
+        kept = child.orelse if isinstance(child, ast.If) and ast.unparse(child.test) in TYPE_ONLY else [child]
+        for n in kept:
+            yield n
+            yield from runtime_nodes(n)
+
+
+def imported(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The package's modules (named as module_name names them) that module's code imports, at its
+    top or inside a function; `from . import x` names module x where known holds it, else the package."""
+    out = set()
+    for node in runtime_nodes(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.partition(".")[2] for a in node.names if a.name.split(".")[0] == "localspec"}
+        elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "localspec"):
+            if node.level:
+                parts = module.split(".")[: None if is_package else -1] if module else []
+                parts = parts[: len(parts) - node.level + 1] + ([node.module] if node.module else [])
+            else:
+                parts = node.module.split(".")[1:]
+            base = ".".join(parts)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}".lstrip(".")
+                out.add(sub if sub in known else base)
+    return out
+
+
+def floor_graph() -> dict[str, set[str]]:
+    """Which parts of the package import which: a module of localspec/ is a part, and a subpackage
+    (cli/, server/, tune/, planning/) is one part, as the README's layout lists them."""
+    def part(module: str) -> str:
+        return module.split(".")[0] or "__init__"
+
+    known = {module_name(p) for p in modules()}
+    graph: dict[str, set[str]] = {}
+    for path in modules():
+        module = module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        uses = {part(m) for m in imported(tree, module, path.name == "__init__.py", known)}
+        graph.setdefault(part(module), set()).update(uses - {part(module)})
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of graph as [a, b, ..., a], or [] where there is none (a depth-first search)."""
+    done: set[str] = set()
+
+    def visit(path: list[str]) -> list[str]:
+        for nxt in sorted(graph.get(path[-1], ())):
+            if nxt in path:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in done:
+                cycle = visit(path + [nxt])
+                if cycle:
+                    return cycle
+        done.add(path[-1])
+        return []
+
+    for start in sorted(graph):
+        cycle = [] if start in done else visit([start])
+        if cycle:
+            return cycle
+    return []
+
+
+def test_imports_are_read_in_functions_but_not_for_type_checking():
+    source = ("from typing import TYPE_CHECKING\nfrom .. import models\nfrom . import cli\n"
+              "if TYPE_CHECKING:\n    from ..tracker import CostTracker\n"
+              "def f():\n    from ..naming import lookup\n    import localspec.llama\n")
+    known = {"models", "naming", "tracker", "llama", "cli", "cli.flags"}
+    assert imported(ast.parse(source), "cli.flags", False, known) == {"models", "cli", "naming", "llama"}
+
+
+def test_a_cycle_through_a_function_import_is_found():
+    # the cycle this package had: models imported naming inside resolve_model, naming imported models
+    graph = {"models": {"config", "naming"}, "naming": {"discovery", "models"}, "discovery": {"models"}}
+    assert find_cycle(graph) == ["discovery", "models", "naming", "discovery"]  # from the first name in order
+    assert find_cycle({"naming": {"discovery", "models"}, "discovery": {"models"}, "models": {"config"}}) == []
+
+
+def test_no_import_cycle():
+    graph = floor_graph()
+    assert {"models", "naming", "discovery", "cli", "server"} <= set(graph) and "models" in graph["naming"]
+    cycle = find_cycle(graph)
+    assert not cycle, "an import cycle (a module imported inside a function counts): " + " -> ".join(cycle)
