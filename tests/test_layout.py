@@ -1,11 +1,13 @@
 """The size rules (STYLE.md, "Size"): no module in localspec/ over 450 lines (the command line's,
 localspec/cli/, over 500) and no function over 50 lines; and the floors (STYLE.md, "The shape"): no
-import cycle between the package's modules, counting the imports made inside functions. Pure: reads
-the source, imports nothing."""
+import cycle between the package's modules, counting the imports made inside functions, and no
+import of a higher floor than the README's Layout gives the importer. Pure: reads the source and
+the README, imports nothing."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "localspec"
@@ -159,3 +161,36 @@ def test_no_import_cycle():
     assert {"models", "naming", "discovery", "cli", "server"} <= set(graph) and "models" in graph["naming"]
     cycle = find_cycle(graph)
     assert not cycle, "an import cycle (a module imported inside a function counts): " + " -> ".join(cycle)
+
+
+README = PACKAGE.parent / "README.md"
+
+
+def readme_floors(text: str) -> dict[str, int]:
+    """The README's Layout section as part -> floor: each `floor N` line and the lines under it name
+    localspec/ modules and subpackages (a subpackage's files are its one part)."""
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    floors, floor = {}, None
+    for line in block.splitlines():
+        found = re.match(r"(?:floor (\d+))?\s+localspec/(\w+)", line)
+        if found:
+            floor = int(found[1]) if found[1] else floor
+            floors.setdefault(found[2], floor)
+    return floors
+
+
+def test_the_readme_floors_are_read_as_written():
+    text = ("## Layout\n\n```\nfloor 1  localspec/llama.py  x\n         localspec/config.py  y\n"
+            "                                  localspec/ in prose is no entry\n"
+            "floor 2  localspec/planning/  parts\n         localspec/planning/plans.py  z\n```\n")
+    assert readme_floors(text) == {"llama": 1, "config": 1, "planning": 2}
+
+
+def test_every_import_goes_to_its_own_floor_or_below():
+    floors = readme_floors(README.read_text(encoding="utf-8"))
+    graph = floor_graph()
+    unlisted = sorted(set(graph) - set(floors) - {"__init__", "__main__"})
+    assert not unlisted, f"modules the README's Layout does not list: {unlisted}"
+    upward = sorted(f"{a} (floor {floors[a]}) imports {b} (floor {floors[b]})"
+                    for a, uses in graph.items() if a in floors for b in uses if floors.get(b, 0) > floors[a])
+    assert not upward, "imports from a higher floor than the README gives the importer:\n" + "\n".join(upward)
