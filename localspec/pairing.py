@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import discovery, models
+from .compat import check_compatible
+from .llama import LlamaError, Model
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,6 @@ def compatible_drafts(target: Path, all_sources: bool = False) -> list[Path]:
     """The installed models (with all_sources, other apps' too) that can draft for target: smaller
     files with its vocabulary (compat.check_compatible on vocabulary-only loads), smallest first.
     Files llama.cpp cannot load are left out; a target it cannot load raises LlamaError."""
-    from .compat import check_compatible
-    from .llama import LlamaError, Model
-
     target = Path(target)
     size = discovery.model_size(target)
     found = [f for f in discovery.find_models(all_sources) if f.size < size and not _same_file(f.path, target)]
