@@ -5,6 +5,7 @@ llama.cpp on SmolLM2-135M (target) and a Q4_0 copy (draft), marked slow."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections import Counter
 
 import numpy as np
@@ -546,21 +547,28 @@ def test_real_sampling_matches_target_only_through_llama_cpp(smol, monkeypatch):
 def emitted_tokens(monkeypatch):
     """A generate() that returns the tokens as the controller emits them, up to the first end of
     generation: a token whose text is held back (part of a character) has no piece of its own, and
-    the next piece would stand for both."""
+    the next piece would stand for both. The run is cancelled once two tokens are out (first_two
+    reads no more): the steps after them draw nothing the first two depend on, and cost a decode or
+    two a seed through llama.cpp."""
     emitted: list[int] = []
+    done = threading.Event()
     emit = speculative_mod._Run._emit
 
     def recording(self, tokens, out, n_accepted, rows):
         emitted.extend(out)
+        if len(emitted) >= 2:
+            done.set()  # _emit ends the run after this step's first token
         return emit(self, tokens, out, n_accepted, rows)
 
     monkeypatch.setattr(speculative_mod._Run, "_emit", recording)
 
     def run(target_ctx, sources, prompt, config):
         emitted.clear()
-        _, stats = generate(target_ctx, sources, prompt, config)
+        done.clear()
+        *pieces, finished = SpeculativeDecoder(target_ctx, sources).generate(prompt, config, cancel=done)
+        assert isinstance(finished, Finished) and all(isinstance(p, Piece) for p in pieces)
         ends = [i for i, t in enumerate(emitted) if target_ctx.model.is_eog(t)]
-        return emitted[: ends[0] if ends else len(emitted)], stats
+        return emitted[: ends[0] if ends else len(emitted)], finished.stats
     return run
 
 
@@ -570,30 +578,36 @@ def exact_first_two(ctx, prompt, params: SamplingParams, top: int = 50):
     the reply): a cell for each pair among the `top` likeliest first tokens and the `top` likeliest
     second tokens after each, one for every other second token after each of those first tokens,
     and one for every other first token. Returns (the cell of a sampled pair, the cells' probabilities)."""
-    def row() -> dict[int, float]:
-        d = distribution(ctx.logits(-1), params)
-        out: dict[int, float] = {}
-        for t, pr in zip(d.ids.tolist(), d.probs.tolist()):
-            key = -1 if ctx.model.is_eog(t) else t
-            out[key] = out.get(key, 0.0) + pr
-        return out
+    ends = np.array([ctx.model.is_eog(t) for t in range(ctx.model.n_vocab)])  # [V]: asked once, not per row
 
-    def likeliest(p: dict[int, float]) -> list[tuple[int, float]]:
-        return sorted(p.items(), key=lambda kv: -kv[1])[:top]
+    def likeliest_of_row() -> list[tuple[int, float]]:
+        """The row's `top` likeliest tokens, every end-of-generation token summed as -1 (placed where
+        the first of them stands), sorted by probability, ties in the row's order."""
+        d = distribution(ctx.logits(-1), params)
+        end = ends[d.ids]
+        keys, probs = d.ids[~end], d.probs[~end]
+        if end.any():
+            at = int(np.argmax(end))  # the first end token: no other end token comes before it
+            total = 0.0
+            for pr in d.probs[end].tolist():  # added in the row's order (not sum(): 3.12's compensates)
+                total += pr
+            keys, probs = np.insert(keys, at, -1), np.insert(probs, at, total)
+        order = np.argsort(-probs, kind="stable")[:top]
+        return list(zip(keys[order].tolist(), probs[order].tolist()))
 
     ctx.truncate(0)
     ctx.decode(prompt[:-1], logits="none")
     ctx.decode(prompt[-1:], logits="last")
     cells: dict[tuple, int] = {}
     probs: list[float] = []
-    for t1, p1 in likeliest(row()):
+    for t1, p1 in likeliest_of_row():
         if t1 == -1:  # the reply ends
             cells[(-1, -1)] = len(probs)
             probs.append(p1)
             continue
         ctx.truncate(len(prompt))
         ctx.decode([t1], logits="last")
-        seconds = likeliest(row())
+        seconds = likeliest_of_row()
         for t2, p2 in seconds:
             cells[(t1, t2)] = len(probs)
             probs.append(p1 * p2)
