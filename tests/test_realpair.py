@@ -72,9 +72,9 @@ def generate(ctx, draft_ctx, prompt, gamma):
 
 def keep_prompt(ctx, prompt) -> None:
     """Empty the cache but for the prompt's cells where it holds them (a run of the same prompt came
-    before): those were computed cold, from an empty cache, as a new prompt's are here. So each run
-    compared prefills the same way, in the very same cells, and the prefill (2 s a prompt on the
-    F16 target) is computed once a prompt instead of once a run."""
+    before; no prompt here begins with another): those were computed cold, from an empty cache, as a
+    new prompt's are here. So the runs compared read the very same prefill (its batch numerics
+    alike), computed once a prompt instead of once a run (2 s a prompt on the F16 target)."""
     n = len(prompt) - 1
     ctx.truncate(n if ctx.tokens[:n] == list(prompt[:n]) else 0)
 
