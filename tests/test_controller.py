@@ -490,8 +490,8 @@ def test_p_min_stops_doubtful_drafts_and_keeps_greedy_output():
 
 
 # --- once through real llama.cpp -----------------------------------------------------------------
-# One thread: on a busy 2-core machine llama.cpp's two threads wait on each other (48 tokens took 168 s
-# with 2 threads against 3 s with 1, measured while other jobs ran).
+# Two threads, one a core here, for a suite run alone. Beside other jobs on a 2-core
+# machine llama.cpp's two threads wait on each other (48 tokens took 168 s against 3 s with one).
 @pytest.fixture(scope="module")
 def smol(smol_path, smol_q4_0):
     """SmolLM2-135M as target and its Q4_0 copy as draft, loaded once for the module."""
