@@ -6,7 +6,8 @@ These are the inputs of the bound on speculation over a link: a step of γ draft
 yields (1 − α^(γ+1)) / (1 − α) tokens in γ·c + v(γ+1) seconds (c: the draft's cost per token, v(k):
 a verify of k rows), at most γ + 1 of them; plain decoding yields one in t = v(1). So with every
 draft accepted a step of width k = γ + 1 runs k·t / ((k − 1)·c + v(k)) times plain decoding, and no
-draft can do better. Prints that bound for the widths measured.
+draft can do better. Prints that bound for the widths measured, and a free draft's (an n-gram
+copy's, drafted in no time): k·t / v(k).
 
 Starts a loopback `localspec rpc-server` behind scripts/delay_proxy.py (the added RTT), loads the
 pair twice (target over RPC, then local) and times each width in a steady run and alternating with
@@ -14,6 +15,8 @@ width 1 (the verify widths a run alternates between), rows read for every token 
 last only (llama-bench's tg), medians of --reps.
 
     python scripts/bench_rpc_costs.py --rtt-ms 10 --target T.gguf --draft D.gguf --threads 2
+    python scripts/bench_rpc_costs.py --local --target T.gguf --draft D.gguf --widths 1,2,3,4,5,8,12,16,32
+        # this machine alone: whether any draft could pay here
 """
 
 from __future__ import annotations
@@ -109,9 +112,25 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="the server's threads and this side's")
     ap.add_argument("--widths", default="1,2,5,9")
     ap.add_argument("--reps", type=int, default=12)
+    ap.add_argument("--local", action="store_true", help="the pair local only, no RPC server: this machine's costs")
     args = ap.parse_args()
     args.target, args.draft = bench.resolve_models(ap, args.target, args.draft)
     widths = [int(w) for w in args.widths.split(",")]
+    results = {"local": measure_local(args, widths, ())} if args.local else over_rpc(args, widths)
+    report(results, widths, None if args.local else args.rtt_ms)
+
+
+def measure_local(args, widths: list[int], rpc: tuple[str, ...]) -> dict:
+    """The pair's costs, the target on the RPC servers rpc (none: local)."""
+    pair = Pair(args.target, args.draft, LoadOptions(n_ctx=1024, threads=args.threads, rpc=rpc, warm_start=False))
+    try:
+        return measure(pair, widths, args.reps)
+    finally:
+        pair.close()
+
+
+def over_rpc(args, widths: list[int]) -> dict:
+    """The pair's costs with the target behind a loopback rpc-server and the delaying proxy, then local."""
     port, proxy_port = free_port(), free_port()
     server = subprocess.Popen([sys.executable, "-m", "localspec", "rpc-server", "--port", str(port),
                                "--threads", str(args.threads)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -119,22 +138,19 @@ def main() -> None:
     try:
         wait_listening(port, server, "localspec rpc-server")
         stop = delay_proxy.start_in_thread(proxy_port, "127.0.0.1", port, args.rtt_ms / 1000)
-        results = {}
-        for where, rpc in (("over RPC", (f"127.0.0.1:{proxy_port}",)), ("local", ())):
-            pair = Pair(args.target, args.draft, LoadOptions(n_ctx=1024, threads=args.threads, rpc=rpc,
-                                                             warm_start=False))
-            results[where] = measure(pair, widths, args.reps)
-            pair.close()
+        return {where: measure_local(args, widths, rpc)
+                for where, rpc in (("over RPC", (f"127.0.0.1:{proxy_port}",)), ("local", ()))}
     finally:
         if stop is not None:
             stop.set()
         server.terminate()
         server.wait(10)
-    report(results, widths, args.rtt_ms)
 
 
-def report(results: dict, widths: list[int], rtt_ms: float) -> None:
-    print(f"\nms per decode, target over RPC with {rtt_ms:g} ms added RTT vs local (the server idle beside it):\n")
+def report(results: dict, widths: list[int], rtt_ms: float | None) -> None:
+    """The table of ms per decode and, for each placement, the bounds; rtt_ms None: local only."""
+    print("\nms per decode, local:\n" if rtt_ms is None else
+          f"\nms per decode, target over RPC with {rtt_ms:g} ms added RTT vs local (the server idle beside it):\n")
     print("| width | " + " | ".join(f"{kind}, {where}" for where in results for kind in ("steady", "alternating", "last row"))
           + " |")
     print("|---" * (1 + 3 * len(results)) + "|")
@@ -149,6 +165,8 @@ def report(results: dict, widths: list[int], rtt_ms: float) -> None:
         print(f"\n{where}: drafting γ tokens, then verifying γ + 1 rows, against both at once: {overlap}")
         print(f"{where}: plain step t = {t:.1f} ms, draft token c = {c:.1f} ms; with every draft accepted, "
               "k·t / ((k − 1)·c + v(k)): " + ", ".join(f"k={k} {b:.2f}x" for k, b in bound.items()))
+        free = ", ".join(f"k={k} {k * t / r[('steady', k)]:.2f}x" for k in widths if k > 1)
+        print(f"{where}: a free draft (an n-gram copy) of k − 1 tokens, every one accepted, k·t / v(k): {free}")
 
 
 if __name__ == "__main__":

@@ -678,6 +678,23 @@ def test_bench_rpc_costs_names_a_model_it_cannot_find_before_starting_a_server(m
     assert e.value.code == 2 and "error: Unknown model 'no-such-model'" in capsys.readouterr().err
 
 
+def test_bench_rpc_costs_local_prints_both_bounds_from_the_measured_costs(monkeypatch, capsys):
+    # --local: no server; a model draft's bound k·t / ((k − 1)·c + v(k)) and a free copy's k·t / v(k)
+    script = load_script("bench_rpc_costs")
+    monkeypatch.setattr(script.subprocess, "Popen", lambda *a, **k: pytest.fail("started a server"))
+    monkeypatch.setattr(script.bench, "resolve_models", lambda ap, t, d: (t, d))
+    costs = {"draft": 20.0, ("steady", 1): 32.0, ("steady", 4): 96.0, ("steady", 16): 256.0}
+    costs.update({(kind, w): 1.0 for kind in ("alternating", "last row") for w in (1, 4, 16)})
+    costs.update({("overlap", w): (10.0, 5.0) for w in (4, 16)})
+    monkeypatch.setattr(script, "measure_local", lambda args, widths, rpc: rpc == () and costs)
+    monkeypatch.setattr(sys, "argv", ["x", "--local", "--target", "t", "--draft", "d", "--widths", "1,4,16"])
+    script.main()
+    out = capsys.readouterr().out
+    assert "ms per decode, local:" in out and "over RPC" not in out
+    assert "k=4 0.82x" in out and "k=16 0.92x" in out  # 128 / (60 + 96), 512 / (300 + 256)
+    assert "k·t / v(k): k=4 1.33x, k=16 2.00x" in out  # 128 / 96, 512 / 256
+
+
 def test_a_failed_fresh_process_says_why(monkeypatch):
     # `localspec generate --json` puts its error on stdout, as JSON; bench_fresh.py printed stderr
     # alone, so a mistyped --extra "-m PATH" stopped the run with "localspec failed: " and nothing more
