@@ -10,9 +10,9 @@ draft can do better. Prints that bound for the widths measured, and a free draft
 copy's, drafted in no time): k·t / v(k).
 
 Starts a loopback `localspec rpc-server` behind scripts/delay_proxy.py (the added RTT), loads the
-pair twice (target over RPC, then local) and times each width in a steady run and alternating with
-width 1 (the verify widths a run alternates between), rows read for every token (a verify) or the
-last only (llama-bench's tg), medians of --reps.
+pair twice (target over RPC, then local; with --local, once and no server) and times each width in
+a steady run and alternating with width 1 (the verify widths a run alternates between), rows read
+for every token (a verify) or the last only (llama-bench's tg), medians of --reps.
 
     python scripts/bench_rpc_costs.py --rtt-ms 10 --target T.gguf --draft D.gguf --threads 2
     python scripts/bench_rpc_costs.py --local --target T.gguf --draft D.gguf --widths 1,2,3,4,5,8,12,16,32
@@ -116,11 +116,11 @@ def main() -> None:
     args = ap.parse_args()
     args.target, args.draft = bench.resolve_models(ap, args.target, args.draft)
     widths = [int(w) for w in args.widths.split(",")]
-    results = {"local": measure_local(args, widths, ())} if args.local else over_rpc(args, widths)
+    results = {"local": measure_pair(args, widths, ())} if args.local else over_rpc(args, widths)
     report(results, widths, None if args.local else args.rtt_ms)
 
 
-def measure_local(args, widths: list[int], rpc: tuple[str, ...]) -> dict:
+def measure_pair(args, widths: list[int], rpc: tuple[str, ...]) -> dict:
     """The pair's costs, the target on the RPC servers rpc (none: local)."""
     pair = Pair(args.target, args.draft, LoadOptions(n_ctx=1024, threads=args.threads, rpc=rpc, warm_start=False))
     try:
@@ -138,7 +138,7 @@ def over_rpc(args, widths: list[int]) -> dict:
     try:
         wait_listening(port, server, "localspec rpc-server")
         stop = delay_proxy.start_in_thread(proxy_port, "127.0.0.1", port, args.rtt_ms / 1000)
-        return {where: measure_local(args, widths, rpc)
+        return {where: measure_pair(args, widths, rpc)
                 for where, rpc in (("over RPC", (f"127.0.0.1:{proxy_port}",)), ("local", ()))}
     finally:
         if stop is not None:

@@ -686,7 +686,7 @@ def test_bench_rpc_costs_local_prints_both_bounds_from_the_measured_costs(monkey
     costs = {"draft": 20.0, ("steady", 1): 32.0, ("steady", 4): 96.0, ("steady", 16): 256.0}
     costs.update({(kind, w): 1.0 for kind in ("alternating", "last row") for w in (1, 4, 16)})
     costs.update({("overlap", w): (10.0, 5.0) for w in (4, 16)})
-    monkeypatch.setattr(script, "measure_local", lambda args, widths, rpc: rpc == () and costs)
+    monkeypatch.setattr(script, "measure_pair", lambda args, widths, rpc: rpc == () and costs)
     monkeypatch.setattr(sys, "argv", ["x", "--local", "--target", "t", "--draft", "d", "--widths", "1,4,16"])
     script.main()
     out = capsys.readouterr().out
