@@ -156,23 +156,16 @@ class Planner(Recording, Probes):
 
     def _intake_pays(self, i: int, prompt: Sequence[int]) -> bool:
         """Whether taking in the prompt is worth it to a draft model, counted as the catch-up it is (the
-        tokens its cache lacks of the prompt, over the first step's horizon; _catch_up_rate). Before
-        this process has measured and confirmed the draft, yes: its first probe is what its entry
-        pays for (_entry_paid). Measured on one text, once, where the intake would be repaid on a
-        text every guess fits: one text's acceptance says nothing of how far the next may lie from it
-        (TextAcceptance), and the second text is measured as part of the entry (_text_owed). One
-        prose reply measured at 0.6 otherwise kept the draft out of every code reply after it. Then
-        a new text's acceptance may lie anywhere the spread between the texts measured allows
-        (TextAcceptance.outlook): the intake is taken where the time it is expected to save over that
-        spread is positive, each text that would not repay it costing the intake (the planner then
-        does not draft on it). Where the texts differ no more than chance makes them, or fewer than
-        two were measured, that is whether the cautious estimate's step repays the intake.
-        Otherwise the intake explores: it is taken once ε of the seconds since the draft was last
-        made ready cover it (retry_due), so that such intakes cost at most ε of the time, as its
-        probes do. A few early steps may all measure the draft's tokens dearer than later ones do (a
-        stall, the first decodes' page faults), and the probes that measure it again need the draft
-        ready; on prose, a model alone whose drafts did not pay took in every prompt where its
-        optimistic estimate left it a chance."""
+        tokens its cache lacks of the prompt, over the first step's horizon; _catch_up_rate). Yes before
+        the draft is measured and confirmed (its entry pays for its first probe, _entry_paid), and once
+        after its first text where a text every guess fits (SURE_SHIFT) would repay it: one text says
+        nothing of how far the next may lie, so the second is measured as part of the entry (_text_owed).
+        Then yes where the time it is expected to save over the texts' spread is positive
+        (TextAcceptance.outlook, _intake_saves; the cautious estimate's step where the texts differ no
+        more than chance or fewer than two were measured). Otherwise the intake explores, at most ε of
+        the time as probes do: taken where the optimistic estimate's step beats plain decoding, once ε
+        of the seconds since the draft was last made ready cover it (retry_due); early steps may measure
+        a draft dearer than later ones (a stall, page faults), and only a ready draft is measured again."""
         drafter, tracker = self.sources[i]
         if drafter.name != "model" or tracker.draft_s.value is None or not tracker.confirmed():
             return True
@@ -308,17 +301,14 @@ class Planner(Recording, Probes):
         return chosen
 
     def _plain_again(self, best: Choice, plain_s: float) -> bool:
-        """Whether a plain step is taken in place of best, the drafting choice the point estimate
-        puts ahead of plain decoding (plain_s a step), to measure plain decoding again. A choice
-        that wins stops plain steps, and nothing else measures them: a process whose first plain
-        steps ran at twice their time (a stall, the machine's pace at its start) drafted every step
-        at 0.6x plain decoding for good, its one-row verify read at 73 ms against 62 ms for two
-        rows (scripts/results/HISTORY.md, "Plain decoding measured again"). So plain is taken where the latest plain
-        step came out faster than best by best's min_gain: the freshest measurement says plain
-        wins, and the next one tells again (a step the estimate lags, not a probe); and where none
-        has been measured for PLAIN_AGE drafting steps, as best's source's probe, under its budget
-        (predicted to lose plain_s against best's rate; record charges what it lost). Where drafting
-        pays, that is a step in PLAIN_AGE at most, and the budget's ε over all."""
+        """Whether a plain step is taken in place of best, the drafting choice the point estimate puts
+        ahead of plain decoding (plain_s a step), to measure plain decoding again: a winning choice
+        stops plain steps and nothing else measures them, so a slow plain measurement (a stall, the
+        machine's pace at its start) would leave drafting chosen for good (scripts/results/HISTORY.md,
+        "Plain decoding measured again"). Plain is taken where the latest plain step beat best by best's
+        min_gain (a step the estimate lags, not a probe), and where none was measured for PLAIN_AGE
+        drafting steps, as best's source's probe under its budget (predicted to lose plain_s against
+        best's rate; record charges what it lost): where drafting pays, a step in PLAIN_AGE at most."""
         tracker = self.sources[0][1]
         last = tracker.plain_last
         if last is not None and 1.0 / max(last, 1e-300) > best.rate * (1 + self.sources[best.source][1].min_gain):
@@ -345,9 +335,8 @@ class Planner(Recording, Probes):
         model may draft before it falls behind again (horizon): a rate over that horizon. Charged to
         one step, it would grow with every plain step and keep the model out for good. The rate is
         the cautious acceptance's (CostTracker.plan): a catch-up is paid before the drafts it buys,
-        and on a noisy estimate that barely paid, a marginal draft on prose caught up on 70-100
-        tokens mid-reply to draft a few tokens and go back to plain steps; hopeful: the optimistic
-        estimate's (_intake_pays)."""
+        and on a noisy estimate that barely pays it would buy a few drafts before plain steps again;
+        hopeful: the optimistic estimate's (_intake_pays)."""
         tracker, switch = self.sources[source][1], self._switches(source)
         if hopeful:
             gamma, rate = tracker.estimate(bucket, True, switch).best(limit, tracker.min_gain)
@@ -362,9 +351,8 @@ class Planner(Recording, Probes):
         which grows while the lookup stays away and spreads the model's catch-up thinner; inf for the
         rest (the lookup's price has none, and a model alone's is its room's), and for a model whose
         step loses to best_rate even with no catch-up to pay (by the point and the cautious estimate,
-        what _known prices at): no horizon makes it win then. Re-priced each time the horizon grew by
-        a token, such a model cost a hybrid a pricing at nearly every step, more than the lookup it
-        rested beside where a step takes milliseconds (README, the H200 run)."""
+        what _known prices at): no horizon makes it win then, and a rest that ended each time the
+        horizon grew by a token would have such a model priced at nearly every step."""
         if offer.source != self._model or self._ngram is None:
             return math.inf
         tracker = self.sources[offer.source][1]
@@ -394,8 +382,8 @@ class Planner(Recording, Probes):
         plain decoding this step (_choose). Against a plain step it is no cost: the tokens a step
         emits leave the model behind whichever step emits them, the catch-up of a plain step's token
         costs as much as one of an n-gram step's, and per token the two compare as without it.
-        Priced as a cost beyond the plain step, it held the hybrid's lookup on prose to fewer drafts
-        than the lookup alone made."""
+        Priced as a cost beyond the plain step, it would hold the hybrid's lookup to fewer drafts
+        than the lookup alone makes."""
         return self._model is not None and source != self._model and self._contending
 
     def _catch_up_s(self, source: int) -> float:

@@ -30,7 +30,7 @@ class Handoff:
         self.bucket = 0  # the acceptance bucket of the continuation handed over to
         self.branch_bucket = 0  # ... and of a copy verified as a branch (branch())
         self._offered: tuple[list[int], int] = ([], 0)   # the last lookup's tokens and bucket ...
-        self._previous: tuple[list[int], int] = ([], 0)  # ... and the one before: what it offered in place of the last token
+        self._previous: tuple[list[int], int] = ([], 0)  # ... and the one before: offered in place of the last token
 
     def after(self, context: Sequence[int], draft: Sequence[int]) -> list[int]:
         """The lookup's tokens that continue context + draft, where they pay more than the model; []."""

@@ -15,15 +15,14 @@ from .budget import EXPLORE_FRACTION
 from .plans import Choice, cap_of
 from .record import SHADOW_DEPTH
 
-# Pricing a drafter (its point and optimistic estimates) takes the controller tens of microseconds a
-# step: a fraction of a per cent of a CPU's step, but where a step takes a few milliseconds (a GPU)
-# several per cent, more than the budget lets exploration lose. One that lost to plain decoding is
-# priced again once this fraction of the generation's seconds since covers what pricing it takes, or
-# at once where the budget has grown to fit a probe it denied (Planner._rests): so a losing source's
-# pricing costs at most ε/4 of the time, on top of the ε its exploring may lose. One whose optimistic
-# estimate came within its min_gain of the best known choice (a draft that pays by a few per cent,
-# priced on a noisy step) may win again at the plain step's next measurements: ε for those, unless
-# the budget denied its probe (it is priced again as soon as the allowance fits that probe).
+# Pricing a drafter (its point and optimistic estimates) takes time of its own, which where a step
+# takes a few milliseconds may be more than the budget lets exploration lose. One that lost to plain
+# decoding is priced again once this fraction of the generation's seconds since covers what pricing it
+# takes, or at once where the budget has grown to fit a probe it denied (Planner._rests): so a losing
+# source's pricing costs at most ε/4 of the time, on top of the ε its exploring may lose. One whose
+# optimistic estimate came within its min_gain of the best known choice may win at the plain step's
+# next measurements: ε for those, unless the budget denied its probe (it is priced again as soon as
+# the allowance fits that probe).
 PRICE_FRACTION = EXPLORE_FRACTION / 4
 PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
 REST_BACKOFF_MAX = 8  # a choice that keeps losing rests up to this many times as long (Planner._rest)
@@ -70,14 +69,13 @@ class Probes:
     def _rests(self, offer: Choice, plain_s: float | None = None) -> bool:
         """Whether offer's source is left unpriced this step: it lost at its last pricing in offer's
         bucket (each bucket's rest is kept: an n-gram lookup's matches alternate between buckets, and
-        each change of bucket had it priced again, most of its pricings on text at a GPU's costs); its
-        offer is no better than it was then (no more tokens, no more room, and so a draft model's
-        catch-up no shorter, spread over no longer a horizon); no step has drafted since
-        (a draft measures verify widths and acceptance, which move every estimate); a fraction of the
-        generation's seconds since do not yet cover what that pricing took (PRICE_FRACTION; ε where
-        its optimistic estimate came within min_gain of the best choice); and the budget has not grown
-        to fit a probe it denied then (its allowance grows with the generation's seconds; plain_s,
-        the plain step's seconds, read here where not given).
+        one rest would end at each change); its offer is no better than it was then (no more tokens,
+        no more room, and so a draft model's catch-up no shorter, spread over no longer a horizon); no
+        step has drafted since (a draft measures verify widths and acceptance, which move every
+        estimate); a fraction of the generation's seconds since do not yet cover what that pricing
+        took (PRICE_FRACTION; ε where its optimistic estimate came within min_gain of the best
+        choice); and the budget has not grown to fit a probe it denied then (its allowance grows with
+        the generation's seconds; plain_s, the plain step's seconds, read here where not given).
         Its estimates have then moved only by the plain steps' measurements, and a choice that lost
         to plain decoding stays lost until enough of those add up."""
         rest = self._resting.get((offer.source, offer.bucket))
@@ -88,19 +86,15 @@ class Probes:
 
     def _quiet(self) -> bool:
         """Whether the draft model rests this step whatever it offers, so that the planner need not
-        ask it: its offer is the room left in its one bucket, which is no more than its rest's limit
-        while the room is no larger (_rests checks that, with its offer taken at that limit). An
-        n-gram lookup's offer changes with every token: it is asked at every step, and where it
-        offers nothing the step is plain at once. Where a step takes milliseconds, asking each source
-        and checking its rest at every step cost auto about a point against plain decoding (README,
-        the fast regime). A rest found holding in full is then taken on its clock alone for up to
-        QUIET_STEPS steps, while the room is no larger: the generation's seconds since its pricing
-        against that pricing's cost, and the allowance against the probe it was denied, as _rests
-        reads them. What else _rests reads moves only as plain steps move an average (the plain
-        step's seconds, which the allowance's grace reads) or, in a hybrid, with the gap since the
-        lookup's last run (the horizon: a rest that depends on it is checked in full every step).
-        Where a step takes 1.8 ms, a full check at every step was a share of what a model alone lost
-        to plain decoding on prose (scripts/results/HISTORY.md, "The planner's work on a plain step cut again")."""
+        ask it: its offer is the room left in its one bucket, no more than its rest's limit while the
+        room is no larger (_rests checks that, with its offer taken at that limit). An n-gram lookup's
+        offer changes with every token: it is asked at every step, and where it offers nothing the
+        step is plain at once. A rest found holding in full is then taken on its clock alone
+        (_on_clock) for up to QUIET_STEPS steps while the room is no larger: what else _rests reads
+        moves only as plain steps move an average, or in a hybrid with the gap since the lookup's last
+        run (the horizon: a rest that depends on it is checked in full every step). Where a step takes
+        milliseconds, a full check at every step is a share of its time (scripts/results/HISTORY.md,
+        "The planner's work on a plain step cut again")."""
         rest = self._resting.get((self._model, 0))
         if rest is None:
             return False
@@ -125,18 +119,13 @@ class Probes:
         """Keep which priced sources lost this step (see _rests) to the best known choice's best_rate
         tokens/s; the chosen one is not resting. What a pricing takes is the lower median of the
         source's last PRICINGS_KEPT pricings on this machine (its tracker keeps them across
-        generations and saves them for the next process: else each reply priced every choice twice
-        before any could rest), once there are two: a pause of the process (a garbage
-        collection, a page fault) only ever adds time, and one pricing held up by 50 ms would leave
-        its source unpriced for the next 5 s. The least is a pricing with warm caches, which steps
-        of a few milliseconds seldom leave: at a GPU's costs (bench_fast_regime) it was a third of
-        the mean, and pricing took about three times the PRICE_FRACTION meant for it.
-        A choice that loses pricing after pricing rests twice as long after each, up to
-        REST_BACKOFF_MAX times: priced again with nothing drafted, nothing judged in its favour
-        (_settle) and its offer no better, it loses again, as a draft model on prose or each bucket
-        a lookup's matches move between does; each such choice took PRICE_FRACTION of a GPU's
-        steps, five of them a hybrid's 1.25%. Winning, any draft, or a followed run of its guesses
-        all taken starts it over; one that came close (resting at ε) is priced at ε's pace."""
+        generations and processes), once there are two: a pause of the process (a garbage collection,
+        a page fault) only ever adds time, and one held-up pricing taken alone would rest its source
+        1/PRICE_FRACTION times the delay; the least, with warm caches short steps seldom leave,
+        understates it. A choice that loses pricing after pricing rests twice as long after each, up
+        to REST_BACKOFF_MAX times: priced again with nothing drafted, nothing judged in its favour
+        (_settle) and its offer no better, it loses again. Winning, any draft, or a followed run of its
+        guesses all taken starts it over; one that came close (resting at ε) is priced at ε's pace."""
         for offer in priced:
             key = offer.source, offer.bucket
             latest = self.sources[offer.source][1].pricings
@@ -195,9 +184,7 @@ class Probes:
         that width. Where the step would otherwise be plain (followed), the lookup's guesses in a
         bucket already judged are followed along it for free (_shadow_step), so the hope for its
         first SHADOW_DEPTH guesses is their point estimate: only what plain steps cannot measure, the
-        verify's cost and deeper guesses, is worth a probe. Hoped for at the optimistic estimate, a
-        short phrase's few judged deep positions kept the lookup probing it 2-3 tokens wide in every
-        reply on prose, about 1% of each."""
+        verify's cost and deeper guesses, is worth a probe."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
         # where the step would be plain, the lookup's guesses are followed along it (_shadow_step)
         shadowed = followed and offer.source == self._ngram and tracker.judged(offer.bucket)
@@ -241,15 +228,13 @@ class Probes:
     @staticmethod
     def _stepping_stone(tracker: CostTracker, offer: Choice, rates: Sequence[float], floor: float) -> int:
         """The γ whose verify is the first size past the widest measured, where a wider γ of the offer
-        hopes to beat floor and this one does not, in a bucket already judged; 0 where there is none (a
-        bucket never judged has its first look, _first_look). A probe that only measures the next size.
-        Beyond the widest measured size a probe's loss is priced no cheaper a row than that size
+        hopes to beat floor and this one does not, in a bucket already judged (a bucket never judged has
+        its first look, _first_look); 0 where there is none. A probe that only measures the next size:
+        beyond the widest measured size a probe's loss is priced no cheaper a row than that size
         (VerifyCurve.next_width), so where that size came out slow (a stall), every wider γ that could
-        win was priced out of the budget, and the first size past it, cheap to try, was never tried
-        because on its own it could not win: at the H200's costs (a 2-row verify 2.8 plain steps, a row
-        beyond little), one slow 3-row sample held a hybrid at plain decoding for every reply of a
-        simulated copy set (tests/plannersim.py). Measured, the next size prices the wider ones by its
-        own cost a row."""
+        win is priced out of the budget, and the next size, cheap to try but unable to win alone, would
+        never be tried. Measured, it prices the wider ones by its own cost a row
+        (scripts/results/HISTORY.md, "A probe that only measures the next verify size")."""
         gamma = max(tracker.verify.points, default=0)
         if not 0 < gamma < offer.gamma or rates[gamma] > floor or not tracker.judged(offer.bucket):
             return 0
@@ -260,21 +245,20 @@ class Probes:
         (its cap, within the room; a draft model's offer is the room, which only shrinks): how wide
         _probe prices its hope, so that a rest it earns holds while later matches in the bucket
         reach further (_rests). The lookup's offer is where its match's occurrence continues, up to
-        the context's end, so one bucket's offers grow along a reply, and each wider one, priced
-        again, lost again (scripts/results/HISTORY.md, "The planner's work on a plain step cut again")."""
+        the context's end, so one bucket's offers grow along a reply, and each wider one would
+        otherwise be priced again to lose again."""
         if offer.source != self._ngram:
             return offer.gamma
         return max(offer.gamma, min(cap_of("ngram", self.config), self._room))
 
     def _first_look(self, offer: Choice) -> bool:
-        """Whether offer is the n-gram lookup's first at a match bucket no step has judged (here or
-        in the plans loaded), and this generation has had no such look from it yet: a one-token probe
-        is then taken whatever the budget says, its loss charged as any probe's. A bucket is a kind
-        of match, a copy reaching back 16 tokens or a phrase that merely recurs, and what the lookup
-        learnt of one says little of another: a long copy met after short recurring phrases had spent
-        the generation's budget was otherwise never tried, and decoded plain. So beyond ε a source
-        may lose at most one such probe a generation (one verify row beyond a plain step), and at
-        most one per bucket over a tracker's life."""
+        """Whether offer is the n-gram lookup's first at a match bucket no step has judged (here or in
+        the plans loaded), and this generation has had no such look from it yet: a one-token probe is
+        then taken whatever the budget says, its loss charged as any probe's. A bucket is a kind of
+        match (a copy reaching back 16 tokens, a phrase that merely recurs), and what the lookup learnt
+        of one says little of another: a long copy met after short phrases had spent the budget would
+        otherwise never be tried. So beyond ε a source may lose at most one such probe a generation
+        (one verify row beyond a plain step), and at most one per bucket over a tracker's life."""
         return (offer.source == self._ngram and not self._looked
                 and not self.sources[offer.source][1].judged(offer.bucket))
 
@@ -290,13 +274,12 @@ class Probes:
 
     def _entry_paid(self, source: int) -> bool:
         """Whether source is a draft model made ready for this generation (loaded, the prompt taken
-        in) whose cost is still unmeasured. Its one-token probe is then taken whatever the budget
-        says: the entry was paid to learn that cost, and it is the probe that learns it. Denied, the
-        draft would stay unmeasured, and every later process of the setup would pay the entry again
-        (warm start only leaves out a draft measured not to pay). So the probe is part of the entry,
-        and its loss is not charged to the budget: where a 2-row verify costs more than the budget's
-        grace, a charged probe left no room for the next one, which one accepted guess cannot yet
-        price above one token, and the draft stayed at one token for the generation."""
+        in) whose cost is still unmeasured. Its one-token probe is then taken whatever the budget says
+        and not charged to it: the entry was paid to learn that cost, and the probe is what learns it.
+        Denied, the draft would stay unmeasured and every later process of the setup would pay the
+        entry again (warm start only leaves out a draft measured not to pay); charged, where a 2-row
+        verify costs more than the budget's grace, it would leave no room for the next probe, and the
+        draft would stay at one token for the generation."""
         return source == self._model and source in self._prefilled and self.sources[source][1].draft_s.value is None
 
     def _text_owed(self, source: int) -> bool:

@@ -226,14 +226,12 @@ class Recording:
         chain, at the rate of the step that choice would have run on the same draft: it drafts the
         first m of these tokens, m where the known γ and stop rule end it (replayed on the draft's
         confidences; a wider γ only lets the stop rule draft on longer), and emits min(accepted, m)
-        + 1 tokens in this step's seconds less the drafting beyond m and with the verify of m + 1 as
-        the tracker prices it. Where the draft ended by m, the step was the known one and lost
-        nothing: only what the probe did beyond the known step is counted, not the luck of the step
-        both would have run. A model draft that handed over to a copy (Handoff) is judged as its own
-        draft alone, verified at its own width (record): the copy is the lookup's, which an n-gram step
-        would have drafted as well. Counted whole, a copy of 80 accepted tokens credited the model's
-        budget with seconds it spent on one-token probes behind catch-ups of 80 tokens, each dearer
-        than the budget allows."""
+        + 1 tokens in this step's seconds less the drafting beyond m, with the verify of m + 1 as the
+        tracker prices it. Where the draft ended by m, the step was the known one and lost nothing:
+        only what the probe did beyond the known step is counted, not the luck of the step both would
+        have run. A model draft that handed over to a copy (Handoff) is judged as its own draft alone,
+        verified at its own width (record): the copy is the lookup's, which an n-gram step would have
+        drafted as well."""
         explored = self._explored
         if explored.known is None or not chain:
             return seconds - emitted / explored.r_best
@@ -249,14 +247,11 @@ class Recording:
     def _charge_switches(self, source: int, catchup_s: float, caught_up: int, emitted: int) -> None:
         """A hybrid's model draft that had to catch up on the tokens generated since it last drafted
         (caught_up of them, in catchup_s beyond its first decode) charges each step of another source
-        since then its tokens' share (emitted: what the step emitted): that step cost that much more
-        than its verify. The tokens plain steps emitted in between bear their share too, charged to no
-        one: plain decoding leaves the model as far behind. Shared per step, a catch-up after 50 plain
-        steps and one n-gram step was all the n-gram step's, and on prose the hybrid's lookup priced
-        its steps dearer and drafted less than the lookup alone. An exploratory step's share is part
-        of what it lost (ExploreBudget), charged to its source's budget now: priced, a probe's loss
-        includes it (CostTracker.estimate's switch), and left out of the ledger, a hybrid's n-gram
-        probes on prose cost it their own loss and as much again in the model's catch-ups after them."""
+        since then its tokens' share (emitted: what the step emitted), shared by tokens, not by steps:
+        that step cost that much more than its verify. The tokens plain steps emitted in between bear
+        their share too, charged to no one: plain decoding leaves the model as far behind. An
+        exploratory step's share is part of what it lost (ExploreBudget), charged to its source's
+        budget now, as its price counted it (CostTracker.estimate's switch)."""
         if source != self._model:
             self._since_model.setdefault(source, []).append(emitted)
             if self._explored is not None:
