@@ -100,16 +100,15 @@ class TextAcceptance:
     """A draft's acceptance per text (a generation: a reply, a completion) and what it says of the
     text at hand and of the next one.
 
-    Acceptance differs between texts far more than within one: a 0.5B draft's guesses at prose are
-    taken less often than at code. Counts pooled over a process hold whatever it met first, and one
-    prose reply measured at 0.6 kept the draft out of the code replies after it, where it is taken
-    at 0.85. So the texts are a random-effects model: each text has its own rate, drawn around the
-    mean of the texts kept with the variance between them that their counts show beyond chance
-    (between_variance). The text at hand is estimated by its own counts shrunk towards that mean, with
-    the weight p(1 - p) / variance in pseudo-drafts (empirical Bayes: texts that differ little lean
-    on the mean, texts that differ much on their own counts; TEXT_PRIOR_ROWS until two texts are
-    kept, when nothing says how much they differ). shift() is that estimate against the mean, in
-    log-odds; outlook() the spread a new text's rate may take."""
+    Acceptance differs between texts far more than within one (a draft's guesses at prose are taken
+    less often than at code), and counts pooled over a process hold whatever it met first, which can
+    keep the draft out of the texts after it. So the texts are a random-effects model: each text has
+    its own rate, drawn around the mean of the texts kept with the variance between them that their
+    counts show beyond chance (between_variance). The text at hand is estimated by its own counts
+    shrunk towards that mean, with the weight p(1 - p) / variance in pseudo-drafts (empirical Bayes:
+    texts that differ little lean on the mean, texts that differ much on their own counts;
+    TEXT_PRIOR_ROWS until two texts are kept, when nothing says how much they differ). shift() is that
+    estimate against the mean, in log-odds; outlook() the spread a new text's rate may take."""
 
     def __init__(self):
         self.texts: list[tuple[int, int]] = []  # (judged, accepted) of the latest texts

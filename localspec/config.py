@@ -146,7 +146,7 @@ class GenerationConfig:
     gamma_max: int = 8   # the most that auto may draft from a draft model
     # ... and from n-gram lookup: its drafts cost nothing to make, only verify width, so a long copied
     # span is worth proposing whole where the target verifies wide batches cheaply. A CPU's verify
-    # costs less per row as the batch widens well past llama.cpp's ngram-simple cap of 48 (README),
+    # costs less per row as the batch widens well past llama.cpp's ngram-simple cap of 48,
     # a GPU's more so; the planner measures each width before relying on it, and this only bounds
     # what it prices: a verify of 128 rows, which context.SAMPLED_ROWS_MAX lets arrive sampled.
     ngram_gamma_max: int = 127
@@ -224,16 +224,12 @@ def several(kind):
 def rows_on_backend(ctx, config: GenerationConfig | None = None, greedy: bool = False) -> bool:
     """The one switch between the two ways of judging a context's rows: True when llama.cpp's backend
     sampler chain reduces each decoded row to a short candidate list inside the decode; False when
-    numpy reads the full logits rows. The backend path is for rows made on a GPU (a row is 151,936
-    floats to bring back, session.rows_on_gpu); on the CPU the chain inside the decode costs more
-    than numpy's reading of the row (scripts/bench_controller.py --real), and over RPC it measured
-    slower too, so rows stay in numpy there. On a GPU it is the default for greedy rows only
-    (config's sampling, or `greedy` for a drafter's own). Sampled rows through the chain failed a
-    chi-square on an H100; on an H200 numpy's rows of the same batches failed it alike, and a row's
-    logits moved by up to 1.8 with the batch's shape with no chain installed (README, GPU): the GPU's
-    numerics, not the chain. Sampled rows stay in numpy there only because the chain's speed at
-    T > 0 on a GPU is not measured yet. Logprobs need the raw rows; LOCALSPEC_BACKEND_SAMPLING=1 or 0
-    forces the path on or off (tests, benchmarks)."""
+    numpy reads the full logits rows. The backend path is for rows made on a GPU (a whole vocabulary
+    of floats a row to bring back, session.rows_on_gpu): on the CPU and over RPC numpy reading the row
+    is faster (scripts/bench_controller.py --real). On a GPU it is the default for greedy rows only
+    (config's sampling, or `greedy` for a drafter's own), only because the chain's speed at T > 0 is
+    not measured there yet. Logprobs need the raw rows; LOCALSPEC_BACKEND_SAMPLING=1 or 0 forces the
+    path on or off (tests, benchmarks)."""
     if config is not None:
         if config.logprobs is not None:
             return False

@@ -64,15 +64,14 @@ def rows_on_gpu(placed: Placement, n_gpu_layers: int, n_layer: int) -> bool:
     """Whether a model's output rows are made on a GPU of this machine, where llama.cpp's backend
     sampler chain should judge them (config.rows_on_backend): every layer there, the output layer
     with them (llama.cpp counts it as one past the last). Not on the CPU (numpy reads a row faster
-    than the chain runs) and not on an RPC server: at T=1 over a 10 ms link a plain step took 158 ms
-    with the chain against 123 ms with numpy reading the row (scripts/bench_rpc.py, README), likely
-    because the chain's results are read back in round trips of their own (not traced)."""
+    than the chain runs) and not on an RPC server, where the chain is slower than numpy reading the
+    row (scripts/bench_rpc.py), likely because its results are read back in round trips of their own."""
     return placed.where != "CPU" and not placed.remote and n_gpu_layers > n_layer
 
 
 def token_ids(prompt: Sequence[int], n_vocab: int) -> bool:
     """Whether every entry of prompt is a whole number in 0..n_vocab-1: each type once, then the least
-    and the greatest, in C (a Python test per token took 6.6 ms on a 32k-token prompt)."""
+    and the greatest, in C (not a Python test per token, which is slow on a long prompt)."""
     kinds_whole = all(whole_type(kind) for kind in set(map(type, prompt)))
     return kinds_whole and (len(prompt) == 0 or 0 <= min(prompt) and max(prompt) < n_vocab)
 

@@ -14,17 +14,13 @@ STALL_FACTOR = 3.0  # past the first samples, one sample moves an average as if 
 class Ema:
     """A moving average: the median of the first 1/weight samples, then exponential from there. The
     median because first measurements are the least typical (a model's first decodes may still be
-    faulting its weights in): one sample several times the rest would hold a mean of ten far above
-    them, and a planner that stops drafting on it never measures the draft again. A value loaded
-    from an earlier process counts as one sample (load, trackerfile.load_saved), so this run's first
-    measurements move it at once.
+    faulting its weights in), and a planner that stops drafting on one inflated sample never measures
+    the draft again. A value loaded from an earlier process counts as one sample (load,
+    trackerfile.load_saved), so this run's first measurements move it at once.
 
-    From there a sample counts as at most STALL_FACTOR times the average: a process stalled for
-    seconds (another tenant of the machine, swapping) only ever adds time, and taken whole, a 2.4 s
-    stall moved a 130 ms plain step's average by 224 ms; the planner then read drafts as wins against
-    a plain step it thought slow, and lost 11% on prose. A cost that really grows is followed almost
-    as fast: after a lasting fivefold rise, 15 samples take the average 77% of the way, against 79%
-    taking every sample whole."""
+    From there a sample counts as at most STALL_FACTOR times the average: a stall (another tenant of
+    the machine, swapping) only ever adds time, and taken whole it would make a plain step look slow
+    and drafts look like wins. A cost that really grows is followed almost as fast."""
 
     def __init__(self, weight: float = 0.1):
         self.weight, self.value, self.n = weight, None, 0
@@ -61,25 +57,19 @@ class VerifyCurve:
     negative (noise in the last segment cannot bend it down); below the smallest along the first
     segment. With one point only, cost is assumed to grow in proportion to k (pessimistic).
 
-    One verify's seconds vary by 6-11% on a quiet 2-core CPU, and a size the planner does not choose
-    is not measured again. So a size measured fewer than TRUSTED_SAMPLES times is read no cheaper
-    than a narrower trusted size (one measured that often) and no dearer than a wider one: a wider
-    batch costs no less. Read as it came, one fast sample held the planner at a size no cheaper than
-    its neighbours. (Where trusted sizes break that law between themselves, it is held between them.)
+    One verify's seconds vary, and a size the planner does not choose is not measured again. So a
+    size measured fewer than TRUSTED_SAMPLES times is read no cheaper than a narrower trusted size
+    (one measured that often) and no dearer than a wider one: a wider batch costs no less. (Where
+    trusted sizes break that law between themselves, it is held between them.)
 
-    optimistic(k) is what a batch may cost at best: beyond the widest measured size no more than
-    the widest (the estimate where that is lower), and a size wider than every trusted one also no
-    more per row than the widest trusted size or any size between, since a wider batch seldom costs
-    more per row. Within the trusted range the point estimate holds: there tile boundaries break
-    that law by up to a quarter on a CPU, and nothing the planner does not choose is measured again.
+    optimistic(k) is what a batch may cost at best: beyond the widest measured size no more than the
+    widest, and past every trusted size no more per row than the widest trusted size or any between
+    (a wider batch seldom costs more a row); within the trusted range, where tile boundaries break
+    that law, the point estimate holds.
     next_width(k), what an exploratory step is priced by, reads the optimistic curve up to the first
-    size past the widest measured (one slow sample at the widest size otherwise priced every wider
-    probe out of the budget for good), and wider sizes no cheaper a row than the widest: a bound on
-    what the probe may lose, which the budget needs (ExploreBudget). Along the curve's slope it was
-    none: where a plain step costs more than a 2-row verify (on the 2-core Xeon with the F16 target,
-    one row takes another kernel) that slope is nearly flat, and a 36-row probe priced at 0.61 s took
-    1.14 s. A size chosen is measured when it runs, and the widest measured size moves out only by
-    trying a wider one."""
+    size past the widest measured, and wider sizes no cheaper a row than the widest: a bound on what
+    the probe may lose, which the budget needs (ExploreBudget) and the curve's slope does not give.
+    The widest measured size moves out only by trying a wider one."""
 
     def __init__(self, means: dict[int, float] | None = None):
         self.points: dict[int, Ema] = {}
@@ -95,9 +85,8 @@ class VerifyCurve:
     def add(self, k: int, seconds: float) -> None:
         """One measured verify of k tokens. The tables and fits are kept while the size is trusted
         before and after, and its average stays within MEMO_TOLERANCE of what they were made from:
-        every plain step adds a one-token verify, and rebuilt at each, they doubled the time a
-        pricing took, at a GPU's steps a per cent of them (README, the H200 again). A trusted size
-        reads as measured all the same (seconds)."""
+        every plain step adds a one-token verify, and rebuilding them at each would slow every
+        pricing. A trusted size reads as measured all the same (seconds)."""
         point = self.points.get(k)
         if point is None:
             point = self.points[k] = Ema()
@@ -235,9 +224,8 @@ def _bounded(k: int, seconds: float, trusted: Sequence[tuple[int, float]]) -> fl
 def _no_dearer_a_row(fit: Sequence[tuple[int, float]], widest_trusted: int) -> list[tuple[int, float]]:
     """fit, each size wider than the widest trusted one held no dearer per row than any size from
     that one up to it: the hope beyond the trusted range. Those sizes are each measured about once
-    (an n-gram copy's widths), and one slow sample at the widest measured, read as it came, priced
-    every wider copy out of the lookup's hope: it stayed at 52-token copies where a run whose curve
-    had no such sample drafted 87."""
+    (an n-gram copy's widths), and one slow sample at the widest measured, read as it came, would
+    price every wider copy out of the lookup's hope."""
     out, least = [], math.inf
     for k, t in fit:
         if k > widest_trusted:
@@ -251,12 +239,10 @@ def _no_dearer_a_row(fit: Sequence[tuple[int, float]], widest_trusted: int) -> l
 def _as_others_put_it(fit: Sequence[tuple[int, float]], untrusted: dict[int, float]) -> list[tuple[int, float]]:
     """fit, each untrusted size (untrusted: its seconds as measured) that came out more than
     OUTLIER_FACTOR above what the rest of fit puts it at (_estimates without it) read no dearer
-    than that: the hope that it was a stall. Read as it came, one stalled copy's first wide verify
-    priced every width past the narrow trusted ones out of both the known choice and the hope, and
-    the lookup drafted a few tokens a step for good (scripts/results/HISTORY.md, "The H200 again"); hoped for at what
-    the others say, it is probed again under the budget until its median is trusted. (Where it is
-    not far above them, it is read as it came: a size on the others' line would otherwise be read
-    at one or the other by rounding alone.)"""
+    than that: the hope that it was a stall. Read as it came, one stalled wide verify would price
+    every wider width out of both the known choice and the hope for good (scripts/results/HISTORY.md,
+    "The H200 again"); hoped for at what the others say, it is probed again under the budget until its
+    median is trusted. (Where it is not far above them, it is read as it came.)"""
     out = []
     for i, (k, t) in enumerate(fit):
         if k in untrusted:  # a trusted size is in fit too: the others are never none

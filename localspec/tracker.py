@@ -17,10 +17,10 @@ The optimistic estimate is the best the measurements still allow: counts smoothe
 acceptance 1 plus a bonus that shrinks with the count (but the point estimate's for positions that
 plain steps measure for free: estimate's followed), a batch wider than every measured one no
 dearer than the widest measured, and a draft cost no dearer than the least a drafting step measured
-(a third of what was measured while it rests on fewer than TRUSTED_SAMPLES drafting steps, since a
-stall may have inflated it: optimistic_draft_s). Until the draft's cost is measured all take it as free, and only the
-optimistic one is used: a drafter is no known choice before one of its steps has run (the
-planner's first step from it drafts one token).
+(a STALL_FACTOR-th of the measured cost while it rests on fewer than TRUSTED_SAMPLES drafting steps,
+since a stall may have inflated it: optimistic_draft_s). Until the draft's cost is measured all take
+it as free, and only the optimistic one is used: a drafter is no known choice before one of its
+steps has run.
 Both depend on measured seconds only through their ratios: scaling every cost scales every
 prediction of tokens/s by the same factor and changes no choice.
 """
@@ -44,14 +44,12 @@ from .treeplan import SiblingAcceptance
 class LookupRuns:
     """How far apart a hybrid's n-gram runs come. A run is a stretch of steps whose accepted tokens
     came from the lookup (its own steps, or a model draft's handoff to a copy); each leaves the draft
-    model behind by its tokens. A draft model that catches up now drafts until the next run, not for
-    the rest of the generation: on a copy, where a match that breaks off is found again a few tokens
-    later, a catch-up over the last run's tokens spread over the generation's rest looked paid for,
-    and the model caught up after each break to draft a token or two (Planner._known). The lookup's
-    tracker keeps them across a process's generations (CostTracker.lookup_runs, not saved): a reply
-    whose copy begins a token in is then not taken for one the model drafts to its end. The gap
-    expected is the mean gap between runs so far, and at least the gap since the last: after a long
-    stretch without one (prose after a copy), the lookup is taken to stay away as long again."""
+    model behind by its tokens. A catch-up's price is spread over the tokens the model may draft
+    before the next run (Planner._horizon), not over the generation's rest, which would make a
+    catch-up after every break in a copy look paid for. Kept across a process's generations
+    (CostTracker.lookup_runs, not saved). The gap expected is the mean gap between runs so far, and
+    at least the gap since the last: after a long stretch without one, the lookup is taken to stay
+    away as long again."""
 
     def __init__(self):
         self.runs = 0        # runs so far
@@ -126,7 +124,7 @@ class CostTracker:
     loaded: bool = False  # started from an earlier process's measurements (from_dict)
     saved_verify: VerifyCurve = field(default_factory=VerifyCurve)  # the curve as saved, plain step too
     # acceptance(bucket) as last computed, with the counts it read (_acceptance_key): the planner asks
-    # for the same bucket's several times a step, and pooling a copy's 128 positions takes tens of µs
+    # for the same bucket's several times a step, and pooling a copy's many positions each time is costly
     _acceptance_memo: dict = field(default_factory=dict, repr=False, compare=False)
     saved_draft_s: Ema = field(default_factory=Ema)  # the draft's cost as saved (see may_pay)
     own_drafts: int = 0   # drafting steps this tracker has measured itself
@@ -214,10 +212,8 @@ class CostTracker:
     def draft_stop(self, gamma: int | None = None, probe: bool = False) -> DraftStop | FixedStop:
         """The stopping rule for a draft of up to gamma (p-min auto); a fixed p-min until costs are
         measured. probe: for an exploratory step, which reads the next unmeasured batch size as no
-        dearer than the widest measured (VerifyCurve.next_width). The point estimate extrapolates
-        it along the measured curve's slope, and where a 2-row verify costs most of two plain steps
-        that slope says no second token pays: a probe stopped there would never measure the wider
-        batch that may, and the drafter would stay at one token, or none, for good."""
+        dearer than the widest measured (VerifyCurve.next_width): along the point estimate's
+        extrapolated slope a probe may stop short and never measure a wider batch that pays."""
         if self.draft_s.value is None or 1 not in self.verify:
             return FixedStop(FALLBACK_P_MIN, first=True)  # a probe must measure the draft
         verify = self.verify.next_width if probe else self.verify_seconds
@@ -229,10 +225,8 @@ class CostTracker:
         positions, and that towards all buckets' rate: a position a bucket has rarely reached takes
         the bucket's rate, not one chance rejection's. How strongly a bucket's positions lean on its
         rate depends on how much they differ beyond chance (pooling_weight): where chance explains
-        their differences, each takes the bucket's rate. Otherwise the γ chosen is the one whose
-        deep positions were luckiest: a copy whose few drafts past 40 tokens were all accepted looks
-        more reliable there than the bucket is, and a draft far longer than pays looks worth its
-        verify (the README has the simulator's numbers)."""
+        their differences, each takes the bucket's rate. Otherwise the γ chosen would be the one
+        whose few deep drafts were luckiest, and a draft far longer than pays would look worth its verify."""
         counts = self.buckets.get(bucket) if bucket is not None else None
         key = self._acceptance_key(counts) + (self.text_shift,)
         memo = self._acceptance_memo.get(bucket)
@@ -265,13 +259,10 @@ class CostTracker:
         """The point estimate less one standard error per position: what the counts make likely at
         worst, for pricing an exploratory step. In a bucket a position's rate rests on its own
         judged count and on the bucket's rate, with the weight acceptance() pools it with
-        (pooling_weight), so its error is the posterior's (posterior_var): taken as the prior's
-        weight alone, every position past those a bucket's drafts had reached (none or a few judged)
-        lost about 3% on a copy accepted at 0.998, and a 128-token probe was priced at 59% of the
-        tokens its point estimate expects from a bucket of 900 judged guesses all but one accepted
-        (far less where a copy's few rejections came at a few positions): a lookup that settled on
-        31-63 tokens a step never tried a wider one (scripts/results/HISTORY.md, "Copy widths held by a cautious
-        estimate"). Each position is still one error below, as if one luck held the whole draft."""
+        (pooling_weight), so its error is the posterior's (posterior_var), not the prior weight's
+        alone, which would price positions few drafts reached far below a well-measured bucket
+        (scripts/results/HISTORY.md, "Copy widths held by a cautious estimate"). Each position is
+        still one error below, as if one luck held the whole draft."""
         rates, w = self.acceptance(bucket), self.prior_weight  # (first: it checks the memo's key)
         counts = self.buckets.get(bucket) if bucket is not None else None
         memo = self._acceptance_memo.get(("cautious", bucket))
@@ -308,15 +299,11 @@ class CostTracker:
         """The least a draft token may cost given the measurements: once the cost rests on
         TRUSTED_SAMPLES drafting steps (over every process that saved it), as measured or the least
         a token cost in any of this process's drafting steps, whichever is less; before that a
-        STALL_FACTOR-th of it. A draft's first measurement is often its only one: where it came out
-        high (a stall of the machine, the first decode's page faults) the optimistic estimate read it
-        as it came, no probe looked worth taking, and the draft was never measured again: one stalled
-        one-token probe kept a draft that pays out of the process (and of every later one that loaded
-        its plan). Later, one stalled long draft holds most of the average's first samples (one a
-        token), which set its median; a stall only ever adds time, so the least a step measured is
-        a bound no stall can raise. Probes it allows are priced at the measured cost against the
-        budget, as every exploratory step is, so a draft that truly costs that much loses at most
-        what the budget lets it."""
+        STALL_FACTOR-th of it. A draft's first measurement is often its only one, and read as it came
+        a stalled one would keep a draft that pays from ever being probed again; a stall only ever
+        adds time, so the least a step measured is a bound no stall can raise. Probes it allows are
+        priced at the measured cost against the budget, so a draft that truly costs that much loses
+        at most what the budget lets it."""
         draft = self.draft_s.value or 0.0
         if not self.cost_trusted():
             return draft / STALL_FACTOR

@@ -39,16 +39,14 @@ def saved_data(t: CostTracker) -> dict:
 
 
 def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> CostTracker:
-    """Start t (a new tracker, made with loaded=True) from saved measurements (files without buckets,
-    from before they were kept, load with none). Counts are scaled down to at most max_count per position and per
-    confidence bin, so that this run's own steps soon outweigh them. A drafter whose acceptance
-    was counted over fewer than CONFIRM_STEPS proposals, over every process that saved it, is
-    learnt afresh, as a new one is (its first step a probe of one token): only what its drafts
-    do not measure is loaded (the verify curve, the overhead, its load and catch-up costs; its
-    draft cost only as saved_draft_s, for may_pay). One
-    rejected first guess would otherwise keep the draft out of every later process (may_pay),
-    and out of each where a 1-token draft cannot pay (no probe would look worth it). Files from
-    before the count was kept load as they did."""
+    """Start t (a new tracker, made with loaded=True) from saved measurements (files without buckets
+    load with none). Counts are scaled down to at most max_count per position and per confidence
+    bin, so that this run's own steps soon outweigh them. A drafter whose acceptance was counted
+    over fewer than CONFIRM_STEPS proposals, over every process that saved it, is learnt afresh, as
+    a new one is: only what its drafts do not measure is loaded (the verify curve, the overhead, its
+    load and catch-up costs; its draft cost only as saved_draft_s, for may_pay), so that one rejected
+    first guess cannot keep the draft out of every later process. Files from before the count was
+    kept load as they did."""
     _load_ema(t.overhead_s, data["overhead_s"])
     _load_ema(t.load_s, data.get("load_s", [None, 0]))  # files from before lazy drafts: unmeasured
     _load_ema(t.prefill_s, data.get("prefill_s", [None, 0]))
