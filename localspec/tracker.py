@@ -401,21 +401,16 @@ class CostTracker:
              cautious: bool = False) -> tuple[int, float]:
         """(draft length ≤ gamma_max, predicted tokens/s) by the point estimate; (0, 0.0) before a
         plain step and a draft are measured (exploring beyond the point estimate is the Planner's
-        call). cautious: with the cautious acceptance (cautious_acceptance): the price of a catch-up,
-        paid before the drafts it buys, where what is uncertain is whether the guesses are accepted.
-        Until the draft's cost is trusted (cost_trusted) it is read no dearer than the least a token
-        cost in any drafting step here (draft_least): a stall only ever adds time. Once trusted, as
-        measured: the least comes from the longest drafts, whose first decode, which brings the draft
-        up to the context (two tokens after a draft accepted whole), is shared by the most tokens:
-        read so, a short draft would look cheaper than it is."""
+        call). cautious: with the cautious acceptance (cautious_acceptance), and the draft's cost no
+        dearer than the least a token cost in any drafting step here (draft_least): the price of a
+        catch-up, paid before the drafts it buys, where what is uncertain is whether the guesses
+        are accepted (a stall only ever adds time)."""
         if gamma_max <= 0 or 1 not in self.verify or self.draft_s.value is None:
             return 0, 0.0
         estimate = self.estimate(bucket, switch=switch)
         if cautious:
-            draft = estimate.draft_s
-            if self.draft_least is not None and not self.cost_trusted():
-                draft = min(draft, self.draft_least)
-            estimate = estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=draft)
+            least = estimate.draft_s if self.draft_least is None else min(estimate.draft_s, self.draft_least)
+            estimate = estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=least)
         return estimate.best(gamma_max, self.min_gain)
 
     def choose(self, gamma_cap: int) -> int:

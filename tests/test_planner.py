@@ -1749,39 +1749,3 @@ def test_a_bucket_whose_followed_guesses_are_taken_whole_starts_its_rests_over()
             planner.record(plan, Proposal([], []), 0, 0.0, 0.2, 0.0, token=emitted)
         pricings[emitted] = planner.clock.reads // 4
     assert pricings[7] >= pricings[8] + 4 and pricings[8] <= 6
-
-
-def f16_prose_model(steps: int = 80) -> CostTracker:
-    """A draft model as the F16 target at T=1 on prose measured it: plain steps 72 ms, mostly one-token
-    drafts at 39 ms (their first decode brings the draft two tokens up to date after a draft accepted
-    whole), every fourth a five-token draft at 20 ms a token; guesses accepted about 0.9."""
-    t = CostTracker()
-    measure_plain(t, 0.072)
-    for k in range(steps):
-        if k % 4 == 0:
-            t.record(5, 5, 0.100, 0.154, 0.0, confidences=(0.95,) * 5)
-        else:
-            t.record(1, 0 if k % 20 == 19 else 1, 0.039, 0.120, 0.0, confidences=(0.9,))
-    for width, seconds in ((3, 0.133), (4, 0.139), (5, 0.148)):
-        for _ in range(3):
-            t.verify.add(width, seconds)
-    return t
-
-
-def test_a_trusted_draft_cost_is_read_as_measured_by_the_cautious_estimate():
-    # The least a token cost comes from the longest drafts, whose first decode is shared by the most
-    # tokens. Read as a catch-up's draft cost, it made the cautious estimate (γ 5, 17.0 tok/s) beat
-    # the point estimate (16.3), which a lower acceptance at the same cost cannot: on the F16 target
-    # at T=1 on prose the model then caught up and drafted short drafts at 0.93x plain.
-    t = f16_prose_model()
-    assert t.cost_trusted() and t.draft_least < t.draft_s.value
-    point, cautious = t.plan(8), t.plan(8, cautious=True)
-    assert cautious[1] <= point[1] and cautious[0] <= point[0]
-    # Before the cost is trusted, one stalled step may hold the average up: the least still bounds it.
-    early = CostTracker()
-    measure_plain(early, 0.072)
-    early.record(5, 5, 0.100, 0.154, 0.0, confidences=(0.95,) * 5)
-    early.record(5, 5, 0.300, 0.154, 0.0, confidences=(0.95,) * 5)  # stalled
-    assert not early.cost_trusted() and early.draft_least < early.draft_s.value
-    at_least = early.estimate()._replace(accept=early.cautious_acceptance(None), draft_s=early.draft_least)
-    assert early.plan(8, cautious=True) == at_least.best(8, early.min_gain)
