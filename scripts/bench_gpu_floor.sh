@@ -33,13 +33,8 @@ B=("$PY" scripts/bench.py --gpu --target "$TARGET" --draft "$DRAFT" "${PROSE[@]}
 "$PY" scripts/bench_fresh.py --prompts scripts/prompts/prose.jsonl --n-prompts "$(( N < 3 ? N : 3 ))" \
     -n "$TOKENS" --rounds "$R" --extra "--target $TARGET --draft $DRAFT" | tee "$OUT/fresh.txt"
 
-# bench_rpc_costs.py's table has a row per width, "| k | steady ms | ...", and a line "draft token c = C ms"
-read -r CURVE DRAFT_MS < <("$PY" -c '
-import re, sys
-text = open(sys.argv[1]).read()
-rows = re.findall(r"^\| *([0-9]+) *\| *([0-9.]+) *\|", text, re.M)
-print(",".join(f"{k}:{ms}" for k, ms in rows), re.search(r"draft token c = ([0-9.]+) ms", text).group(1))
-' "$OUT/costs.txt")
-echo "simulator: --curve $CURVE --draft-ms $DRAFT_MS"
-"$PY" scripts/bench_fast_regime.py --curve "$CURVE" --draft-ms "$DRAFT_MS" --keep --text README.md \
-    | tee "$OUT/simulator.txt"
+# bench_rpc_costs.py names the simulator's arguments for the costs it measured
+SIM=$(sed -n 's/^local: simulate with bench_fast_regime.py //p' "$OUT/costs.txt")
+echo "simulator: $SIM"
+# shellcheck disable=SC2086  # $SIM is the two flags and their values, split on purpose
+"$PY" scripts/bench_fast_regime.py $SIM --keep --text README.md | tee "$OUT/simulator.txt"

@@ -167,6 +167,8 @@ def report(results: dict, widths: list[int], rtt_ms: float | None) -> None:
               "k·t / ((k − 1)·c + v(k)): " + ", ".join(f"k={k} {b:.2f}x" for k, b in bound.items()))
         free = ", ".join(f"k={k} {k * t / r[('steady', k)]:.2f}x" for k in widths if k > 1)
         print(f"{where}: a free draft (an n-gram copy) of k − 1 tokens, every one accepted, k·t / v(k): {free}")
+        curve = ",".join(f"{k}:{r[('steady', k)]:.2f}" for k in widths)
+        print(f"{where}: simulate with bench_fast_regime.py --curve {curve} --draft-ms {c:.2f}")
 
 
 if __name__ == "__main__":

@@ -693,6 +693,11 @@ def test_bench_rpc_costs_local_prints_both_bounds_from_the_measured_costs(monkey
     assert "ms per decode, local:" in out and "over RPC" not in out
     assert "k=4 0.82x" in out and "k=16 0.92x" in out  # 128 / (60 + 96), 512 / (300 + 256)
     assert "k·t / v(k): k=4 1.33x, k=16 2.00x" in out  # 128 / 96, 512 / 256
+    # the simulator's arguments for these costs (scripts/bench_gpu_floor.sh reads them), which it takes
+    sim = out.split("local: simulate with bench_fast_regime.py ")[1].splitlines()[0]
+    assert sim == "--curve 1:32.00,4:96.00,16:256.00 --draft-ms 20.00"
+    rows, seconds = zip(*load_script("bench_fakes").parse_curve(sim.split()[1]))
+    assert rows == (1, 4, 16) and seconds == pytest.approx((0.032, 0.096, 0.256))
 
 
 def test_a_failed_fresh_process_says_why(monkeypatch):
