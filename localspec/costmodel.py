@@ -8,7 +8,9 @@ Leviathan et al. (2022), §3.3: with acceptance rate α, a step that drafts γ t
 position separately (a_i = P(draft i accepted | drafts 1..i−1 accepted)), so
 E(γ) = 1 + Σ_{i=1..γ} Π_{j≤i} a_j, which is the paper's formula when every a_i = α. A step costs
 γ draft tokens + one target verify of γ+1 tokens (measured per batch size: it is not linear in γ, and
-not even monotone on some CPUs) + the controller's own time. γ = 0 is plain decoding.
+not even monotone on some CPUs) + the controller's own time. γ = 0 is plain decoding. A draft model
+also decodes, once per drafting step, the token the last verify emitted before its first guess (now,
+or with the last guess of a draft accepted whole): first_s, paid by every γ ≥ 1 and by γ = 0 never.
 
 A step whose draft a stop rule (draftstop.DraftStop) may end early is priced by where it ends
 (DraftStops): with
@@ -16,7 +18,7 @@ g_i = P(the draft goes on past token i | tokens 1..i drafted and accepted) and
 u_i = P(the draft goes on past token i | tokens 1..i drafted), measured, a step capped at γ emits
 E(γ) = 1 + Σ_{i=1..γ} Π_{j<i} g_j · Π_{j≤i} a_j tokens (g_0 = 1: a step drafts its first token) and
 costs S(γ) = verify(1) + Σ_{n=1..γ} P(N ≥ n) (c(n) − c(n−1)) + overhead with P(N ≥ n) = Π_{j<n} u_j
-and c(n) = n draft tokens + verify(n+1): the expected cost over where the draft ends, which
+and c(n) = first_s + n draft tokens + verify(n+1): the expected cost over where the draft ends, which
 telescopes to step_seconds(γ) when every draft runs to its cap. Departure from the papers, which price
 a draft of fixed length: priced so, a draft stopped at its first token mostly, and accepted mostly
 there, looks as dear as the γ it may reach.
@@ -92,13 +94,15 @@ def expected_tokens_upto(accept: Sequence[float], gamma_max: int, tokens_on: Seq
     return totals
 
 
-def step_seconds(gamma: int, draft_s: float, verify_s: Callable[[int], float], overhead_s: float) -> float:
-    """Wall time of one step: gamma draft tokens, a verify batch of gamma+1, controller overhead."""
-    return gamma * draft_s + verify_s(gamma + 1) + overhead_s
+def step_seconds(gamma: int, draft_s: float, verify_s: Callable[[int], float], overhead_s: float,
+                 first_s: float = 0.0) -> float:
+    """Wall time of one step: gamma draft tokens (and first_s where it drafts: the module docstring),
+    a verify batch of gamma+1, controller overhead."""
+    return gamma * draft_s + (first_s if gamma else 0.0) + verify_s(gamma + 1) + overhead_s
 
 
 def expected_seconds_upto(gamma_max: int, draft_s: float, verify_s: Callable[[int], float], overhead_s: float,
-                          draft_on: Sequence[float] = ()) -> list[float]:
+                          draft_on: Sequence[float] = (), first_s: float = 0.0) -> list[float]:
     """S(γ) for every γ in 0..gamma_max (the module docstring): step_seconds(γ) where every draft
     runs to its cap; with draft_on (u_i), the expected seconds over where a stop rule ends it."""
     total, reach, last, n_on = step_seconds(0, draft_s, verify_s, overhead_s), 1.0, verify_s(1), len(draft_on)
@@ -106,7 +110,7 @@ def expected_seconds_upto(gamma_max: int, draft_s: float, verify_s: Callable[[in
     for n in range(1, gamma_max + 1):
         if 1 < n <= n_on + 1:
             reach *= draft_on[n - 2]  # P(N ≥ n): _on(draft_on, n - 1), inlined
-        cost = n * draft_s + verify_s(n + 1)
+        cost = n * draft_s + first_s + verify_s(n + 1)
         total += reach * (cost - last)
         totals.append(total)
         last = cost
@@ -115,14 +119,15 @@ def expected_seconds_upto(gamma_max: int, draft_s: float, verify_s: Callable[[in
 
 def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int], float],
                overhead_s: float, gamma_max: int, min_gain: float = 0.0,
-               tokens_on: Sequence[float] = (), draft_on: Sequence[float] = ()) -> tuple[int, float]:
+               tokens_on: Sequence[float] = (), draft_on: Sequence[float] = (),
+               first_s: float = 0.0) -> tuple[int, float]:
     """(gamma, predicted tokens/s) maximising expected tokens per second; gamma 0 included. gamma is a
     cap where tokens_on and draft_on say how a stop rule ends drafts before it (DraftStops).
 
     Speculation must beat plain decoding by min_gain (a fraction) to be chosen: the prediction
     has errors, and losing to plain decoding is worse than missing a marginal win."""
     tokens = expected_tokens_upto(accept, gamma_max, tokens_on)
-    seconds = expected_seconds_upto(gamma_max, draft_s, verify_s, overhead_s, draft_on)
+    seconds = expected_seconds_upto(gamma_max, draft_s, verify_s, overhead_s, draft_on, first_s)
     plain = 1.0 / seconds[0]
     best = (0, plain * (1 + min_gain))
     for gamma in range(1, gamma_max + 1):
@@ -135,7 +140,8 @@ def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int]
 class Estimate(NamedTuple):
     """A drafter's costs and per-position acceptance, point or optimistic, and where its stop rule
     ends drafts (tokens_on, draft_on: draftstop.DraftStops; empty: every draft runs to its γ): what
-    predictions read."""
+    predictions read. first_s: what a drafting step pays once besides its draft tokens (the module
+    docstring)."""
 
     accept: list[float]
     draft_s: float
@@ -143,11 +149,12 @@ class Estimate(NamedTuple):
     overhead_s: float
     tokens_on: Sequence[float] = ()
     draft_on: Sequence[float] = ()
+    first_s: float = 0.0
 
     def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
         """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
         return best_gamma(self.accept, self.draft_s, self.verify_s, self.overhead_s, gamma_max, min_gain,
-                          self.tokens_on, self.draft_on)
+                          self.tokens_on, self.draft_on, self.first_s)
 
     def tokens(self, gamma_max: int, accept: Sequence[float] | None = None) -> list[float]:
         """Expected tokens of a step capped at each γ in 0..gamma_max (accept: other acceptance)."""
@@ -155,4 +162,5 @@ class Estimate(NamedTuple):
 
     def seconds(self, gamma_max: int) -> list[float]:
         """Expected seconds of a step capped at each γ in 0..gamma_max."""
-        return expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on)
+        return expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on,
+                                     self.first_s)

@@ -37,6 +37,7 @@ class Proposal(NamedTuple):
     tail: int = 0                        # the last `tail` guesses continue the chain from an n-gram lookup (Handoff)
     copies: int = 0                      # the last `copies` nodes: an n-gram lookup's copy as a branch (Handoff.branch)
     first_apart: bool = False            # the catch-up's last token was decoded alone, outside catchup_s
+    rows: int = 0                        # rows a draft model decoded for the step's own drafting (ModelDrafter.propose)
 
     def copies_taken(self, path: Sequence[int]) -> int:
         """How many nodes of the copy verified as a branch lie on the accepted path."""
@@ -48,7 +49,7 @@ NO_PROPOSAL = Proposal([], [])
 
 
 def tree_proposal(nodes: list[tuple[int, Dist, int, float]], copy: list[int], fork: int, judged: bool,
-                  catchup_s: float, tail: int, first_apart: bool) -> Proposal:
+                  catchup_s: float, tail: int, first_apart: bool, rows: int) -> Proposal:
     """The Proposal of a model draft's nodes, (token, q, parent, confidence) parents first, with a copy
     beside the chain (a branch from node fork) last: the copy's first token a child of the fork, each
     later one a child of the one before. Confidences kept where a stop or branch rule judged them."""
@@ -56,7 +57,7 @@ def tree_proposal(nodes: list[tuple[int, Dist, int, float]], copy: list[int], fo
     ids, dists, parents, confidences = (list(column) for column in zip(*nodes)) if nodes else ([], [], [], [])
     is_tree = len(set(parents)) < len(parents)  # some node has a sibling
     return Proposal(ids, dists, tuple(confidences) if judged else (), catchup_s, parents if is_tree else None,
-                    tail, len(copy), first_apart)
+                    tail, len(copy), first_apart, rows)
 # A draft model decodes up to this many tokens before its first guess as part of any step (its last
 # draft and the target's bonus token, after a draft accepted whole); more is a catch-up over tokens
 # generated while it did not draft, timed and priced apart (ModelDrafter._catch_up, the planner).
@@ -156,7 +157,7 @@ class ModelDrafter:
             return NO_PROPOSAL
         self._load()
         self._choose_rows()
-        catchup_s, first_apart = self._catch_up(context)
+        catchup_s, first_apart, rows = self._catch_up(context)
         # (token, q, parent, confidence) per node, parents first: each chain node, then its sibling if any
         nodes: list[tuple[int, Dist, int, float]] = []
         chain: list[int] = []  # the chain's tokens
@@ -190,8 +191,9 @@ class ModelDrafter:
                 copy, fork = handoff.branch(here, branch), parent  # the copy offered at this depth, if it pays
             if i + 1 < k:
                 self.ctx.decode([token], logits="last", sampled=self.sampled)
+                rows += 1
         judged = stop is not None or branch is not None
-        return tree_proposal(nodes, copy, fork, judged, catchup_s, len(tail), first_apart)
+        return tree_proposal(nodes, copy, fork, judged, catchup_s, len(tail), first_apart, rows)
 
     def _choose_rows(self) -> None:
         """Where a row's top-k logits determine q and the confidence, llama.cpp keeps only those in the
@@ -209,9 +211,10 @@ class ModelDrafter:
         others = q.ids != token
         return int(q.ids[others][np.argmax(q.probs[others])]) if others.any() else None
 
-    def _catch_up(self, context: Sequence[int]) -> tuple[float, bool]:
+    def _catch_up(self, context: Sequence[int]) -> tuple[float, bool, int]:
         """Bring the cache to the context: (the seconds it took when more than the usual step's
-        tokens, else 0.0; whether its last token was decoded apart, outside those seconds).
+        tokens, else 0.0; whether its last token was decoded apart, outside those seconds; the rows
+        of it that are the step's own drafting: the usual step's tokens, or a catch-up's last).
 
         The last token's row gives the first guess, so a catch-up's batch also makes the step's first
         draft decode, and its seconds alone cannot tell the two apart: a small batch costs several
@@ -228,9 +231,9 @@ class ModelDrafter:
             seconds = time.perf_counter() - t0
             self.ctx.decode(context[-1:], logits="last", sampled=self.sampled)
             self.timed_first = True
-            return seconds, True
+            return seconds, True, 1
         self.ctx.decode(context[n:], logits="last", sampled=self.sampled)
-        return (time.perf_counter() - t0 if catching_up else 0.0), False
+        return (time.perf_counter() - t0 if catching_up else 0.0), False, 1 if catching_up else len(context) - n
 
     def _draw(self, candidates: np.ndarray | None, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, Dist]:
         """A token and the q it was drawn from: from the row's top-k candidates, or its full logits."""

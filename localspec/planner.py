@@ -374,7 +374,7 @@ class Planner(Recording, Probes):
         for plans other than a chain: a token tree's expected tokens come from its branches'
         acceptance (CostTracker.acceptance, accept_at), its seconds from its width, as a chain's."""
         est = self.sources[source][1].estimate(bucket)
-        return Prediction(tokens, step_seconds(n_drafted, est.draft_s, est.verify_s, est.overhead_s))
+        return Prediction(tokens, step_seconds(n_drafted, est.draft_s, est.verify_s, est.overhead_s, est.first_s))
 
     def _switches(self, source: int) -> bool:
         """Whether a drafting step from source is priced with what it makes the hybrid's draft model

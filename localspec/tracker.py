@@ -1,13 +1,14 @@
 """CostTracker: the live measurements of one drafter on one pair and machine, and the two estimates
 the planner reads from them.
 
-Measured: the target's verify seconds per batch size (VerifyCurve), the draft's seconds per token,
-the controller's overhead, and acceptance per draft position, kept separately per acceptance bucket
-(an n-gram drafter's match length, and whether the match lies in the prompt or the output: see
-costmodel.match_bucket; 0 for a draft model), per draft confidence (the draft model's stop rule
-reads that), per text (acceptance.TextAcceptance: how far the text at hand lies from the texts
-measured moves every acceptance estimate, text_shift), and where the draft model's stop rule ended its
-drafts (draftstop.DraftStops: a step's γ is a cap, priced by where the draft is likely to end within it).
+Measured: the target's verify seconds per batch size (VerifyCurve), the draft's seconds per token
+(a draft model's per row it decodes: draft_s), the controller's overhead, and acceptance per draft
+position, kept separately per acceptance bucket (an n-gram drafter's match length, and whether the
+match lies in the prompt or the output: see costmodel.match_bucket; 0 for a draft model), per draft
+confidence (the draft model's stop rule reads that), per text (acceptance.TextAcceptance: how far
+the text at hand lies from the texts measured moves every acceptance estimate, text_shift), and where
+the draft model's stop rule ended its drafts (draftstop.DraftStops: a step's γ is a cap, priced by
+where the draft is likely to end within it).
 
 The point estimate is what the planner expects of a known choice: a bucket's counts smoothed towards
 all buckets' counts, those towards `prior_accept` (0: a choice is known by its counts, and few
@@ -87,7 +88,12 @@ class CostTracker:
     prior_weight: float = 2.0   # ... worth this many observations
     min_gain: float = 0.03      # predicted edge over plain decoding needed to speculate
     ucb_scale: float = 0.1      # the optimistic estimate's bonus: sqrt(ucb_scale × ln(total) / count)
+    # Seconds a draft token costs. A draft model's steps also decode the token the last verify
+    # emitted before the first guess (with the last guess of a draft accepted whole, at the next
+    # step's start), one row more per step than the guesses it drafts: such a drafter's cost is
+    # measured per row it decoded, and a step is priced a row more (first_row, Estimate.first_s).
     draft_s: Ema = field(default_factory=Ema)
+    first_row: bool = False
     overhead_s: Ema = field(default_factory=Ema)
     verify: VerifyCurve = field(default_factory=VerifyCurve)
     positions: PositionAcceptance = field(default_factory=PositionAcceptance)  # all buckets together
@@ -141,20 +147,22 @@ class CostTracker:
 
     def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float,
                confidences: Sequence[float] = (), bucket: int = 0, width: int | None = None,
-               emitted: int | None = None, cap: int | None = None) -> None:
+               emitted: int | None = None, cap: int | None = None, rows: int = 0) -> None:
         """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them;
         bucket: the proposal's acceptance bucket; cap: the most a stop rule let it draft, where one
-        judged the draft). A tree's step gives the rows of its verify batch (width) and the tokens it
-        emitted, which its siblings make more than n_drafted + 1 and n_accepted + 1 of its chain."""
+        judged the draft; rows: those a draft model decoded for it, Proposal.rows). A tree's step
+        gives the rows of its verify batch (width) and the tokens it emitted, which its siblings make
+        more than n_drafted + 1 and n_accepted + 1 of its chain."""
         self.record_verify(width or n_drafted + 1, verify_s, overhead_s)
         if n_drafted:
             self.own_drafts += 1
-            per_token = draft_s / n_drafted
-            self.draft_least = per_token if self.draft_least is None else min(self.draft_least, per_token)
-            # weighed by tokens: what a step's draft costs is the mean per token over tokens, not
-            # over steps (a step's first decode brings the draft up to the context, so a short
-            # draft costs more per token than a long one)
-            self.draft_s.add(per_token, n_drafted)
+            # per row a draft model decoded (first_row), else per token; weighed by them: the mean
+            # over rows, not over steps
+            units = rows or n_drafted
+            self.first_row = self.first_row or rows > 0
+            per_unit = draft_s / units
+            self.draft_least = per_unit if self.draft_least is None else min(self.draft_least, per_unit)
+            self.draft_s.add(per_unit, units)
             self.step_tokens.add(emitted or n_accepted + 1)
             self.step_s.add(draft_s + verify_s + overhead_s)
         self.record_acceptance(n_drafted, n_accepted, bucket)
@@ -341,7 +349,8 @@ class CostTracker:
         accept = self.optimistic_acceptance(bucket) if optimistic else self.acceptance(bucket)
         if optimistic and followed:
             accept = spliced(self.acceptance(bucket), accept, followed)
-        return Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight))
+        return Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight),
+                        first_s=draft if self.first_row else 0.0)
 
     def could_pay(self, cap: int) -> bool:
         """Whether some γ ≤ cap could beat plain decoding by min_gain, as far as the measurements tell."""
@@ -375,7 +384,8 @@ class CostTracker:
         draft = self.saved_draft_s.value
         if draft is None or 1 not in self.saved_verify:
             return True
-        every = Estimate([1.0], draft, self.saved_verify.seconds, self.overhead_s.value or 0.0)
+        every = Estimate([1.0], draft, self.saved_verify.seconds, self.overhead_s.value or 0.0,
+                         first_s=draft if self.first_row else 0.0)
         return every.best(cap, self.min_gain)[0] > 0
 
     def add_catchup(self, k: int, seconds: float) -> None:
@@ -410,7 +420,8 @@ class CostTracker:
         estimate = self.estimate(bucket, switch=switch)
         if cautious:
             least = estimate.draft_s if self.draft_least is None else min(estimate.draft_s, self.draft_least)
-            estimate = estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=least)
+            estimate = estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=least,
+                                         first_s=least if self.first_row else 0.0)
         return estimate.best(gamma_max, self.min_gain)
 
     def choose(self, gamma_cap: int) -> int:

@@ -35,7 +35,7 @@ def saved_data(t: CostTracker) -> dict:
             "stops": t.stops.to_rows(),
             "confidence": [t.conf_judged, t.conf_accepted],
             "texts": t.texts.to_rows(),
-            "proposals": t.proposals, "pricings": list(t.pricings)}
+            "proposals": t.proposals, "pricings": list(t.pricings), "first_row": t.first_row}
 
 
 def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> CostTracker:
@@ -65,6 +65,8 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
         if int(k) != 1:
             _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
     _load_ema(t.saved_draft_s, data["draft_s"])
+    # files from before a draft model's cost was kept per row hold a mean per token, first decode in
+    t.first_row = bool(data.get("first_row", False))
     t.proposals = int(data.get("proposals", CONFIRM_STEPS))
     if t.proposals >= CONFIRM_STEPS:
         _load_counts(t, data, max_count)

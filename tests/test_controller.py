@@ -236,6 +236,31 @@ def test_the_drafters_first_catch_up_times_its_last_token_alone():
     assert draft.calls[-1] == ("decode", len(context), longer[len(context):], "last")
 
 
+def test_a_draft_says_how_many_rows_it_decoded_for_its_own_drafting():
+    # Besides a row per guess, a step decodes the token the last verify emitted; after a draft
+    # accepted whole, also its last guess, never decoded (Proposal.rows: what the draft's cost is
+    # measured per, CostTracker.record).
+    _, draft = fake_contexts(n_ctx=256, context=RecordingContext)
+    drafter = ModelDrafter(draft, GREEDY)
+    context = tokenize(draft, "The cat sat on the mat.")
+    drafter.prefill(context)
+
+    def rows_of(context, k):
+        before = len(draft.calls)
+        proposal = drafter.propose(context, k, np.random.default_rng(0))
+        decoded = sum(len(c[2]) for c in draft.calls[before:] if c[0] == "decode")
+        return proposal, decoded
+
+    first, decoded = rows_of(context, 4)  # its cache one behind: the prompt's last token, then 3 guesses
+    assert first.rows == decoded == 4
+    context = context + first.ids + [40]  # accepted whole, and the target's token
+    whole, decoded = rows_of(context, 3)
+    assert whole.rows == decoded == 2 + 2  # the last guess and the target's token, then 2 guesses
+    context = context + whole.ids[:1] + [41]  # the first accepted, then another token
+    part, decoded = rows_of(context, 1)
+    assert part.rows == decoded == 1
+
+
 # --- sampled: the distribution is the target's --------------------------------------------------------
 def first_two(target_ctx, sources, prompt, sampling, gamma, seeds, run=generate):
     """The first two emitted tokens (EOS as -1) for each seed, and how many tokens were drafted.

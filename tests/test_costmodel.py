@@ -638,3 +638,20 @@ def test_an_untrusted_size_far_above_what_the_others_put_it_is_hoped_at_their_va
         mild.add(6, 0.00555)
     mild.add(70, 1.1 * _one_width(70, mild.known()))  # not far above: hoped as measured, per row no dearer than 6 rows
     assert mild.optimistic(70) == pytest.approx(min(mild.seconds(70), 0.00555 * 70 / 6))
+
+
+def test_a_draft_models_row_for_the_emitted_token_is_paid_by_every_drafting_step_once():
+    # first_s: what a drafting step pays once besides its draft tokens (a draft model's decode of the
+    # token the last verify emitted); plain decoding pays none of it.
+    accept, on, draft_s, first_s = [0.8, 0.9, 0.6], [0.5, 0.7], 0.006, 0.009
+    plain = expected_seconds_upto(5, draft_s, cpu_verify, 0.001, on)
+    seconds = expected_seconds_upto(5, draft_s, cpu_verify, 0.001, on, first_s)
+    assert seconds[0] == plain[0] == step_seconds(0, draft_s, cpu_verify, 0.001, first_s)
+    for gamma in range(1, 6):
+        assert seconds[gamma] == pytest.approx(plain[gamma] + first_s)
+    assert step_seconds(3, draft_s, cpu_verify, 0.0, first_s) == pytest.approx(3 * draft_s + first_s + cpu_verify(4))
+    # A one-token draft that pays at one decode's cost does not at two: the choice moves to plain.
+    flat = lambda k: 0.1 + 0.01 * (k - 1)  # noqa: E731 (a verify whose width costs little)
+    cheap = best_gamma([0.5] * 4, 0.02, flat, 0.0, 4)
+    priced = best_gamma([0.5] * 4, 0.02, flat, 0.0, 4, first_s=0.02)
+    assert cheap[0] >= 1 and priced[0] == 0

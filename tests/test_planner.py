@@ -1216,6 +1216,29 @@ def test_a_draft_model_far_behind_prices_its_catch_up_into_its_step():
     assert planner.plan([1] * 60, 8).source == 0     # 36 behind: 0.13 s first, drafting still pays
 
 
+def test_a_draft_models_cost_is_kept_per_row_and_a_step_pays_one_row_more_than_it_drafts():
+    # A draft model decodes a row per guess, and once a step the token the last verify emitted (after
+    # a draft accepted whole, with its last guess, at the next step's start): a one-token draft costs
+    # two rows. Kept per token, long drafts set the least a token costs, and the cautious estimate
+    # that prices a catch-up found one-token drafts paying where each cost two rows and lost.
+    def tracker(rows: bool) -> CostTracker:
+        t = CostTracker()
+        for k in range(1, 9):
+            for _ in range(3):
+                t.record_verify(k, 0.1 + 0.005 * (k - 1), 0.0)  # a flat verify: a one-token draft nearly pays
+        for i in range(24):  # drafts of 6, 7 rows each at 20 ms, and drafts of 1 after a whole one: 2 rows
+            n, accepted = (6, 3) if i % 3 == 0 else (1, int(i % 4 == 1))
+            t.record(n, accepted, 0.02 * (n + 1), 0.1 + 0.005 * n, 0.0, rows=(n + 1) if rows else 0)
+        return t
+
+    model, per_token = tracker(rows=True), tracker(rows=False)
+    assert model.draft_s.value == pytest.approx(0.02) and model.draft_least == pytest.approx(0.02)
+    assert model.estimate().seconds(2) == pytest.approx([0.1, 0.02 * 2 + 0.105, 0.02 * 3 + 0.11])
+    assert per_token.estimate().first_s == 0.0  # a drafter that decodes nothing: per token, as before
+    assert per_token.plan(1, cautious=True)[0] == 1  # priced at the long drafts' least a token
+    assert model.plan(1, cautious=True)[0] == 0 and model.plan(1)[0] == 0  # two rows: a loss
+
+
 def test_a_catch_up_is_priced_as_one_batch_not_per_token():
     # A batch costs a one-token decode and a few ms for each further token (measured in the README's
     # "A catch-up priced as one batch"). Priced at the mean per token of short catch-ups, a long one

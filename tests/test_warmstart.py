@@ -48,6 +48,22 @@ def test_a_tracker_round_trips_with_its_counts_capped():
     assert max(back.stops.could) == 64
 
 
+def test_a_draft_models_cost_per_row_is_saved_as_such_and_older_files_load_per_token():
+    # A draft model's cost is kept per row it decoded, and its steps priced a row more (Estimate.first_s);
+    # a file from before holds a mean per token, that row in: read as a row, a step would pay it twice.
+    t = CostTracker()
+    t.record(0, 0, 0.0, 0.10, 0.001)
+    for _ in range(CONFIRM_STEPS + 1):
+        t.record(4, 2, 0.05, 0.15, 0.001, rows=5)
+    data = json.loads(json.dumps(t.to_dict()))
+    back = CostTracker.from_dict(data)
+    back.record(0, 0, 0.0, 0.10, 0.001)
+    assert back.first_row and back.estimate().first_s == pytest.approx(0.01) == back.draft_s.value
+    old = CostTracker.from_dict({k: v for k, v in data.items() if k != "first_row"})
+    old.record(0, 0, 0.0, 0.10, 0.001)
+    assert not old.first_row and old.estimate().first_s == 0.0
+
+
 def reply(pair: Pair) -> Reply:
     prompt = pair.target_model.tokenize("red, blue, green, red, blue, green, red,", True)
     *_, last = pair.stream(prompt, GenerationConfig(24, None, GREEDY))

@@ -171,7 +171,8 @@ class Recording:
                 # A load, and a catch-up over tokens generated while not drafting, are one-offs, not
                 # the draft's per-token cost.
                 tracker.record(n, n_accepted, _bounded_by_batch(own_s, proposal), verify_s, overhead_s,
-                               proposal.confidences, plan.bucket, width=width, emitted=emitted, cap=cap)
+                               proposal.confidences, plan.bucket, width=width, emitted=emitted, cap=cap,
+                               rows=proposal.rows)
             else:
                 tracker.verify.add(width, verify_s)
 
@@ -276,7 +277,7 @@ class Recording:
             self.sources[self._ngram][1].record_acceptance(proposal.tail, n_accepted - own, plan.handoff.bucket)
         confidences = proposal.confidences[:own]
         return Proposal(proposal.ids[:own], proposal.q[:own], confidences, proposal.catchup_s,
-                        first_apart=proposal.first_apart), min(n_accepted, own)
+                        first_apart=proposal.first_apart, rows=proposal.rows), min(n_accepted, own)
 
     def _record_copy(self, plan: Plan, proposal: Proposal, own: int, chain: Sequence[int], n_chain: int,
                      path: Sequence[int]) -> None:
@@ -302,7 +303,7 @@ class Recording:
             self._record_copy(plan, proposal, own, chain, n_chain, path)
         confidences = tuple(proposal.confidences[i] for i in chain) if proposal.confidences else ()
         return Proposal([proposal.ids[i] for i in chain], [proposal.q[i] for i in chain], confidences,
-                        proposal.catchup_s, first_apart=proposal.first_apart), n_chain
+                        proposal.catchup_s, first_apart=proposal.first_apart, rows=proposal.rows), n_chain
 
 
 def _bounded_by_batch(own_s: float, proposal: Proposal) -> float:
@@ -313,5 +314,5 @@ def _bounded_by_batch(own_s: float, proposal: Proposal) -> float:
     cost, would keep the draft out for the rest of the process. It is counted at the batch's seconds
     a token."""
     if proposal.first_apart and proposal.catchup_s > 0:
-        return min(own_s, len(proposal.ids) * proposal.catchup_s)
+        return min(own_s, (proposal.rows or len(proposal.ids)) * proposal.catchup_s)
     return own_s
