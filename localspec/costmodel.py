@@ -16,10 +16,12 @@ A step whose draft a stop rule (draftstop.DraftStop) may end early is priced by 
 (DraftStops): with
 g_i = P(the draft goes on past token i | tokens 1..i drafted and accepted) and
 u_i = P(the draft goes on past token i | tokens 1..i drafted), measured, a step capped at γ emits
-E(γ) = 1 + Σ_{i=1..γ} Π_{j<i} g_j · Π_{j≤i} a_j tokens (g_0 = 1: a step drafts its first token) and
-costs S(γ) = verify(1) + Σ_{n=1..γ} P(N ≥ n) (c(n) − c(n−1)) + overhead with P(N ≥ n) = Π_{j<n} u_j
-and c(n) = first_s + n draft tokens + verify(n+1): the expected cost over where the draft ends, which
-telescopes to step_seconds(γ) when every draft runs to its cap. Departure from the papers, which price
+E(γ) = 1 + Σ_{i=1..γ} Π_{j<i} g_j · Π_{j≤i} a_j tokens (g_0 = u_0: the chance the rule lets the step
+draft its first token, which a fixed p-min may decline, first_on; 1 for p-min auto) and
+costs S(γ) = verify(1) + first_s + Σ_{n=1..γ} P(N ≥ n) (c(n) − c(n−1)) + overhead for γ ≥ 1, with
+P(N ≥ n) = Π_{j<n} u_j and c(n) = n draft tokens + verify(n+1) (first_s is paid whatever N: the draft's
+first decode comes before its rule can decline a token): the expected cost over where the draft ends,
+which telescopes to step_seconds(γ) when every draft runs to its cap. Departure from the papers, which price
 a draft of fixed length: priced so, a draft stopped at its first token mostly, and accepted mostly
 there, looks as dear as the γ it may reach.
 """
@@ -79,10 +81,12 @@ def _on(go_on: Sequence[float], i: int) -> float:
     return go_on[i - 1] if 0 < i <= len(go_on) else 1.0
 
 
-def expected_tokens_upto(accept: Sequence[float], gamma_max: int, tokens_on: Sequence[float] = ()) -> list[float]:
+def expected_tokens_upto(accept: Sequence[float], gamma_max: int, tokens_on: Sequence[float] = (),
+                         first_on: float = 1.0) -> list[float]:
     """E(γ) for every γ in 0..gamma_max, in one pass: expected_tokens(accept, γ) where every draft
-    runs to its cap; with tokens_on (g_i, see the module docstring), where a stop rule may end it."""
-    totals, reach, total = [1.0], 1.0, 1.0
+    runs to its cap; with tokens_on (g_i, see the module docstring), where a stop rule may end it,
+    and first_on (g_0) where it may decline the first token."""
+    totals, reach, total = [1.0], first_on, 1.0
     n, last, n_on = len(accept), accept[-1], len(tokens_on)  # (_on and rate_at inlined: the planner's every step)
     for i in range(gamma_max):
         a = accept[i] if i < n else last
@@ -102,15 +106,17 @@ def step_seconds(gamma: int, draft_s: float, verify_s: Callable[[int], float], o
 
 
 def expected_seconds_upto(gamma_max: int, draft_s: float, verify_s: Callable[[int], float], overhead_s: float,
-                          draft_on: Sequence[float] = (), first_s: float = 0.0) -> list[float]:
+                          draft_on: Sequence[float] = (), first_s: float = 0.0, first_on: float = 1.0) -> list[float]:
     """S(γ) for every γ in 0..gamma_max (the module docstring): step_seconds(γ) where every draft
-    runs to its cap; with draft_on (u_i), the expected seconds over where a stop rule ends it."""
-    total, reach, last, n_on = step_seconds(0, draft_s, verify_s, overhead_s), 1.0, verify_s(1), len(draft_on)
+    runs to its cap; with draft_on (u_i) and first_on (u_0), the expected seconds over where a stop
+    rule ends it (first_s is paid by a step that drafts none: its decode came before the rule)."""
+    total, reach, last, n_on = step_seconds(0, draft_s, verify_s, overhead_s), first_on, verify_s(1), len(draft_on)
     totals = [total]
+    total += first_s
     for n in range(1, gamma_max + 1):
         if 1 < n <= n_on + 1:
             reach *= draft_on[n - 2]  # P(N ≥ n): _on(draft_on, n - 1), inlined
-        cost = n * draft_s + first_s + verify_s(n + 1)
+        cost = n * draft_s + verify_s(n + 1)
         total += reach * (cost - last)
         totals.append(total)
         last = cost
@@ -120,14 +126,14 @@ def expected_seconds_upto(gamma_max: int, draft_s: float, verify_s: Callable[[in
 def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int], float],
                overhead_s: float, gamma_max: int, min_gain: float = 0.0,
                tokens_on: Sequence[float] = (), draft_on: Sequence[float] = (),
-               first_s: float = 0.0) -> tuple[int, float]:
+               first_s: float = 0.0, first_on: float = 1.0) -> tuple[int, float]:
     """(gamma, predicted tokens/s) maximising expected tokens per second; gamma 0 included. gamma is a
     cap where tokens_on and draft_on say how a stop rule ends drafts before it (DraftStops).
 
     Speculation must beat plain decoding by min_gain (a fraction) to be chosen: the prediction
     has errors, and losing to plain decoding is worse than missing a marginal win."""
-    tokens = expected_tokens_upto(accept, gamma_max, tokens_on)
-    seconds = expected_seconds_upto(gamma_max, draft_s, verify_s, overhead_s, draft_on, first_s)
+    tokens = expected_tokens_upto(accept, gamma_max, tokens_on, first_on)
+    seconds = expected_seconds_upto(gamma_max, draft_s, verify_s, overhead_s, draft_on, first_s, first_on)
     plain = 1.0 / seconds[0]
     best = (0, plain * (1 + min_gain))
     for gamma in range(1, gamma_max + 1):
@@ -150,17 +156,19 @@ class Estimate(NamedTuple):
     tokens_on: Sequence[float] = ()
     draft_on: Sequence[float] = ()
     first_s: float = 0.0
+    first_on: float = 1.0  # the chance a stop rule lets a step draft its first token (DraftStops.first_on)
 
     def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
         """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
         return best_gamma(self.accept, self.draft_s, self.verify_s, self.overhead_s, gamma_max, min_gain,
-                          self.tokens_on, self.draft_on, self.first_s)
+                          self.tokens_on, self.draft_on, self.first_s, self.first_on)
 
     def tokens(self, gamma_max: int, accept: Sequence[float] | None = None) -> list[float]:
         """Expected tokens of a step capped at each γ in 0..gamma_max (accept: other acceptance)."""
-        return expected_tokens_upto(self.accept if accept is None else accept, gamma_max, self.tokens_on)
+        return expected_tokens_upto(self.accept if accept is None else accept, gamma_max, self.tokens_on,
+                                    self.first_on)
 
     def seconds(self, gamma_max: int) -> list[float]:
         """Expected seconds of a step capped at each γ in 0..gamma_max."""
         return expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on,
-                                     self.first_s)
+                                     self.first_s, self.first_on)

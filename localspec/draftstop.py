@@ -74,13 +74,26 @@ class DraftStops:
     """Where a stop rule ended drafts: per position i ≥ 1, of the steps that drafted token i with room
     for more (their γ above i), how many drafted token i + 1 — over all of them (u_i: what a step's
     drafting and verify cost) and over those whose first i drafts the target accepted (g_i: what it
-    emits). A draft cut by its γ, or handed over to a copy, tells nothing of the rule past its end."""
+    emits). A draft cut by its γ, or handed over to a copy, tells nothing of the rule past its end.
+    And of the steps a rule judged, how many it let draft their first token (u_0, first_on): a fixed
+    p-min declines a first guess below it, after the draft's decode that gave the guess."""
 
     def __init__(self):
         self.could: list[int] = []     # drafted token i with room for more
         self.went: list[int] = []      # ... and drafted token i + 1
         self.could_ok: list[int] = []  # as could, with tokens 1..i accepted
         self.went_ok: list[int] = []
+        self.asked = 0     # steps a rule judged ...
+        self.declined = 0  # ... that it let draft none
+
+    def record_first(self, drafted: bool) -> None:
+        """One step a rule judged: whether it let the step draft its first token."""
+        self.asked += 1
+        self.declined += not drafted
+
+    def first_on(self, weight: float) -> float:
+        """u_0, smoothed towards 1 (a rule that has declined nothing drafts every first token)."""
+        return (self.asked - self.declined + weight) / (self.asked + weight)
 
     def record(self, n_drafted: int, n_accepted: int, cap: int) -> None:
         """One step that drafted n_drafted tokens of at most cap, the first n_accepted accepted."""

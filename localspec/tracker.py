@@ -165,7 +165,11 @@ class CostTracker:
             self.draft_s.add(per_unit, units)
             self.step_tokens.add(emitted or n_accepted + 1)
             self.step_s.add(draft_s + verify_s + overhead_s)
+        elif rows:  # a draft model's step whose stop rule declined its first guess: its decode paid
+            self.draft_s.add(draft_s / rows, rows)
         self.record_acceptance(n_drafted, n_accepted, bucket)
+        if cap and (n_drafted or rows):  # (a proposal of none made without a decode: no room left)
+            self.stops.record_first(n_drafted > 0)
         if n_drafted and cap:
             self.stops.record(n_drafted, n_accepted, cap)
         for i, c in enumerate(confidences[: n_accepted + 1]):  # the drafts the target judged
@@ -350,7 +354,7 @@ class CostTracker:
         if optimistic and followed:
             accept = spliced(self.acceptance(bucket), accept, followed)
         return Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight),
-                        first_s=draft if self.first_row else 0.0)
+                        first_s=draft if self.first_row else 0.0, first_on=self.stops.first_on(self.prior_weight))
 
     def could_pay(self, cap: int) -> bool:
         """Whether some γ ≤ cap could beat plain decoding by min_gain, as far as the measurements tell."""

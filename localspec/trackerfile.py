@@ -32,7 +32,7 @@ def saved_data(t: CostTracker) -> dict:
             "verify": {str(k): ema(e) for k, e in t.verify.points.items()},
             "positions": t.positions.to_rows(),
             "buckets": {str(b): c.to_rows() for b, c in t.buckets.items()},
-            "stops": t.stops.to_rows(),
+            "stops": t.stops.to_rows(), "first_stops": [t.stops.asked, t.stops.declined],
             "confidence": [t.conf_judged, t.conf_accepted],
             "texts": t.texts.to_rows(),
             "proposals": t.proposals, "pricings": list(t.pricings), "first_row": t.first_row}
@@ -82,6 +82,9 @@ def _load_counts(t: CostTracker, data: dict, max_count: int) -> None:
     t.buckets = {int(b): PositionAcceptance.from_rows(_scaled(rows, max_count))
                  for b, rows in data.get("buckets", {}).items()}
     t.stops = DraftStops.from_rows(_scaled(data.get("stops", [[]] * 4), max_count))  # older files: none
+    (t.stops.asked, t.stops.declined), = _scaled([data.get("first_stops", [0, 0])], max_count)
+    if t.stops.declined > t.stops.asked:
+        raise ValueError("more first guesses declined than judged")
     t.conf_judged, t.conf_accepted = _scaled(data["confidence"], max_count)
     if len(t.conf_judged) != CONFIDENCE_BINS:
         raise ValueError(f"expected {CONFIDENCE_BINS} confidence bins")

@@ -655,3 +655,17 @@ def test_a_draft_models_row_for_the_emitted_token_is_paid_by_every_drafting_step
     cheap = best_gamma([0.5] * 4, 0.02, flat, 0.0, 4)
     priced = best_gamma([0.5] * 4, 0.02, flat, 0.0, 4, first_s=0.02)
     assert cheap[0] >= 1 and priced[0] == 0
+
+
+def test_a_step_whose_rule_may_decline_its_first_guess_is_priced_as_a_mix_with_a_plain_step():
+    # first_on (u_0): a fixed p-min declines a first guess below it, after the draft's decode that made
+    # it (first_s, paid either way); the step then verifies one row, as a plain step, and emits one.
+    accept, draft_s, first_s, overhead, u0 = [0.8, 0.7, 0.9], 0.006, 0.005, 0.001, 0.4
+    tokens = expected_tokens_upto(accept, 5, (), u0)
+    seconds = expected_seconds_upto(5, draft_s, cpu_verify, overhead, (), first_s, u0)
+    assert tokens[0] == 1.0 and seconds[0] == pytest.approx(cpu_verify(1) + overhead)
+    for gamma in range(1, 6):
+        assert tokens[gamma] == pytest.approx((1 - u0) * 1 + u0 * expected_tokens(accept, gamma))
+        declined = cpu_verify(1) + overhead + first_s
+        assert seconds[gamma] == pytest.approx(
+            (1 - u0) * declined + u0 * step_seconds(gamma, draft_s, cpu_verify, overhead, first_s))

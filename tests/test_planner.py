@@ -1239,6 +1239,38 @@ def test_a_draft_models_cost_is_kept_per_row_and_a_step_pays_one_row_more_than_i
     assert model.plan(1, cautious=True)[0] == 0 and model.plan(1)[0] == 0  # two rows: a loss
 
 
+def test_first_guesses_a_fixed_p_min_declined_are_priced_into_the_step():
+    # At T>0 a fixed p-min declines a first guess below it: the step has paid the draft's decode,
+    # verifies one row as a plain step, and emits one token. Priced nowhere, about half the model's
+    # steps on F16 prose at T=1 drafted nothing so while the point estimate, reading the acceptance of
+    # the confident first guesses alone, said drafting paid.
+    def tracker(declines: bool) -> CostTracker:
+        t = CostTracker()
+        for k in range(1, 9):
+            for _ in range(3):
+                t.record_verify(k, 0.1 + 0.005 * (k - 1), 0.0)
+        for i in range(20):
+            t.record(1, int(i % 5 < 3), 0.04, 0.105, 0.0, [0.9], cap=4, rows=2)  # 3 in 5 accepted
+            if declines:
+                t.record(0, 0, 0.02, 0.1, 0.0, [], cap=4, rows=1)  # the decode made, the guess declined
+        return t
+
+    declining, confident = tracker(True), tracker(False)
+    assert (declining.stops.asked, declining.stops.declined) == (40, 20)
+    assert declining.draft_s.value == pytest.approx(0.02)  # the declined steps' decodes, a row each
+    assert declining.estimate().first_on == pytest.approx(22 / 42)
+    assert confident.plan(4)[0] >= 1 and declining.plan(4)[0] == 0
+
+
+def test_a_draft_model_step_that_drafted_nothing_teaches_its_own_tracker_and_a_plain_verify_to_the_rest():
+    ngram, model = CostTracker(), CostTracker()
+    planner = Planner([(Named("ngram"), ngram), (Named("model"), model)], GenerationConfig(sampling=GREEDY))
+    planner.record(Plan(1, 4, FixedStop(0.75)), Proposal([], [], rows=1), 0, 0.02, 0.1, 0.0)
+    assert (model.stops.asked, model.stops.declined) == (1, 1) and model.draft_s.value == pytest.approx(0.02)
+    assert ngram.stops.asked == 0 and ngram.draft_s.value is None
+    assert ngram.verify_seconds(1) == model.verify_seconds(1) == pytest.approx(0.1)
+
+
 def test_a_catch_up_is_priced_as_one_batch_not_per_token():
     # A batch costs a one-token decode and a few ms for each further token (measured in the README's
     # "A catch-up priced as one batch"). Priced at the mean per token of short catch-ups, a long one

@@ -64,6 +64,20 @@ def test_a_draft_models_cost_per_row_is_saved_as_such_and_older_files_load_per_t
     assert not old.first_row and old.estimate().first_s == 0.0
 
 
+def test_first_guesses_a_stop_rule_declined_are_saved_and_older_files_load_with_none():
+    t = measured()
+    for _ in range(100):
+        t.record(0, 0, 0.02, 0.10, 0.001, cap=6, rows=1)
+    data = json.loads(json.dumps(t.to_dict()))
+    back = CostTracker.from_dict(data, max_count=64)
+    assert (back.stops.asked, back.stops.declined) == (64, 16)  # 400 judged, 100 declined, scaled
+    assert back.stops.first_on(2.0) == pytest.approx(t.stops.first_on(2.0), abs=0.01)
+    old = CostTracker.from_dict({k: v for k, v in data.items() if k != "first_stops"})
+    assert old.stops.asked == old.stops.declined == 0 and old.stops.first_on(2.0) == 1.0
+    with pytest.raises(ValueError):
+        CostTracker.from_dict(dict(data, first_stops=[3, 5]))
+
+
 def reply(pair: Pair) -> Reply:
     prompt = pair.target_model.tokenize("red, blue, green, red, blue, green, red,", True)
     *_, last = pair.stream(prompt, GenerationConfig(24, None, GREEDY))

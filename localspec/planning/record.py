@@ -116,7 +116,9 @@ class Recording:
         cap = None if plan.stop is None else n if copied else plan.gamma
         load_s = self.note_load(plan.source) if plan.source is not None else 0.0
         # the tokens a catch-up before this step's draft decoded, and its seconds beyond the step's first decode
-        caught_up, extra_s = self._record_catch_up(plan, proposal, n_accepted, emitted, copied) if n else (0, 0.0)
+        decoded = n or proposal.rows  # (a draft model decodes before its stop rule may decline a token)
+        caught_up, extra_s = (self._record_catch_up(plan, proposal, n_accepted, emitted, copied) if decoded
+                              else (0, 0.0))
         own_s = draft_s - load_s - extra_s  # drafting this step's tokens
         if n:
             self._resting.clear()  # what the step measured moves every source's estimates
@@ -167,12 +169,14 @@ class Recording:
         own_s, verify_s, overhead_s = measured
         n = len(proposal.ids)
         for i, (_, tracker) in enumerate(self.sources):
-            if i == plan.source or not n:
+            if i == plan.source:
                 # A load, and a catch-up over tokens generated while not drafting, are one-offs, not
                 # the draft's per-token cost.
                 tracker.record(n, n_accepted, _bounded_by_batch(own_s, proposal), verify_s, overhead_s,
                                proposal.confidences, plan.bucket, width=width, emitted=emitted, cap=cap,
                                rows=proposal.rows)
+            elif not n:  # a step its stop rule let draft nothing: a plain step's verify for the others
+                tracker.record(0, 0, 0.0, verify_s, overhead_s)
             else:
                 tracker.verify.add(width, verify_s)
 
