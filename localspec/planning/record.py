@@ -163,9 +163,9 @@ class Recording:
 
     def _record_costs(self, plan: Plan, proposal: Proposal, n_accepted: int, measured: tuple[float, float, float],
                       width: int, emitted: int, cap: int | None) -> None:
-        """Teach every source the verify of the step's width, and the drafting source (every source,
-        where nothing was drafted) the step's costs and acceptance; measured: the seconds of the
-        step's own drafting, of its verify and its overhead."""
+        """Teach every source the verify of the step's width, and the drafting source the step's
+        costs and acceptance (a step that drafted nothing is a plain step's verify and overhead to
+        the others); measured: the seconds of the step's own drafting, of its verify and its overhead."""
         own_s, verify_s, overhead_s = measured
         n = len(proposal.ids)
         for i, (_, tracker) in enumerate(self.sources):
