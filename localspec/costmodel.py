@@ -146,8 +146,8 @@ def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int]
 class Estimate(NamedTuple):
     """A drafter's costs and per-position acceptance, point or optimistic, and where its stop rule
     ends drafts (tokens_on, draft_on: draftstop.DraftStops; empty: every draft runs to its γ): what
-    predictions read. first_s: what a drafting step pays once besides its draft tokens (the module
-    docstring)."""
+    predictions read. first_row: a drafting step also decodes one row more than its draft tokens
+    (a draft model's cost is kept per row: first_s, the module docstring)."""
 
     accept: list[float]
     draft_s: float
@@ -155,8 +155,13 @@ class Estimate(NamedTuple):
     overhead_s: float
     tokens_on: Sequence[float] = ()
     draft_on: Sequence[float] = ()
-    first_s: float = 0.0
+    first_row: bool = False
     first_on: float = 1.0  # the chance a stop rule lets a step draft its first token (DraftStops.first_on)
+
+    @property
+    def first_s(self) -> float:
+        """What a drafting step pays once besides its draft tokens: a row, where first_row."""
+        return self.draft_s if self.first_row else 0.0
 
     def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
         """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""

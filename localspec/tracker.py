@@ -154,19 +154,17 @@ class CostTracker:
         gives the rows of its verify batch (width) and the tokens it emitted, which its siblings make
         more than n_drafted + 1 and n_accepted + 1 of its chain."""
         self.record_verify(width or n_drafted + 1, verify_s, overhead_s)
+        # per row a draft model decoded (first_row), else per token; weighed by them: the mean over
+        # rows, not over steps (a step whose stop rule declined its first guess paid its decode too)
+        units = rows or n_drafted
+        if units:
+            self.draft_s.add(draft_s / units, units)
         if n_drafted:
             self.own_drafts += 1
-            # per row a draft model decoded (first_row), else per token; weighed by them: the mean
-            # over rows, not over steps
-            units = rows or n_drafted
             self.first_row = self.first_row or rows > 0
-            per_unit = draft_s / units
-            self.draft_least = per_unit if self.draft_least is None else min(self.draft_least, per_unit)
-            self.draft_s.add(per_unit, units)
+            self.draft_least = draft_s / units if self.draft_least is None else min(self.draft_least, draft_s / units)
             self.step_tokens.add(emitted or n_accepted + 1)
             self.step_s.add(draft_s + verify_s + overhead_s)
-        elif rows:  # a draft model's step whose stop rule declined its first guess: its decode paid
-            self.draft_s.add(draft_s / rows, rows)
         self.record_acceptance(n_drafted, n_accepted, bucket)
         if cap and (n_drafted or rows):  # (a proposal of none made without a decode: no room left)
             self.stops.record_first(n_drafted > 0)
@@ -354,7 +352,7 @@ class CostTracker:
         if optimistic and followed:
             accept = spliced(self.acceptance(bucket), accept, followed)
         return Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight),
-                        first_s=draft if self.first_row else 0.0, first_on=self.stops.first_on(self.prior_weight))
+                        first_row=self.first_row, first_on=self.stops.first_on(self.prior_weight))
 
     def could_pay(self, cap: int) -> bool:
         """Whether some γ ≤ cap could beat plain decoding by min_gain, as far as the measurements tell."""
@@ -389,7 +387,7 @@ class CostTracker:
         if draft is None or 1 not in self.saved_verify:
             return True
         every = Estimate([1.0], draft, self.saved_verify.seconds, self.overhead_s.value or 0.0,
-                         first_s=draft if self.first_row else 0.0)
+                         first_row=self.first_row)
         return every.best(cap, self.min_gain)[0] > 0
 
     def add_catchup(self, k: int, seconds: float) -> None:
@@ -424,8 +422,7 @@ class CostTracker:
         estimate = self.estimate(bucket, switch=switch)
         if cautious:
             least = estimate.draft_s if self.draft_least is None else min(estimate.draft_s, self.draft_least)
-            estimate = estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=least,
-                                         first_s=least if self.first_row else 0.0)
+            estimate = estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=least)
         return estimate.best(gamma_max, self.min_gain)
 
     def choose(self, gamma_cap: int) -> int:

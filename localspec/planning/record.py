@@ -176,7 +176,7 @@ class Recording:
                                proposal.confidences, plan.bucket, width=width, emitted=emitted, cap=cap,
                                rows=proposal.rows)
             elif not n:  # a step its stop rule let draft nothing: a plain step's verify for the others
-                tracker.record(0, 0, 0.0, verify_s, overhead_s)
+                tracker.record_verify(1, verify_s, overhead_s)
             else:
                 tracker.verify.add(width, verify_s)
 
