@@ -9,11 +9,8 @@ position separately (a_i = P(draft i accepted | drafts 1..i−1 accepted)), so
 E(γ) = 1 + Σ_{i=1..γ} Π_{j≤i} a_j, which is the paper's formula when every a_i = α. A step costs
 γ draft tokens + one target verify of γ+1 tokens (measured per batch size: it is not linear in γ, and
 not even monotone on some CPUs) + the controller's own time. γ = 0 is plain decoding. A draft model
-also decodes, once per drafting step, the token the last verify emitted before its first guess:
-first_s, paid by every γ ≥ 1 and by γ = 0 never. It decodes each guess but the last of a draft that
-runs to its cap (ModelDrafter.propose); that last guess is decoded only where the whole draft is
-accepted (with the next step's first row). So a draft of N tokens costs first_s + N rows where its
-rule ended it before the cap, and first_s + (N − 1 + Π_{j≤N} a_j) rows at the cap γ = N.
+also decodes, once per drafting step, the token the last verify emitted before its first guess (now,
+or with the last guess of a draft accepted whole): first_s, paid by every γ ≥ 1 and by γ = 0 never.
 
 A step whose draft a stop rule (draftstop.DraftStop) may end early is priced by where it ends
 (DraftStops): with
@@ -24,9 +21,7 @@ draft its first token, which a fixed p-min may decline, first_on; 1 for p-min au
 costs S(γ) = verify(1) + first_s + Σ_{n=1..γ} P(N ≥ n) (c(n) − c(n−1)) + overhead for γ ≥ 1, with
 P(N ≥ n) = Π_{j<n} u_j and c(n) = n draft tokens + verify(n+1) (first_s is paid whatever N: the draft's
 first decode comes before its rule can decline a token): the expected cost over where the draft ends,
-which telescopes to step_seconds(γ) when every draft runs to its cap. Where first_s is a row (a draft
-model), a draft that reaches the cap saves the row of its last guess unless accepted whole:
-S(γ) − P(N = γ) (1 − Π_{j≤γ} a_j) · a row. Departure from the papers, which price
+which telescopes to step_seconds(γ) when every draft runs to its cap. Departure from the papers, which price
 a draft of fixed length: priced so, a draft stopped at its first token mostly, and accepted mostly
 there, looks as dear as the γ it may reach.
 """
@@ -111,28 +106,20 @@ def step_seconds(gamma: int, draft_s: float, verify_s: Callable[[int], float], o
 
 
 def expected_seconds_upto(gamma_max: int, draft_s: float, verify_s: Callable[[int], float], overhead_s: float,
-                          draft_on: Sequence[float] = (), first_s: float = 0.0, first_on: float = 1.0,
-                          accept: Sequence[float] = ()) -> list[float]:
+                          draft_on: Sequence[float] = (), first_s: float = 0.0, first_on: float = 1.0) -> list[float]:
     """S(γ) for every γ in 0..gamma_max (the module docstring): step_seconds(γ) where every draft
     runs to its cap; with draft_on (u_i) and first_on (u_0), the expected seconds over where a stop
-    rule ends it (first_s is paid by a step that drafts none: its decode came before the rule). With
-    accept (a_i), a draft model's (first_s its row): less the row of a last guess at the cap that
-    the target does not accept whole."""
+    rule ends it (first_s is paid by a step that drafts none: its decode came before the rule)."""
     total, reach, last, n_on = step_seconds(0, draft_s, verify_s, overhead_s), first_on, verify_s(1), len(draft_on)
     totals = [total]
     total += first_s
-    whole, n_accept = 1.0, len(accept)  # Π a_j: the draft so far accepted whole
     for n in range(1, gamma_max + 1):
         if 1 < n <= n_on + 1:
             reach *= draft_on[n - 2]  # P(N ≥ n): _on(draft_on, n - 1), inlined
         cost = n * draft_s + verify_s(n + 1)
         total += reach * (cost - last)
+        totals.append(total)
         last = cost
-        if n_accept and first_s:
-            whole *= accept[n - 1] if n <= n_accept else accept[-1]
-            totals.append(total - reach * (1.0 - whole) * first_s)
-        else:
-            totals.append(total)
     return totals
 
 
@@ -146,7 +133,7 @@ def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int]
     Speculation must beat plain decoding by min_gain (a fraction) to be chosen: the prediction
     has errors, and losing to plain decoding is worse than missing a marginal win."""
     tokens = expected_tokens_upto(accept, gamma_max, tokens_on, first_on)
-    seconds = expected_seconds_upto(gamma_max, draft_s, verify_s, overhead_s, draft_on, first_s, first_on, accept)
+    seconds = expected_seconds_upto(gamma_max, draft_s, verify_s, overhead_s, draft_on, first_s, first_on)
     plain = 1.0 / seconds[0]
     best = (0, plain * (1 + min_gain))
     for gamma in range(1, gamma_max + 1):
@@ -189,4 +176,4 @@ class Estimate(NamedTuple):
     def seconds(self, gamma_max: int) -> list[float]:
         """Expected seconds of a step capped at each γ in 0..gamma_max."""
         return expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on,
-                                     self.first_s, self.first_on, self.accept)
+                                     self.first_s, self.first_on)
