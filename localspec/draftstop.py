@@ -124,10 +124,14 @@ class DraftStops:
         return [list(self.could), list(self.went), list(self.could_ok), list(self.went_ok)]
 
     @classmethod
-    def from_rows(cls, rows: Sequence[Sequence[int]]) -> DraftStops:
-        """The counter saved by to_rows (ValueError for rows of unequal length)."""
+    def from_rows(cls, rows: Sequence[Sequence[int]], first: Sequence[int] = (0, 0)) -> DraftStops:
+        """The counter saved by to_rows, and first: [asked, declined] (ValueError for rows of unequal
+        length, or more first guesses declined than judged)."""
         c = cls()
         c.could, c.went, c.could_ok, c.went_ok = ([int(n) for n in r] for r in rows)
         if len({len(r) for r in rows}) > 1:
             raise ValueError("draft stop rows of unequal length")
+        c.asked, c.declined = (int(n) for n in first)
+        if c.declined > c.asked:
+            raise ValueError("more first guesses declined than judged")
         return c

@@ -157,12 +157,13 @@ class CostTracker:
         # per row a draft model decoded (first_row), else per token; weighed by them: the mean over
         # rows, not over steps (a step whose stop rule declined its first guess paid its decode too)
         units = rows or n_drafted
+        per_unit = draft_s / units if units else 0.0
         if units:
-            self.draft_s.add(draft_s / units, units)
+            self.draft_s.add(per_unit, units)
         if n_drafted:
             self.own_drafts += 1
             self.first_row = self.first_row or rows > 0
-            self.draft_least = draft_s / units if self.draft_least is None else min(self.draft_least, draft_s / units)
+            self.draft_least = per_unit if self.draft_least is None else min(self.draft_least, per_unit)
             self.step_tokens.add(emitted or n_accepted + 1)
             self.step_s.add(draft_s + verify_s + overhead_s)
         self.record_acceptance(n_drafted, n_accepted, bucket)

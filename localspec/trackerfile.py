@@ -81,10 +81,8 @@ def _load_counts(t: CostTracker, data: dict, max_count: int) -> None:
     t.positions = PositionAcceptance.from_rows(_scaled(data["positions"], max_count))
     t.buckets = {int(b): PositionAcceptance.from_rows(_scaled(rows, max_count))
                  for b, rows in data.get("buckets", {}).items()}
-    t.stops = DraftStops.from_rows(_scaled(data.get("stops", [[]] * 4), max_count))  # older files: none
-    (t.stops.asked, t.stops.declined), = _scaled([data.get("first_stops", [0, 0])], max_count)
-    if t.stops.declined > t.stops.asked:
-        raise ValueError("more first guesses declined than judged")
+    t.stops = DraftStops.from_rows(_scaled(data.get("stops", [[]] * 4), max_count),  # older files: none
+                                   *_scaled([data.get("first_stops", [0, 0])], max_count))
     t.conf_judged, t.conf_accepted = _scaled(data["confidence"], max_count)
     if len(t.conf_judged) != CONFIDENCE_BINS:
         raise ValueError(f"expected {CONFIDENCE_BINS} confidence bins")
