@@ -90,8 +90,11 @@ class CostTracker:
     ucb_scale: float = 0.1      # the optimistic estimate's bonus: sqrt(ucb_scale × ln(total) / count)
     # Seconds a draft token costs. A draft model's steps also decode the token the last verify
     # emitted before the first guess (with the last guess of a draft accepted whole, at the next
-    # step's start), one row more per step than the guesses it drafts: such a drafter's cost is
-    # measured per row it decoded, and a step is priced a row more (first_row, Estimate.first_s).
+    # step's start): such a drafter's cost is measured per row it decoded, and a step is priced a
+    # row more than its guesses (first_row, Estimate.first_s). That is exact where its stop rule
+    # ended the draft (the declined guess's row was decoded) and up to a row dear where the draft
+    # reached its γ, whose last guess is decoded only once accepted whole (README: priced exactly,
+    # that lost on F16 prose at T=0).
     draft_s: Ema = field(default_factory=Ema)
     first_row: bool = False
     overhead_s: Ema = field(default_factory=Ema)

@@ -1218,8 +1218,8 @@ def test_a_draft_model_far_behind_prices_its_catch_up_into_its_step():
 
 def test_a_draft_models_cost_is_kept_per_row_and_a_step_pays_one_row_more_than_it_drafts():
     # A draft model decodes a row per guess, and once a step the token the last verify emitted (after
-    # a draft accepted whole, with its last guess, at the next step's start): a one-token draft costs
-    # two rows. Kept per token, long drafts set the least a token costs, and the cautious estimate
+    # a draft accepted whole, with its last guess, at the next step's start): a one-token draft after
+    # a whole one costs two rows. Kept per token, long drafts set the least a token costs, and the cautious estimate
     # that prices a catch-up found one-token drafts paying where each cost two rows and lost.
     def tracker(rows: bool) -> CostTracker:
         t = CostTracker()
