@@ -250,8 +250,7 @@ class _Run:
         if self.planner.exploring is not None:  # a plain step measured again counts as the source's probe it displaced
             name = self.planner.sources[self.planner.exploring][0].name
             self.stats.probes[name] = self.stats.probes.get(name, 0) + 1
-        token = emitted[0] if not proposal.ids else None  # a plain step's one token
-        self.planner.record(plan, proposal, len(path), t1 - t0, t2 - t1, t3 - t2, path, token)
+        self.planner.record(plan, proposal, len(path), t1 - t0, t2 - t1, t3 - t2, path, emitted)
 
     def _sampled(self, n_rows: int) -> bool:
         """Whether this verify's rows arrive judged by the backend chain (installed on first use); a

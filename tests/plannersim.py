@@ -96,14 +96,14 @@ class World:
     regions: Sequence[Region]
     pos: int = 0
 
-    def region(self) -> tuple[Region, int]:
-        """The current region and the position within it."""
-        start = 0
+    def region(self, pos: int | None = None) -> tuple[Region, int]:
+        """The region at pos (by default the current position) and the position within it."""
+        pos, start = self.pos if pos is None else pos, 0
         for r in self.regions:
-            if self.pos < start + r.length:
-                return r, self.pos - start
+            if pos < start + r.length:
+                return r, pos - start
             start += r.length
-        return self.regions[-1], self.pos - start
+        return self.regions[-1], pos - start
 
     def ngram_offer(self) -> tuple[int, int]:
         """(tokens the lookup offers, how far its match reaches back)."""
@@ -121,10 +121,12 @@ class SimDrafter:
 
     name: str
     world: World
-    draft_s: float  # seconds per drafted token
+    draft_s: float  # seconds per row a draft model decodes (per guess for the lookup)
     last_match: int = 0
     last_at: int = 0  # every match lies in the prompt: the scenarios say how far it reaches only
     accept: list[bool] = field(default_factory=list)
+    owed: int = 0  # a draft model's row of its last guess, owed where that draft reached γ and was accepted whole
+    full: bool = False  # whether the last proposal reached its γ
 
     def offer(self, context, k: int) -> int:
         if self.name == "model":
@@ -134,16 +136,23 @@ class SimDrafter:
         return min(n, k)
 
     def propose(self, context, k, rng: np.random.Generator, stop=None, branch=None, handoff=None) -> Proposal:
+        """Guesses up to the offer, ended where the stop rule declines one. A draft model decodes rows
+        as ModelDrafter does: the emitted token's before its first guess (paid where the rule then
+        declines it), and each guess's but the last one a full γ leaves undecoded, decoded where it
+        was accepted at this step's start (a 2-token batch, charged here as two rows)."""
         r, _ = self.world.region()
         a = r.model_accept if self.name == "model" else r.ngram_accept
-        ids, conf = [], []
-        for i in range(min(k, self.offer(context, k))):
+        ids, conf, most = [], [], min(k, self.offer(context, k))
+        for i in range(most):
             if stop is not None:
                 if not stop.keep(i, a):
                     break
                 conf.append(a)
             ids.append(0)
-        return Proposal(ids, [one_hot(0)] * len(ids), tuple(conf)) if ids else NO_PROPOSAL
+        self.full = bool(most) and len(ids) == most
+        rows = (1 + len(ids) - self.full + self.owed) if self.name == "model" and most else 0
+        self.owed = 0 if rows else self.owed
+        return Proposal(ids, [one_hot(0)] * len(ids), tuple(conf), rows=rows) if ids or rows else NO_PROPOSAL
 
     def observe(self, n_accepted: int) -> None:
         pass
@@ -186,7 +195,9 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         drafter = sources[plan.source][0] if plan.source is not None else None
         proposal = drafter.propose([], plan.gamma, rng, plan.stop) if drafter else NO_PROPOSAL
         n_accepted = _accepted(len(proposal.ids), drafter, world, luck)
-        draft_s = len(proposal.ids) * drafter.draft_s if drafter else 0.0
+        if drafter is not None and drafter.name == "model":
+            drafter.owed = int(drafter.full and n_accepted == len(proposal.ids))
+        draft_s = (proposal.rows or len(proposal.ids)) * drafter.draft_s if drafter else 0.0
         if draft_s:
             drafting += 1
             draft_s *= stall[1] if drafting == stall[0] else 1.0
@@ -194,9 +205,7 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         if not proposal.ids:
             plain += 1
             verify_s *= slow_plain[1] if plain <= slow_plain[0] else 1.0
-        # a plain step emits token 0, the lookup's guess, as often as a draft of it is accepted there
-        token = None if proposal.ids else int(luck[world.pos] >= world.region()[0].ngram_accept)
-        planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0, token=token)
+        planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0, emitted=_emitted(world, luck, n_accepted + 1))
         b = planner.budget
         worst = max([worst] + [spent - b.allowance(verify(1)) for spent in b.spent.values()])
         seconds += draft_s + verify_s
@@ -204,6 +213,12 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         world.pos += n_accepted + 1
     spent = sum(planner.budget.spent.values())
     return Result(world.pos, seconds, world.pos * verify(1), gammas, planner.explored, spent, worst)
+
+
+def _emitted(world: World, luck: np.ndarray, n: int) -> list[int]:
+    """The n tokens a step emits from the world's position: token 0, the lookup's guess, where a
+    draft of it would be accepted there (by the position's own draw), else token 1."""
+    return [int(luck[p] >= world.region(p)[0].ngram_accept) for p in range(world.pos, world.pos + n)]
 
 
 def _accepted(n: int, drafter: SimDrafter | None, world: World, luck: np.ndarray) -> int:

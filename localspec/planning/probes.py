@@ -145,18 +145,18 @@ class Probes:
                     offer.bucket, lost.widest, self._room, self._spread(offer, best_rate), self.budget.elapsed,
                     backoff * statistics.median_low(latest), lost.need, fraction, losses)
 
-    def _probe(self, offer: Choice, r_best: float, plain_s: float, followed: bool = False,
-               known: int = 0) -> Choice:
-        """The γ ≤ offer's limit with the most optimistic tokens/s (_hope), if that beats r_best by the
-        tracker's min_gain and its predicted loss (_probe_loss) fits the budget (rate 0 where none
-        does); one token while the drafter's cost is unmeasured, so that a draft dearer than
-        predicted can cost at most one token's drafting more than the budget allowed; where none
-        that could win fits, a narrower probe may measure what keeps them out (_narrow_probe). It
-        is priced only for the γ that could be taken: a drafter that cannot beat the known choice
-        even optimistically, as on text it does not draft well, costs the step one estimate, not
-        three."""
-        tracker = self.sources[offer.source][1]
-        rates, width = self._hope(offer, followed)
+    def _probe(self, offer: Choice, known: Choice, plain_s: float) -> Choice:
+        """The γ ≤ offer's limit with the most optimistic tokens/s (_hope), if that beats the best
+        known choice (known; its rate r_best) by the tracker's min_gain and its predicted loss
+        (_probe_loss) fits the budget (rate 0 where none does); one token while the drafter's cost
+        is unmeasured, so that a draft dearer than predicted can cost at most one token's drafting
+        more than the budget allowed; where none that could win fits, a narrower probe may measure
+        what keeps them out (_narrow_probe). It is priced only for the γ that could be taken: a
+        drafter that cannot beat the known choice even optimistically, as on text it does not draft
+        well, costs the step one estimate, not three."""
+        tracker, r_best = self.sources[offer.source][1], known.rate
+        followed = known.source is None  # the step would be plain
+        rates, width = self._hope(offer, followed or known.source != self._ngram)
         floor = r_best * (1 + tracker.min_gain)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
         if followed and self._text_owed(offer.source):  # this text measured as part of the intake
@@ -176,24 +176,24 @@ class Probes:
                 best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
         if best.gamma:
             return best
-        gamma = self._narrow_probe(offer, rates, floor, known, loss, plain_s)
+        gamma = self._narrow_probe(offer, rates, known, loss, plain_s)
         return best._replace(gamma=gamma, rate=hope_best) if gamma else best
 
     def _hope(self, offer: Choice, followed: bool) -> tuple[list[float], int]:
         """The optimistic tokens/s of each γ up to the widest offer the pricing covers (_widest), and
-        that width. Where the step would otherwise be plain (followed), the lookup's guesses in a
-        bucket already judged are followed along it for free (_shadow_step), so the hope for its
-        first SHADOW_DEPTH guesses is their point estimate: only what plain steps cannot measure, the
-        verify's cost and deeper guesses, is worth a probe."""
+        that width. Where the step would otherwise be plain or the draft model's (followed), the
+        lookup's guesses in a bucket already judged are followed along it for free (_shadow_step),
+        so the hope for its first SHADOW_DEPTH guesses is their point estimate: only what other
+        steps cannot measure, the verify's cost and deeper guesses, is worth a probe."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
-        # where the step would be plain, the lookup's guesses are followed along it (_shadow_step)
+        # where the step would not be the lookup's, its guesses are followed along it (_shadow_step)
         shadowed = followed and offer.source == self._ngram and tracker.judged(offer.bucket)
         hope = tracker.estimate(offer.bucket, True, switch, followed=SHADOW_DEPTH if shadowed else 0)
         width = self._widest(offer)
         hope_tokens, hope_s = hope.tokens(width), hope.seconds(width)
         return [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(width + 1)], width
 
-    def _probe_loss(self, offer: Choice, r_best: float) -> Callable[[int], float]:
+    def _probe_loss(self, offer: Choice, r_best: float, draft_s: float | None = None) -> Callable[[int], float]:
         """A probe's predicted loss at each γ ≤ offer's (ExploreBudget): its catch-up and its seconds
         less its tokens at r_best. Priced by the point estimate, its tokens by the cautious
         acceptance, with the first width past the widest measured no dearer than the widest, as the
@@ -203,25 +203,30 @@ class Probes:
         budget admits bounds what the probe may lose."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
         point = tracker.estimate(offer.bucket, switch=switch, probe=True)
+        point = point if draft_s is None else point._replace(draft_s=draft_s)
         point_tokens = point.tokens(offer.gamma, tracker.cautious_acceptance(offer.bucket))
         point_s = point.seconds(offer.gamma)
         catch_up = self._catch_up_s(offer.source)
         return lambda gamma: catch_up + point_s[gamma] - point_tokens[gamma] / r_best
 
-    def _narrow_probe(self, offer: Choice, rates: Sequence[float], floor: float, known: int,
+    def _narrow_probe(self, offer: Choice, rates: Sequence[float], known: Choice,
                       loss: Callable[[int], float], plain_s: float) -> int:
-        """The γ of a probe where the budget fits none that could win (0: none). The first size past
-        the widest measured is probed alone (_stepping_stone) unless the known choice (known: its γ)
-        already drafts as wide. A draft cost that rests on too few steps to be trusted
-        (CostTracker.optimistic_draft_s) is measured again by a one-token probe: priced at the cost
-        as measured, a wider probe may never fit a generation's budget, and a cost a stall inflated
-        would then stand for good. An n-gram match bucket never judged gets a one-token probe the
-        budget does not decide (_first_look)."""
+        """The γ of a probe where the budget fits none that could win (0: none) against the best known
+        choice. The first size past the widest measured is probed alone (_stepping_stone) unless the
+        best known choice already drafts as wide. A draft cost that rests on too few steps to be
+        trusted (CostTracker.optimistic_draft_s) is measured again by a one-token probe, its loss
+        priced at the cost a stall may have hidden in it: priced at the cost as measured, a wider
+        probe may never fit a generation's budget, nor, where a step decodes a row beyond its
+        guesses, this one, and a cost a stall inflated would then stand for good. What it may lose
+        beyond the budget is its rows at the cost as measured, and it is taken only until the cost
+        is trusted (TRUSTED_SAMPLES drafting steps over the tracker's life). An n-gram match bucket
+        never judged gets a one-token probe the budget does not decide (_first_look)."""
         tracker = self.sources[offer.source][1]
-        step = self._stepping_stone(tracker, offer, rates, floor)
-        if step > known and self._affords(offer.source, loss(step), plain_s):
+        step = self._stepping_stone(tracker, offer, rates, known.rate * (1 + tracker.min_gain))
+        if step > known.gamma and self._affords(offer.source, loss(step), plain_s):
             return step
-        if not tracker.cost_trusted() and self._affords(offer.source, loss(1), plain_s):
+        if not tracker.cost_trusted() and self._affords(
+                offer.source, self._probe_loss(offer, known.rate, tracker.optimistic_draft_s())(1), plain_s):
             return 1  # measures the draft's cost again
         return 1 if self._first_look(offer) else 0
 
