@@ -159,12 +159,13 @@ class Probes:
         rates, width = self._hope(offer, followed or known.source != self._ngram)
         floor = r_best * (1 + tracker.min_gain)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
-        if followed and self._text_owed(offer.source):  # this text measured as part of the intake
-            return best._replace(gamma=1, rate=max(rates[1], floor))
         hope_best = max(rates[1 : offer.gamma + 1], default=0.0)
         # a wider offer of the same bucket loses too where no width beyond this one beats the best known choice
         covers = width if max(rates[offer.gamma + 1 :], default=0.0) <= r_best else offer.gamma
+        # (kept before any return: a source another's probe beats rests by it, _rest)
         self._lost[offer.source] = Lost(math.inf, hope_best >= r_best * (1 - tracker.min_gain), covers)
+        if followed and self._text_owed(offer.source):  # this text measured as part of the intake
+            return best._replace(gamma=1, rate=max(rates[1], floor))
         if hope_best <= floor:
             return best
         loss = self._probe_loss(offer, r_best)
