@@ -1820,3 +1820,19 @@ def test_a_bucket_whose_followed_guesses_are_taken_whole_starts_its_rests_over()
             planner.record(plan, Proposal([], []), 0, 0.0, 0.2, 0.0, emitted=[emitted])
         pricings[emitted] = planner.clock.reads // 4
     assert pricings[7] >= pricings[8] + 4 and pricings[8] <= 6
+
+
+def test_a_model_owed_its_second_text_rests_by_its_pricing_where_the_lookups_probe_wins():
+    # A hybrid's draft model taken in for its second text (Planner._text_owed) offers a one-token
+    # probe whatever its pricing finds; where the lookup's first look at a new bucket beats it, the
+    # model is not chosen and rests by what its pricing found. That was not kept before the
+    # early return: the step raised KeyError (seen in a bench_planners run of the hybrid on F16 prose).
+    ngram = measured_curve()
+    model = measured_curve()
+    model.record(1, 0, 5.0, 0.2, 0.0, rows=1)  # a draft token dearer than 20 plain steps
+    model.pricings.extend([1e-4, 1e-4])  # priced in earlier generations of the process
+    planner = Planner([(Guessing(), ngram), (Named("model"), model)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner._owed = True  # (as Planner._intake_pays sets it, the texts measured so far one)
+    plan = planner.plan([1] * 20, 64)
+    assert plan.source == 0  # the lookup's first look
+    assert (1, 0) in planner._resting
