@@ -11,6 +11,13 @@ whole run, as a process serving those replies would. Prints each planner's token
 target-only, over decoding and with the draft's prompt intakes counted, with paired 90% intervals,
 and this checkout's against the other's.
 
+A planner's replies in one process are tied together by what it learnt in the earlier ones (a first
+reply that probed a long copy early speeds up all the others), so the paired interval, which
+resamples replies, does not say how far another run would move: two runs of old against new on
+the copy set put "this" ahead by 1.20x and by 1.16x with either checkout as "this". --processes N
+runs N such processes in turn (fresh pairs, each planner starting from no saved plans) and prints
+this / other for each and their geometric mean with a t interval over the processes.
+
     git worktree add /tmp/before HEAD~1
     python scripts/bench_planners.py --other /tmp/before --prompt-set mixed --n-prompts 8 --rounds 2 \\
         --target big.gguf --draft small.gguf
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import shutil
 import sys
 import tempfile
@@ -27,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets, the reply order and the paired interval)
+import numpy as np  # noqa: E402
+from scipy.stats import t as scipy_t  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec import config as this_config, sampling as this_sampling, session as this_session  # noqa: E402
 
@@ -39,7 +49,12 @@ def parse_args(argv=None):
     bench.add_one_process_args(ap, "mixed", 8, 96)
     ap.add_argument("--drafter", choices=["model", "hybrid", "ngram"], default="model")
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--processes", type=int, default=1,
+                    help="runs of the whole set, each with fresh pairs whose planners start from no saved plans "
+                         "(default 1: one run, whose planners start from the store's plans)")
     args = ap.parse_args(argv)
+    if args.processes < 1:
+        ap.error(f"--processes {args.processes}: give 1 or more")
     if not (args.other / "localspec" / "session.py").is_file():
         ap.error(f"--other {args.other} holds no localspec/session.py; give a checkout of localspec")
     bench.one_process_args(ap, args)
@@ -67,30 +82,43 @@ def reply(modules, pair, text: str, args, seed: int, gamma: int | None):
 
 
 def run(args) -> dict[str, list[tuple[int, float, float, int]]]:
+    """Every reply of every process, by scenario; with --processes > 1 each list holds process p's
+    replies at [p * replies : (p + 1) * replies]."""
     texts = bench.load_prompts(args.prompts, args.n_prompts, args.prompt_set)
     this = (this_session, this_config, this_sampling)
+    results: dict[str, list] = {"target-only": [], "other": [], "this": []}
     with tempfile.TemporaryDirectory(prefix="localspec-planners-") as tmp:
         if args.quick:
             args.target, args.draft = bench.quick_pair(Path(tmp))
         other = import_other(args.other, Path(tmp))
-        pairs = {name: mods[0].Pair(args.target, args.draft, mods[0].LoadOptions(n_ctx=args.ctx, threads=args.threads))
-                 for name, mods in (("this", this), ("other", other))}
-        # (label, modules, pair, gamma): target-only runs on this checkout's pair
-        scenarios = [("target-only", this, "this", 0), ("other", other, "other", None), ("this", this, "this", None)]
-        results = {label: [] for label, *_ in scenarios}
-        try:
-            for n, text in enumerate([t for _ in range(args.rounds) for t in texts]):
-                for label, mods, pair, gamma in bench.reply_order(scenarios, n):
-                    results[label].append(reply(mods, pairs[pair], text, args, 1000 + n, gamma))
-                print(f"reply {n}: " + "  ".join(f"{k} {v[-1][0] / v[-1][1]:.1f} tok/s" for k, v in results.items()),
-                      file=sys.stderr)
-        finally:
-            for pair in pairs.values():
-                pair.close()
+        for process in range(args.processes):
+            if args.processes > 1:
+                print(f"process {process + 1} of {args.processes}", file=sys.stderr)
+            one_process(args, texts, {"this": this, "other": other}, results)
     return results
 
 
-def report(results: dict[str, list[tuple[int, float, float, int]]]) -> str:
+def one_process(args, texts: list[str], checkouts: dict, results: dict[str, list]) -> None:
+    """The set answered by fresh pairs of both checkouts, alternating with target-only, into results."""
+    warm = args.processes == 1  # several processes: each planner starts from no saved plans
+    pairs = {name: mods[0].Pair(args.target, args.draft,
+                                mods[0].LoadOptions(n_ctx=args.ctx, threads=args.threads, warm_start=warm))
+             for name, mods in checkouts.items()}
+    # (label, modules, pair, gamma): target-only runs on this checkout's pair
+    scenarios = [("target-only", checkouts["this"], "this", 0), ("other", checkouts["other"], "other", None),
+                 ("this", checkouts["this"], "this", None)]
+    try:
+        for n, text in enumerate([t for _ in range(args.rounds) for t in texts]):
+            for label, mods, pair, gamma in bench.reply_order(scenarios, n):
+                results[label].append(reply(mods, pairs[pair], text, args, 1000 + n, gamma))
+            print(f"reply {n}: " + "  ".join(f"{k} {v[-1][0] / v[-1][1]:.1f} tok/s" for k, v in results.items()),
+                  file=sys.stderr)
+    finally:
+        for pair in pairs.values():
+            pair.close()
+
+
+def report(results: dict[str, list[tuple[int, float, float, int]]], processes: int = 1) -> str:
     """Each planner against target-only, over decoding and with intakes counted; this against the other."""
     def ratio(num, den, k, k_den):  # num's speed over den's, num's seconds read from column k, den's from k_den
         a, b = [(r[0], r[k]) for r in num], [(r[0], r[k_den]) for r in den]
@@ -102,12 +130,28 @@ def report(results: dict[str, list[tuple[int, float, float, int]]]) -> str:
         lines.append(f"| {label} | {ratio(results[label], plain, 1, 1)} | {ratio(results[label], plain, 2, 1)} |")
     lines.append(f"| this / other | {ratio(results['this'], results['other'], 1, 1)} | "
                  f"{ratio(results['this'], results['other'], 2, 2)} |")
-    return "\n".join(lines)
+    return "\n".join(lines + process_lines(results, processes))
+
+
+def process_lines(results: dict[str, list[tuple[int, float, float, int]]], processes: int) -> list[str]:
+    """With several processes: this / other in each (over decoding), and their geometric mean with a
+    90% t interval over the processes (each process one draw of what the planners learn)."""
+    if processes < 2:
+        return []
+    size = len(results["this"]) // processes
+    ratios = [bench.speed_of([(r[0], r[1]) for r in results["this"][p * size:(p + 1) * size]])
+              / max(bench.speed_of([(r[0], r[1]) for r in results["other"][p * size:(p + 1) * size]]), 1e-300)
+              for p in range(processes)]
+    logs = np.log(np.maximum(ratios, 1e-300))
+    half = scipy_t.ppf(0.95, processes - 1) * logs.std(ddof=1) / math.sqrt(processes)
+    mean = logs.mean()
+    return ["", "this / other in each process: " + ", ".join(f"{r:.3f}x" for r in ratios),
+            f"over the processes: {math.exp(mean):.3f}x (90%: {math.exp(mean - half):.2f}-{math.exp(mean + half):.2f}x)"]
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    print(report(run(args)))
+    print(report(run(args), args.processes))
     return 0
 
 

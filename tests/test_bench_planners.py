@@ -43,3 +43,25 @@ def test_each_checkouts_planner_runs_its_own_code_beside_target_only(tmp_path):
     assert sys.modules["localspec_other.planner"].SOURCES.get("model") is None  # the copy's code ran
     table = bp.report(results)
     assert "| other |" in table and "| this |" in table and "| this / other |" in table
+
+
+def test_several_processes_are_each_one_draw_of_this_over_other():
+    # Two processes of two replies: this twice as fast as the other in the first, half as fast in
+    # the second. Each process is one ratio; their geometric mean is 1, its interval wide.
+    bp = load()
+    reply = lambda tokens, seconds: (tokens, seconds, seconds, 0)  # noqa: E731
+    results = {"target-only": [reply(10, 1.0)] * 4,
+               "other": [reply(10, 1.0), reply(10, 1.0), reply(10, 0.5), reply(10, 0.5)],
+               "this": [reply(10, 0.5), reply(10, 0.5), reply(10, 1.0), reply(10, 1.0)]}
+    lines = bp.process_lines(results, 2)
+    assert lines[1] == "this / other in each process: 2.000x, 0.500x"
+    # t(0.95, 1) = 6.314, the logs' deviation ln 2 × √2, over √2: e^±4.38
+    assert lines[2] == "over the processes: 1.000x (90%: 0.01-79.55x)"
+    assert bp.process_lines(results, 1) == []
+    assert bp.report(results, 2).endswith(lines[2])
+
+
+def test_processes_must_be_at_least_one(capsys):
+    with pytest.raises(SystemExit):
+        load().parse_args(["--other", str(ROOT), "--quick", "--processes", "0"])
+    assert "--processes 0: give 1 or more" in capsys.readouterr().err
