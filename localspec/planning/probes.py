@@ -156,7 +156,7 @@ class Probes:
         well, costs the step one estimate, not three."""
         tracker, r_best = self.sources[offer.source][1], known.rate
         followed = known.source is None  # the step would be plain
-        rates, width = self._hope(offer, followed or known.source != self._ngram)
+        rates, width = self._hope(offer, known.source != self._ngram)
         floor = r_best * (1 + tracker.min_gain)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
         hope_best = max(rates[1 : offer.gamma + 1], default=0.0)

@@ -1,8 +1,8 @@
 """What the planner learns from a step: record() teaches the trackers what the step measured (its
 verify, the drafting source's costs and acceptance, a tree's siblings, a handoff's copy, a hybrid's
 catch-ups) and charges an exploratory step's loss to the budget; the n-gram lookup's guesses are
-followed along the steps it does not draft, at no cost (Planner._shadow_step); loads and prefills are kept (note_load,
-note_prefill). Methods of Planner (planner.py), which keeps their state."""
+followed along the steps it does not draft, at no cost (Planner._shadow_step); loads and prefills
+are kept (note_load, note_prefill). Methods of Planner (planner.py), which keeps their state."""
 
 from __future__ import annotations
 
