@@ -71,19 +71,18 @@ class Recording:
             if ids:
                 self._shadow = Shadow(ids, offer.bucket)
 
-    def _follow(self, emitted: Sequence[int]) -> None:
-        """Judge the followed guesses (_shadow_step) by the tokens a step emitted, in order."""
-        for token in emitted:
-            shadow = self._shadow
-            if shadow is None:
-                return
-            i = shadow.judged
-            if token != shadow.ids[i]:
-                self._settle(i + 1, i)
-            elif i + 1 == len(shadow.ids):
-                self._settle(i + 1, i + 1)
-            else:
-                self._shadow = shadow._replace(judged=i + 1)
+    def _follow(self, token: int) -> None:
+        """Judge the followed guesses (_shadow_step) by the token a plain step emitted."""
+        shadow = self._shadow
+        if shadow is None:
+            return
+        i = shadow.judged
+        if token != shadow.ids[i]:
+            self._settle(i + 1, i)
+        elif i + 1 == len(shadow.ids):
+            self._settle(i + 1, i + 1)
+        else:
+            self._shadow = shadow._replace(judged=i + 1)
 
     def _settle(self, judged: int, accepted: int) -> None:
         """Count the followed guesses in the lookup's tracker, judged of them judged and the first
@@ -102,10 +101,8 @@ class Recording:
         an exploratory step's loss to the budget. A tree (path: its accepted nodes) teaches its
         chain's acceptance, its siblings' and the cost of its full width. emitted: the tokens the step
         emitted, which at a plain step judge the lookup's guesses being followed (_shadow_step)."""
-        if self._shadow is not None and plan.source is None:
-            self._follow(emitted)
         if plan.source is None:
-            self._record_plain(draft_s, verify_s, overhead_s)
+            self._record_plain(draft_s, verify_s, overhead_s, emitted)
             return
         self.sources[0][1].plain_age += 1
         chain = proposal.parents is None  # not a tree: once a handoff's copy is set apart, the source's own guesses
@@ -138,8 +135,11 @@ class Recording:
             batch = caught_up - int(proposal.first_apart)  # the tokens its batch decoded
             self.sources[plan.source][1].add_catchup(batch, proposal.catchup_s)
 
-    def _record_plain(self, draft_s: float, verify_s: float, overhead_s: float) -> None:
-        """Record a plain step: the target's one-token verify, the same for every source."""
+    def _record_plain(self, draft_s: float, verify_s: float, overhead_s: float, emitted: Sequence[int]) -> None:
+        """Record a plain step: the target's one-token verify, the same for every source; the token it
+        emitted judges the lookup's guesses being followed (_follow)."""
+        if emitted:
+            self._follow(emitted[0])
         self._runs.note(0, 1)
         seconds, explored = draft_s + verify_s + overhead_s, self._explored
         # plain decoding measured again in place of a drafting choice (_plain_again) is its source's probe
