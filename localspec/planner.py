@@ -6,7 +6,8 @@ acceptance per position, per n-gram match length and per draft confidence) and t
 costmodel.py. The controller asks it once per step and reports back what the step measured. What it
 does not know yet it explores, within a stated budget (ExploreBudget): at most EXPLORE_FRACTION of a
 generation's time per drafter, counting a generation as at least GRACE_STEPS plain steps long.
-The n-gram lookup's acceptance is also learnt along plain steps, at no cost (Planner._shadow_step).
+The n-gram lookup's acceptance is also learnt along the steps it does not draft, at no cost
+(Planner._shadow_step).
 
 Planner is one class in several files: this one plans a step and prices the known choice; its parts
 are in planning/ (plans: Plan and Choice; budget: ExploreBudget; probes: pricing a probe, and the
@@ -106,7 +107,7 @@ class Planner(Recording, Probes):
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket) -> its loss at its last pricing (_rests)
         self._lost: dict[int, Lost] = {}  # source -> what its last pricing found (_probe)
-        self._shadow: Shadow | None = None  # the lookup's guesses followed along plain steps (_shadow_step)
+        self._shadow: Shadow | None = None  # the lookup's guesses followed along other steps (_shadow_step)
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
         self._owed = False  # whether the draft model was taken in to be measured on a second text (_text_owed)
         self._contending = False  # whether the draft model's step beat plain decoding at the last pricing (_switches)

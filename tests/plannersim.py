@@ -96,14 +96,14 @@ class World:
     regions: Sequence[Region]
     pos: int = 0
 
-    def region(self) -> tuple[Region, int]:
-        """The current region and the position within it."""
-        start = 0
+    def region(self, pos: int | None = None) -> tuple[Region, int]:
+        """The region at pos (by default the current position) and the position within it."""
+        pos, start = self.pos if pos is None else pos, 0
         for r in self.regions:
-            if self.pos < start + r.length:
-                return r, self.pos - start
+            if pos < start + r.length:
+                return r, pos - start
             start += r.length
-        return self.regions[-1], self.pos - start
+        return self.regions[-1], pos - start
 
     def ngram_offer(self) -> tuple[int, int]:
         """(tokens the lookup offers, how far its match reaches back)."""
@@ -205,9 +205,7 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         if not proposal.ids:
             plain += 1
             verify_s *= slow_plain[1] if plain <= slow_plain[0] else 1.0
-        # a plain step emits token 0, the lookup's guess, as often as a draft of it is accepted there
-        emitted = [] if proposal.ids else [int(luck[world.pos] >= world.region()[0].ngram_accept)]
-        planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0, emitted=emitted)
+        planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0, emitted=_emitted(world, luck, n_accepted + 1))
         b = planner.budget
         worst = max([worst] + [spent - b.allowance(verify(1)) for spent in b.spent.values()])
         seconds += draft_s + verify_s
@@ -215,6 +213,12 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         world.pos += n_accepted + 1
     spent = sum(planner.budget.spent.values())
     return Result(world.pos, seconds, world.pos * verify(1), gammas, planner.explored, spent, worst)
+
+
+def _emitted(world: World, luck: np.ndarray, n: int) -> list[int]:
+    """The n tokens a step emits from the world's position: token 0, the lookup's guess, where a
+    draft of it would be accepted there (by the position's own draw), else token 1."""
+    return [int(luck[p] >= world.region(p)[0].ngram_accept) for p in range(world.pos, world.pos + n)]
 
 
 def _accepted(n: int, drafter: SimDrafter | None, world: World, luck: np.ndarray) -> int:

@@ -1,6 +1,7 @@
-"""The n-gram lookup's guesses followed along plain steps (planner.Planner._shadow_step): a plain step
-emits the target's token, which takes a one-hot guess as often as the p/q rule would, so the lookup's
-acceptance is learnt without a verify; counted once, and only where no step drafted."""
+"""The n-gram lookup's guesses followed along the steps it does not draft (planner.Planner._shadow_step):
+a plain step emits the target's token, and a draft model's step tokens distributed as the target's,
+which take a one-hot guess as often as the p/q rule would, so the lookup's acceptance is learnt
+without a verify; counted once, and never along the lookup's own drafts."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from scipy.stats import chi2_contingency
 from localspec.config import GenerationConfig
 from localspec.acceptance import PositionAcceptance
 from localspec.costmodel import match_bucket
-from localspec.drafters import NO_PROPOSAL, NGramDrafter, one_hot
+from localspec.drafters import NO_PROPOSAL, NGramDrafter, Proposal, one_hot
 from localspec.planner import PLAIN_SAMPLES, Planner
 from localspec.tracker import CostTracker
 from localspec.sampling import Dist, SamplingParams, accept_drafts, sample
@@ -70,6 +71,43 @@ def test_a_drafting_step_ends_the_guesses_followed_with_what_they_judged():
     plan = planner.plan(tokens, 50)
     assert plan.source == 0
     assert counts(tracker) == ([1, 1, 1], [1, 1, 1]) and tracker.proposals == 1
+
+
+class DraftingModel:
+    """A draft model stub that offers whatever room there is."""
+
+    name = "model"
+
+    def offer(self, tokens, k: int) -> int:
+        return k
+
+
+class EagerModel(CostTracker):
+    """A draft model's tracker whose step always beats plain decoding: 3 tokens."""
+
+    def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False,
+             cautious: bool = False) -> tuple[int, float]:
+        return min(3, gamma_max), float("inf")
+
+
+def test_the_tokens_a_draft_model_step_emitted_judge_the_guesses_followed():
+    # A hybrid whose draft model drafts: the lookup guesses 3 4 5 9 at the step, whose draft 3 4 6
+    # has 3 and 4 accepted and the target's 8 after them. A draft of the lookup would have had 3
+    # and 4 accepted and 5 rejected: counted as such, beside the 40 drafts judged before.
+    ngram = CostTracker()
+    for _ in range(PLAIN_SAMPLES):
+        ngram.record(0, 0, 0.0, 0.01, 0.0)
+    for _ in range(40):  # its bucket judged often, and badly: it is not probed
+        ngram.record_acceptance(1, 0, bucket=_bucket())
+    planner = Planner([(Guesses([3, 4, 5, 9]), ngram), (DraftingModel(), EagerModel())],
+                      GenerationConfig(gamma=None, sampling=SAMPLED))
+    plan = planner.plan([9] * 20, 50)
+    assert plan.source == 1 and plan.gamma == 3
+    planner.record(plan, Proposal([3, 4, 6], [one_hot(t) for t in (3, 4, 6)]), 2, 0.01, 0.03, 0.0,
+                   emitted=[3, 4, 8])
+    assert counts(ngram) == ([41, 1, 1], [1, 1, 0])
+    planner.plan([9] * 20 + [3, 4, 8], 50)  # (nothing followed is left to count)
+    assert counts(ngram) == ([41, 1, 1], [1, 1, 0])
 
 
 def dirichlet_rows(rng: np.random.Generator, n: int) -> list[Dist]:

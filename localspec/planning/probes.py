@@ -156,7 +156,7 @@ class Probes:
         well, costs the step one estimate, not three."""
         tracker, r_best = self.sources[offer.source][1], known.rate
         followed = known.source is None  # the step would be plain
-        rates, width = self._hope(offer, followed)
+        rates, width = self._hope(offer, known.source != self._ngram)
         floor = r_best * (1 + tracker.min_gain)
         best = Choice(offer.source, 0, offer.bucket, 0.0)
         hope_best = max(rates[1 : offer.gamma + 1], default=0.0)
@@ -182,12 +182,12 @@ class Probes:
 
     def _hope(self, offer: Choice, followed: bool) -> tuple[list[float], int]:
         """The optimistic tokens/s of each γ up to the widest offer the pricing covers (_widest), and
-        that width. Where the step would otherwise be plain (followed), the lookup's guesses in a
-        bucket already judged are followed along it for free (_shadow_step), so the hope for its
-        first SHADOW_DEPTH guesses is their point estimate: only what plain steps cannot measure,
-        the verify's cost and deeper guesses, is worth a probe."""
+        that width. Where the step would otherwise be plain or the draft model's (followed), the
+        lookup's guesses in a bucket already judged are followed along it for free (_shadow_step),
+        so the hope for its first SHADOW_DEPTH guesses is their point estimate: only what other
+        steps cannot measure, the verify's cost and deeper guesses, is worth a probe."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
-        # where the step would be plain, the lookup's guesses are followed along it (_shadow_step)
+        # where the step would not be the lookup's, its guesses are followed along it (_shadow_step)
         shadowed = followed and offer.source == self._ngram and tracker.judged(offer.bucket)
         hope = tracker.estimate(offer.bucket, True, switch, followed=SHADOW_DEPTH if shadowed else 0)
         width = self._widest(offer)

@@ -1,8 +1,8 @@
 """What the planner learns from a step: record() teaches the trackers what the step measured (its
 verify, the drafting source's costs and acceptance, a tree's siblings, a handoff's copy, a hybrid's
 catch-ups) and charges an exploratory step's loss to the budget; the n-gram lookup's guesses are
-followed along plain steps at no cost (Planner._shadow_step); loads and prefills are kept (note_load,
-note_prefill). Methods of Planner (planner.py), which keeps their state."""
+followed along the steps it does not draft, at no cost (Planner._shadow_step); loads and prefills
+are kept (note_load, note_prefill). Methods of Planner (planner.py), which keeps their state."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ SHADOW_DEPTH = 8  # the most guesses of the lookup followed at once (Planner._sh
 
 
 class Shadow(NamedTuple):
-    """The n-gram lookup's guesses at a plain step, followed along the plain steps after it
-    (Planner._follow): ids[i] guesses the i-th token from the step's on; judged of them matched."""
+    """The n-gram lookup's guesses at a step it did not draft, followed along the tokens emitted from
+    there on (Planner._follow): ids[i] guesses the i-th token from the step's on; judged of them matched."""
 
     ids: list[int]
     bucket: int
@@ -49,20 +49,20 @@ class Recording:
                 tracker.add_catchup(drafter.prefill_tokens, drafter.prefill_s)
 
     def _shadow_step(self, plan: Plan, offers: Sequence[Choice]) -> None:
-        """Follow what the n-gram lookup offers at a plain step along the plain steps that come after
-        it: the lookup's acceptance, learnt without a verify. A plain step emits a token drawn from
-        the target's distribution p (its argmax at T=0), and the lookup's guess x is one-hot, so the
-        step emits x exactly as often as the p/q rule would accept x as a draft, min(1, p(x)/1):
-        matching the target's tokens against the guesses one by one, up to the first that differs, is
-        a draft of the lookup judged by the rule, in distribution. Only one is followed at a time,
-        and only over plain steps (a drafting step ends it first, with what it judged so far: the
-        drafts of a step are judged by their own verify, and counted once). So a match bucket whose
-        guesses the target seldom takes is known as such without a probe, and one it takes is found
-        by the plain steps that pass through it. Planning reads only what was emitted before the
-        step, so the output's distribution is untouched. (A draft model's step emits tokens that
-        follow p too; followed along those as well, the hybrid's copies and edits came out slower
-        in the one run each that measured it: README, "The simulator's draft model decodes rows".)"""
-        if plan.source is not None:
+        """Follow what the n-gram lookup offers at a step it does not draft (a plain step, or the
+        draft model's) along the tokens emitted from there on: the lookup's acceptance, learnt
+        without a verify. Every step emits tokens distributed as the target's own decoding (a plain
+        step draws from p, its argmax at T=0; a draft's, by the p/q rule), and the lookup's guess x
+        is one-hot, so the step emits x exactly as often as the p/q rule would accept x as a draft,
+        min(1, p(x)/1): matching the emitted tokens against the guesses one by one, up to the first
+        that differs, is a draft of the lookup judged by the rule, in distribution. Only one is
+        followed at a time, and a lookup's own step ends it first, with what it judged so far (the
+        drafts of that step are judged by their own verify, and counted once). So a match bucket
+        whose guesses the target seldom takes is known as such without a probe, in a hybrid while
+        its draft model drafts too, and one it takes is found by the steps that pass through it.
+        Planning reads only what was emitted before the step, so the output's distribution is
+        untouched."""
+        if plan.source is not None and plan.source == self._ngram:
             if self._shadow is not None:  # what it judged so far, every one taken
                 self._settle(self._shadow.judged, self._shadow.judged)
         elif self._shadow is None and self._ngram is not None:
@@ -71,18 +71,19 @@ class Recording:
             if ids:
                 self._shadow = Shadow(ids, offer.bucket)
 
-    def _follow(self, token: int) -> None:
-        """Judge the followed guesses (_shadow_step) by the token a plain step emitted."""
-        shadow = self._shadow
-        if shadow is None:
-            return
-        i = shadow.judged
-        if token != shadow.ids[i]:
-            self._settle(i + 1, i)
-        elif i + 1 == len(shadow.ids):
-            self._settle(i + 1, i + 1)
-        else:
-            self._shadow = shadow._replace(judged=i + 1)
+    def _follow(self, emitted: Sequence[int]) -> None:
+        """Judge the followed guesses (_shadow_step) by the tokens a step emitted, in order."""
+        for token in emitted:
+            shadow = self._shadow
+            if shadow is None:
+                return
+            i = shadow.judged
+            if token != shadow.ids[i]:
+                self._settle(i + 1, i)
+            elif i + 1 == len(shadow.ids):
+                self._settle(i + 1, i + 1)
+            else:
+                self._shadow = shadow._replace(judged=i + 1)
 
     def _settle(self, judged: int, accepted: int) -> None:
         """Count the followed guesses in the lookup's tracker, judged of them judged and the first
@@ -100,9 +101,11 @@ class Recording:
         (a plain step also the overhead), the drafting source its costs and acceptance; and charge
         an exploratory step's loss to the budget. A tree (path: its accepted nodes) teaches its
         chain's acceptance, its siblings' and the cost of its full width. emitted: the tokens the step
-        emitted, which at a plain step judge the lookup's guesses being followed (_shadow_step)."""
+        emitted, which judge the lookup's guesses being followed (_shadow_step)."""
+        if self._shadow is not None and plan.source != self._ngram:
+            self._follow(emitted)
         if plan.source is None:
-            self._record_plain(draft_s, verify_s, overhead_s, emitted)
+            self._record_plain(draft_s, verify_s, overhead_s)
             return
         self.sources[0][1].plain_age += 1
         chain = proposal.parents is None  # not a tree: once a handoff's copy is set apart, the source's own guesses
@@ -135,11 +138,8 @@ class Recording:
             batch = caught_up - int(proposal.first_apart)  # the tokens its batch decoded
             self.sources[plan.source][1].add_catchup(batch, proposal.catchup_s)
 
-    def _record_plain(self, draft_s: float, verify_s: float, overhead_s: float, emitted: Sequence[int]) -> None:
-        """Record a plain step: the target's one-token verify, the same for every source; the token it
-        emitted judges the lookup's guesses being followed (_follow)."""
-        if emitted:
-            self._follow(emitted[0])
+    def _record_plain(self, draft_s: float, verify_s: float, overhead_s: float) -> None:
+        """Record a plain step: the target's one-token verify, the same for every source."""
         self._runs.note(0, 1)
         seconds, explored = draft_s + verify_s + overhead_s, self._explored
         # plain decoding measured again in place of a drafting choice (_plain_again) is its source's probe
