@@ -181,6 +181,66 @@ def test_followed_guesses_are_taken_as_often_as_the_rule_accepts_them():
     assert homogeneity_p(follow(rows, seed=1, shift=0.1), ruled) < 0.001  # the power check
 
 
+def follow_model_steps(rows: list[list[Dist]], seed: int, shift: float = 0.0) -> PositionAcceptance:
+    """The lookup's acceptance per position as a hybrid learns it by following its guesses 0 0 0
+    along its draft model's steps: each step drafts 3 tokens sampled from random draft rows q, and
+    emits what the p/q rule (sampling.accept_drafts) makes of them on the trial's target rows
+    (shift: as follow's, applied to the rows the rule reads); one step in PLAIN_AGE is plain
+    decoding measured again, emitting a token sampled from its row."""
+    ngram = CostTracker()
+    for _ in range(PLAIN_SAMPLES):
+        ngram.record(0, 0, 0.0, 0.01, 0.0)
+    ngram.record_acceptance(1, 0, bucket=_bucket())  # the bucket judged once: no first look
+    base = [list(r) for r in ngram.buckets[_bucket()].to_rows()]
+    planner = Planner([(Guesses([0, 0, 0]), ngram), (DraftingModel(), EagerModel())],
+                      GenerationConfig(gamma=None, sampling=SAMPLED))
+    rng, tokens = np.random.default_rng(seed), [9] * 20
+    for trial in rows:
+        at = 0  # the trial's position the next step starts at
+        while True:
+            plan = planner.plan(tokens, 50)
+            p = [shifted_row(row, shift) for row in (trial[at:] + dirichlet_rows(rng, 4))[:4]]
+            if plan.source is None:  # plain decoding measured again (Planner._plain_again)
+                emitted = [sample(p[0], rng)]
+                planner.record(plan, NO_PROPOSAL, 0, 0.0, 0.01, 0.0, emitted=emitted)
+            else:
+                assert plan.source == 1 and plan.gamma == 3
+                q = [Dist(np.arange(5), rng.dirichlet([1.0] * 5)) for _ in range(3)]
+                ids = [sample(row, rng) for row in q]
+                emitted, n_accepted = accept_drafts(ids, q, p, rng)
+                planner.record(plan, Proposal(ids, q), n_accepted, 0.01, 0.03, 0.0, emitted=emitted)
+            tokens, at = tokens + emitted, at + len(emitted)
+            if planner._shadow is None:  # the guesses are settled
+                break
+    rows_now = ngram.buckets[_bucket()].to_rows()
+    learnt = PositionAcceptance()
+    learnt.judged = [n - b for n, b in zip(rows_now[1], base[1] + [0] * 3)]
+    learnt.accepted = [n - b for n, b in zip(rows_now[2], base[2] + [0] * 3)]
+    return learnt
+
+
+def shifted_row(p: Dist, shift: float) -> Dist:
+    """p with that much of token 0's probability moved to token 1 (follow's wrong distribution)."""
+    if not shift:
+        return p
+    probs = p.probs.copy()
+    probs[1], probs[0] = probs[1] + shift * probs[0], (1 - shift) * probs[0]
+    return Dist(p.ids, probs)
+
+
+def test_guesses_followed_along_draft_model_steps_are_taken_as_often_as_the_rule_accepts_them():
+    # As the test above, along a hybrid's draft model steps at T=1: each step's tokens come from the
+    # p/q rule on the model's own sampled draft, distributed as the target's, so the lookup's
+    # guesses match them as often as the rule would accept the guesses themselves. 4,000 trials;
+    # the same power check.
+    rng = np.random.default_rng(11)
+    rows = [dirichlet_rows(rng, 3) for _ in range(4000)]
+    followed, ruled = follow_model_steps(rows, seed=3), judge(rows, seed=4)
+    assert followed.judged[0] == ruled.judged[0] == 4000 and followed.judged[2] > 500
+    assert homogeneity_p(followed, ruled) > 0.001
+    assert homogeneity_p(follow_model_steps(rows, seed=3, shift=0.1), ruled) < 0.001  # the power check
+
+
 # The light target on the issue's EPYC at T=1, as traced: a plain step 27 ms, 2 rows 46, 4 rows 78
 EPYC_T1 = {1: 0.027, 2: 0.046, 3: 0.062, 4: 0.078, 6: 0.103, 8: 0.136, 16: 0.26}
 # Prose whose short phrases recur (a match every third token, reaching back 1 to 4 tokens), their
