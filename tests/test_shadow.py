@@ -6,6 +6,7 @@ without a verify; counted once, and never along the lookup's own drafts."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy.stats import chi2_contingency
 
 from localspec.config import GenerationConfig
@@ -132,14 +133,15 @@ def follow(rows: list[list[Dist]], seed: int, shift: float = 0.0) -> PositionAcc
         for p in trial:
             plan = planner.plan(tokens, 50)
             assert plan.source is None
-            if shift:
-                probs = p.probs.copy()
-                probs[1], probs[0] = probs[1] + shift * probs[0], (1 - shift) * probs[0]
-                p = Dist(p.ids, probs)
-            token = sample(p, rng)
+            token = sample(shifted_row(p, shift), rng)
             planner.record(plan, NO_PROPOSAL, 0, 0.0, 0.01, 0.0, emitted=[token])
             if token != 0:
                 break  # the guesses are settled at the first one not taken
+    return learnt_since(tracker, base)
+
+
+def learnt_since(tracker: CostTracker, base: list[list[int]]) -> PositionAcceptance:
+    """What tracker's bucket of Guesses judged and accepted per position since its rows were base."""
     rows_now = tracker.buckets[_bucket()].to_rows()
     learnt = PositionAcceptance()
     learnt.judged = [n - b for n, b in zip(rows_now[1], base[1] + [0] * 3)]
@@ -166,19 +168,6 @@ def homogeneity_p(a: PositionAcceptance, b: PositionAcceptance) -> float:
     per position, one table of 2 rows × (2 × positions) columns."""
     table = [[x for j, acc in zip(c.judged, c.accepted) for x in (acc, j - acc)] for c in (a, b)]
     return chi2_contingency(np.array(table)).pvalue
-
-
-def test_followed_guesses_are_taken_as_often_as_the_rule_accepts_them():
-    # 4,000 trials at T=1 over random target rows: the acceptance per position learnt by following
-    # the guesses along plain steps against the same guesses judged by the p/q rule. Power: a
-    # follower that judged by a distribution moving a tenth of the guess's probability elsewhere is
-    # told apart by the same test.
-    rng = np.random.default_rng(7)
-    rows = [dirichlet_rows(rng, 3) for _ in range(4000)]
-    followed, ruled = follow(rows, seed=1), judge(rows, seed=2)
-    assert followed.judged[0] == ruled.judged[0] == 4000 and followed.judged[2] > 500
-    assert homogeneity_p(followed, ruled) > 0.001
-    assert homogeneity_p(follow(rows, seed=1, shift=0.1), ruled) < 0.001  # the power check
 
 
 def follow_model_steps(rows: list[list[Dist]], seed: int, shift: float = 0.0) -> PositionAcceptance:
@@ -212,11 +201,7 @@ def follow_model_steps(rows: list[list[Dist]], seed: int, shift: float = 0.0) ->
             tokens, at = tokens + emitted, at + len(emitted)
             if planner._shadow is None:  # the guesses are settled
                 break
-    rows_now = ngram.buckets[_bucket()].to_rows()
-    learnt = PositionAcceptance()
-    learnt.judged = [n - b for n, b in zip(rows_now[1], base[1] + [0] * 3)]
-    learnt.accepted = [n - b for n, b in zip(rows_now[2], base[2] + [0] * 3)]
-    return learnt
+    return learnt_since(ngram, base)
 
 
 def shifted_row(p: Dist, shift: float) -> Dist:
@@ -228,17 +213,20 @@ def shifted_row(p: Dist, shift: float) -> Dist:
     return Dist(p.ids, probs)
 
 
-def test_guesses_followed_along_draft_model_steps_are_taken_as_often_as_the_rule_accepts_them():
-    # As the test above, along a hybrid's draft model steps at T=1: each step's tokens come from the
-    # p/q rule on the model's own sampled draft, distributed as the target's, so the lookup's
-    # guesses match them as often as the rule would accept the guesses themselves. 4,000 trials;
-    # the same power check.
-    rng = np.random.default_rng(11)
+@pytest.mark.parametrize("follower, seeds", [(follow, (7, 1, 2)), (follow_model_steps, (11, 3, 4))],
+                         ids=["plain-steps", "draft-model-steps"])
+def test_followed_guesses_are_taken_as_often_as_the_rule_accepts_them(follower, seeds):
+    # 4,000 trials at T=1 over random target rows: the acceptance per position learnt by following
+    # the guesses along plain steps, or along a hybrid's draft model steps (whose tokens the p/q rule
+    # makes of the model's own sampled draft, distributed as the target's), against the same guesses
+    # judged by the p/q rule. Power: a follower that judged by a distribution moving a tenth of the
+    # guess's probability elsewhere is told apart by the same test.
+    rng = np.random.default_rng(seeds[0])
     rows = [dirichlet_rows(rng, 3) for _ in range(4000)]
-    followed, ruled = follow_model_steps(rows, seed=3), judge(rows, seed=4)
+    followed, ruled = follower(rows, seed=seeds[1]), judge(rows, seed=seeds[2])
     assert followed.judged[0] == ruled.judged[0] == 4000 and followed.judged[2] > 500
     assert homogeneity_p(followed, ruled) > 0.001
-    assert homogeneity_p(follow_model_steps(rows, seed=3, shift=0.1), ruled) < 0.001  # the power check
+    assert homogeneity_p(follower(rows, seed=seeds[1], shift=0.1), ruled) < 0.001  # the power check
 
 
 # The light target on the issue's EPYC at T=1, as traced: a plain step 27 ms, 2 rows 46, 4 rows 78
