@@ -39,6 +39,17 @@ def counts(tracker: CostTracker) -> tuple[list[int], list[int]]:
     return bucket.judged, bucket.accepted
 
 
+def lookup_tracker(judged: int) -> CostTracker:
+    """The lookup's tracker with the plain step measured, and Guesses' bucket judged `judged` times,
+    nothing accepted."""
+    tracker = CostTracker()
+    for _ in range(PLAIN_SAMPLES):
+        tracker.record(0, 0, 0.0, 0.01, 0.0)
+    for _ in range(judged):
+        tracker.record_acceptance(1, 0, bucket=_bucket())
+    return tracker
+
+
 def test_guesses_the_plain_steps_took_are_counted_as_a_draft_the_target_judged():
     # The prompt holds 1 2 3 4 5 9; it ends with 1 2, so the lookup guesses 3 4 5 9 ... The plain
     # steps (the planner's first steps measure plain decoding) emit 3, 4, then 7: a draft of the
@@ -95,11 +106,7 @@ def test_the_tokens_a_draft_model_step_emitted_judge_the_guesses_followed():
     # A hybrid whose draft model drafts: the lookup guesses 3 4 5 9 at the step, whose draft 3 4 6
     # has 3 and 4 accepted and the target's 8 after them. A draft of the lookup would have had 3
     # and 4 accepted and 5 rejected: counted as such, beside the 40 drafts judged before.
-    ngram = CostTracker()
-    for _ in range(PLAIN_SAMPLES):
-        ngram.record(0, 0, 0.0, 0.01, 0.0)
-    for _ in range(40):  # its bucket judged often, and badly: it is not probed
-        ngram.record_acceptance(1, 0, bucket=_bucket())
+    ngram = lookup_tracker(judged=40)  # its bucket judged often, and badly: it is not probed
     planner = Planner([(Guesses([3, 4, 5, 9]), ngram), (DraftingModel(), EagerModel())],
                       GenerationConfig(gamma=None, sampling=SAMPLED))
     plan = planner.plan([9] * 20, 50)
@@ -116,16 +123,22 @@ def dirichlet_rows(rng: np.random.Generator, n: int) -> list[Dist]:
     return [Dist(np.arange(5), rng.dirichlet([3.0, 1.0, 1.0, 1.0, 1.0])) for _ in range(n)]
 
 
+def shifted_row(p: Dist, shift: float) -> Dist:
+    """p with that much of token 0's probability moved to token 1 (follow's wrong distribution)."""
+    if not shift:
+        return p
+    probs = p.probs.copy()
+    probs[1], probs[0] = probs[1] + shift * probs[0], (1 - shift) * probs[0]
+    return Dist(p.ids, probs)
+
+
 def follow(rows: list[list[Dist]], seed: int, shift: float = 0.0) -> PositionAcceptance:
     """The lookup's acceptance per position as the planner learns it by following its guesses 0 0 0
     along plain steps, each emitting a token sampled from its row (shift: that much of the guess's
     probability moved to token 1 first, a follower judging by the wrong distribution)."""
-    tracker = CostTracker()
-    for _ in range(PLAIN_SAMPLES):
-        tracker.record(0, 0, 0.0, 0.01, 0.0)
+    tracker = lookup_tracker(judged=1)  # the bucket judged once: no first look
     for k in range(2, 5):
         tracker.verify.add(k, 1.0)  # a verify of 2 rows costs 100 plain steps: every step is plain
-    tracker.record_acceptance(1, 0, bucket=_bucket())  # the bucket judged once: no first look
     base = [list(r) for r in tracker.buckets[_bucket()].to_rows()]
     planner = Planner([(Guesses([0, 0, 0]), tracker)], GenerationConfig(gamma=None, sampling=SAMPLED))
     rng, tokens = np.random.default_rng(seed), [9] * 20
@@ -176,10 +189,7 @@ def follow_model_steps(rows: list[list[Dist]], seed: int, shift: float = 0.0) ->
     emits what the p/q rule (sampling.accept_drafts) makes of them on the trial's target rows
     (shift: as follow's, applied to the rows the rule reads); one step in PLAIN_AGE is plain
     decoding measured again, emitting a token sampled from its row."""
-    ngram = CostTracker()
-    for _ in range(PLAIN_SAMPLES):
-        ngram.record(0, 0, 0.0, 0.01, 0.0)
-    ngram.record_acceptance(1, 0, bucket=_bucket())  # the bucket judged once: no first look
+    ngram = lookup_tracker(judged=1)  # the bucket judged once: no first look
     base = [list(r) for r in ngram.buckets[_bucket()].to_rows()]
     planner = Planner([(Guesses([0, 0, 0]), ngram), (DraftingModel(), EagerModel())],
                       GenerationConfig(gamma=None, sampling=SAMPLED))
@@ -202,15 +212,6 @@ def follow_model_steps(rows: list[list[Dist]], seed: int, shift: float = 0.0) ->
             if planner._shadow is None:  # the guesses are settled
                 break
     return learnt_since(ngram, base)
-
-
-def shifted_row(p: Dist, shift: float) -> Dist:
-    """p with that much of token 0's probability moved to token 1 (follow's wrong distribution)."""
-    if not shift:
-        return p
-    probs = p.probs.copy()
-    probs[1], probs[0] = probs[1] + shift * probs[0], (1 - shift) * probs[0]
-    return Dist(p.ids, probs)
 
 
 @pytest.mark.parametrize("follower, seeds", [(follow, (7, 1, 2)), (follow_model_steps, (11, 3, 4))],
