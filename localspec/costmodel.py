@@ -110,13 +110,16 @@ def expected_seconds_upto(gamma_max: int, draft_s: float, verify_s: Callable[[in
     """S(γ) for every γ in 0..gamma_max (the module docstring): step_seconds(γ) where every draft
     runs to its cap; with draft_on (u_i) and first_on (u_0), the expected seconds over where a stop
     rule ends it (first_s is paid by a step that drafts none: its decode came before the rule)."""
-    total, reach, last, n_on = step_seconds(0, draft_s, verify_s, overhead_s), first_on, verify_s(1), len(draft_on)
+    upto = getattr(verify_s, "upto", None)  # every width's seconds at once (timings.Widths)
+    verify = upto(gamma_max + 1) if upto is not None else [0.0, *map(verify_s, range(1, gamma_max + 2))]
+    last, reach, n_on = verify[1], first_on, len(draft_on)
+    total = last + overhead_s  # step_seconds(0, ...)
     totals = [total]
     total += first_s
     for n in range(1, gamma_max + 1):
         if 1 < n <= n_on + 1:
             reach *= draft_on[n - 2]  # P(N ≥ n): _on(draft_on, n - 1), inlined
-        cost = n * draft_s + verify_s(n + 1)
+        cost = n * draft_s + verify[n + 1]
         total += reach * (cost - last)
         totals.append(total)
         last = cost

@@ -168,9 +168,18 @@ class VerifyCurve:
         table = self._memo[2]
         return table[k] if k < len(table) else self._extend(2, k)
 
+    def upto(self, mode: int, k: int) -> list[float]:
+        """mode's table (0: seconds, 1: optimistic, 2: next_width) filled at least to k: every width
+        0..k at once, as pricing reads them (Widths.upto). The table itself: not to be changed."""
+        table = self._memo[mode]
+        if len(table) <= k:
+            self._extend(mode, k)
+        return table
+
     def _extend(self, mode: int, k: int) -> float:
         """Fill mode's table past k in one pass (see __init__), at least doubling it, since widths
-        are read in ascending order; return its value at k."""
+        are read in ascending order; return its value at k. A trusted size in the seconds table reads
+        as measured, as add() keeps it (the fits it is filled from are kept within MEMO_TOLERANCE)."""
         known = self._hoped() if mode == 1 else self.fitted(hopeful=mode == 2)
         table = self._memo[mode]
         start = len(table)
@@ -184,7 +193,35 @@ class VerifyCurve:
                 values = [min(t, widest_s) if w == widest + 1 else max(t, widest_s * w / widest) if w > widest
                           else t for w, t in enumerate(values, start)]
         table.extend(values)
+        if mode == 0:
+            for w, point in self.points.items():
+                if start <= w < len(table) and point.n >= TRUSTED_SAMPLES:
+                    table[w] = point.value
         return table[k]
+
+
+class Widths:
+    """One of a VerifyCurve's estimates by batch width (mode: 0 seconds, 1 optimistic, 2 next_width),
+    plus extra for every batch wider than one (a hybrid's switch cost, CostTracker.estimate): called
+    with k, a batch of k's seconds; upto(k), those of every width 0..k in one list, what the cost
+    formulas read (costmodel.expected_seconds_upto) where a drafter's cap reaches 127 widths."""
+
+    __slots__ = ("curve", "mode", "extra", "_read")
+
+    def __init__(self, curve: VerifyCurve, mode: int, extra: float = 0.0):
+        self.curve, self.mode, self.extra = curve, mode, extra
+        self._read = (curve.seconds, curve.optimistic, curve.next_width)[mode]
+
+    def __call__(self, k: int) -> float:
+        seconds = self._read(k)
+        return seconds + self.extra if k > 1 else seconds
+
+    def upto(self, k: int) -> Sequence[float]:
+        table = self.curve.upto(self.mode, k)
+        if not self.extra:
+            return table
+        extra = self.extra
+        return [t + extra if w > 1 else t for w, t in enumerate(table[: k + 1])]
 
 
 def _estimates(known: Sequence[tuple[int, float]], lo: int, hi: int) -> list[float]:

@@ -37,7 +37,7 @@ from .acceptance import (PositionAcceptance, TextAcceptance, overall, pooling_we
                          spliced)
 from .costmodel import Estimate
 from .draftstop import CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, DraftStops, FixedStop
-from .timings import STALL_FACTOR, TRUSTED_SAMPLES, Ema, VerifyCurve
+from .timings import STALL_FACTOR, TRUSTED_SAMPLES, Ema, VerifyCurve, Widths
 from .trackerfile import CONFIRM_STEPS, WARM_MAX_COUNT
 from .treeplan import SiblingAcceptance
 
@@ -336,22 +336,18 @@ class CostTracker:
                  curve: VerifyCurve | None = None, probe: bool = False, followed: int = 0) -> Estimate:
         """The point or the optimistic estimate for a proposal in this bucket (needs verify(1) measured);
         switch: a drafting step also costs switch_s (a hybrid's other drafter catching up later);
-        curve: the verify costs to read instead of this process's (the point estimate's only);
+        curve: the verify costs to read instead of this process's (not the optimistic estimate's);
         probe: the point estimate with the first width beyond the widest measured read as no dearer
         than the widest (VerifyCurve.next_width), as an exploratory step's loss is priced;
         followed: in the optimistic estimate, the first positions read at the point estimate's
         acceptance, for guesses whose acceptance there plain steps measure at no cost
         (planner.Planner._shadow_step)."""
         overhead, draft = self.overhead_s.value or 0.0, self.draft_s.value or 0.0
+        extra = (self.switch_s.value or 0.0) if switch else 0.0  # (drafting steps only: widths above one)
         if optimistic:
-            verify, draft = self.verify.optimistic, self.optimistic_draft_s()
-        elif probe:
-            verify = self.verify.next_width
+            verify, draft = Widths(self.verify, 1, extra), self.optimistic_draft_s()
         else:
-            verify = (curve if curve is not None else self.verify).seconds
-        extra = (self.switch_s.value or 0.0) if switch else 0.0
-        if extra:
-            verify = lambda k, base=verify: base(k) + (extra if k > 1 else 0.0)  # noqa: E731 (drafting steps only)
+            verify = Widths(self.verify if curve is None else curve, 2 if probe else 0, extra)
         accept = self.optimistic_acceptance(bucket) if optimistic else self.acceptance(bucket)
         if optimistic and followed:
             accept = spliced(self.acceptance(bucket), accept, followed)

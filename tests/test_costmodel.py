@@ -458,6 +458,57 @@ def test_a_curve_read_in_one_pass_gives_each_width_as_read_alone():
         assert _estimates(known, lo, hi) == [_one_width(k, known) for k in range(lo, hi + 1)], (known, lo, hi)
 
 
+def _tokens_one_by_one(accept, gamma_max, tokens_on=(), first_on=1.0):
+    """E(γ) for γ = 0..gamma_max as the module docstring writes it, position by position."""
+    totals, reach, total = [1.0], first_on, 1.0
+    for i in range(gamma_max):
+        a = accept[min(i, len(accept) - 1)] * (tokens_on[i - 1] if 0 < i <= len(tokens_on) else 1.0)
+        reach *= a
+        total += reach
+        totals.append(total)
+    return totals
+
+
+def _seconds_one_by_one(gamma_max, draft_s, verify_s, overhead_s, draft_on=(), first_s=0.0, first_on=1.0):
+    """S(γ) for γ = 0..gamma_max as the module docstring writes it, width by width."""
+    total, reach, last = step_seconds(0, draft_s, verify_s, overhead_s), first_on, verify_s(1)
+    totals = [total]
+    total += first_s
+    for n in range(1, gamma_max + 1):
+        if 1 < n <= len(draft_on) + 1:
+            reach *= draft_on[n - 2]
+        cost = n * draft_s + verify_s(n + 1)
+        total += reach * (cost - last)
+        totals.append(total)
+        last = cost
+    return totals
+
+
+def test_every_draft_length_priced_at_once_is_each_priced_one_by_one():
+    # expected_tokens_upto and expected_seconds_upto price every γ up to a cap in one pass (127 widths
+    # for copies), the latter reading the verify's seconds as one table (Widths.upto) or width by
+    # width (any callable); each value must be the formula's, exactly: the same products and sums
+    # in the same order.
+    from localspec.timings import VerifyCurve, Widths
+
+    rng = np.random.default_rng(11)
+    for _ in range(2000):
+        gamma_max = int(rng.choice([0, 1, 2, 3, 8, 16, 40, 127]))
+        accept = rng.uniform(0, 1, int(rng.integers(1, 20))).tolist()
+        on = [rng.uniform(0, 1, int(rng.integers(0, 20))).tolist() for _ in range(2)]
+        first_on = float(rng.choice([1.0, rng.uniform(0, 1)]))
+        assert expected_tokens_upto(accept, gamma_max, on[0], first_on) == \
+            _tokens_one_by_one(accept, gamma_max, on[0], first_on)
+        curve = VerifyCurve()
+        for k in rng.choice(np.arange(1, 60), size=int(rng.integers(1, 6)), replace=False).tolist():
+            curve.add(k, float(rng.uniform(0.001, 0.2)))
+        verify = Widths(curve, int(rng.integers(0, 3)), float(rng.choice([0.0, rng.uniform(0, 0.01)])))
+        args = (gamma_max, float(rng.uniform(0, 0.05)), verify, float(rng.uniform(0, 0.001)), on[1],
+                float(rng.uniform(0, 0.05)), first_on)
+        assert expected_seconds_upto(*args) == _seconds_one_by_one(*args)
+        assert expected_seconds_upto(*args) == expected_seconds_upto(args[0], args[1], lambda k: verify(k), *args[3:])
+
+
 def test_acceptance_is_recomputed_after_every_record():
     from localspec.tracker import CostTracker
 
@@ -609,6 +660,44 @@ def test_a_curve_is_refitted_only_once_a_trusted_size_moves_past_the_tolerance(m
     curve.add(8, 0.04)  # a new size
     price()
     assert len(fits) > built and curve.seconds(8) == 0.04 and curve.seconds(6) == _one_width(6, curve.known())
+
+
+def test_every_width_read_at_once_is_what_each_width_read_alone_gives():
+    # Pricing reads every width up to a cap (127 for copies) in one list (Widths.upto); each value
+    # must be what the same curve read width by width gives, in every mode, with a switch cost on
+    # widths above one.
+    from localspec.timings import TRUSTED_SAMPLES, VerifyCurve, Widths
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        adds = [(k, float(rng.uniform(0.001, 0.2)))
+                for k in sorted(rng.choice(np.arange(1, 60), size=rng.integers(1, 6), replace=False).tolist())
+                for _ in range(int(rng.integers(1, TRUSTED_SAMPLES + 2)))]
+        at_once, alone = VerifyCurve(), VerifyCurve()
+        for k, seconds in adds:
+            at_once.add(k, seconds)
+            alone.add(k, seconds)
+        for mode in (0, 1, 2):
+            extra, k = float(rng.choice([0.0, rng.uniform(0.0, 0.01)])), int(rng.integers(1, 140))
+            table = Widths(at_once, mode, extra).upto(k)
+            each = Widths(alone, mode, extra)
+            assert len(table) > k and table[1 : k + 1] == [each(w) for w in range(1, k + 1)]
+
+
+def test_a_trusted_size_reads_as_measured_wherever_the_table_reaches_it():
+    # A trusted size whose average moves within MEMO_TOLERANCE keeps the curve's fits (they are not
+    # rebuilt at every plain step), yet reads as its new average, also where the table was filled
+    # only after the move (from fits made before it).
+    from localspec.timings import MEMO_TOLERANCE, TRUSTED_SAMPLES, VerifyCurve, Widths
+
+    curve = VerifyCurve()
+    for k, seconds in ((1, 0.02), (4, 0.03), (64, 0.09)):
+        for _ in range(4 * TRUSTED_SAMPLES):  # past the first samples' median (Ema)
+            curve.add(k, seconds)
+    assert len(Widths(curve, 0).upto(8)) < 64  # fits made, the table short of 64
+    curve.add(64, 0.09 * (1 + MEMO_TOLERANCE / 2))
+    assert curve.points[64].value != 0.09
+    assert Widths(curve, 0).upto(100)[64] == curve.points[64].value == curve.seconds(64)
 
 
 def test_an_untrusted_size_far_above_what_the_others_put_it_is_hoped_at_their_value():
