@@ -170,7 +170,7 @@ class Probes:
             return best
         loss = self._probe_loss(offer, r_best)
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
-            affordable = self._affords(offer.source, loss(1), plain_s) or self._entry_paid(offer.source)
+            affordable = self._affords(offer.source, loss(1), plain_s) or (followed and self._entry_paid(offer.source))
             return best._replace(gamma=1, rate=max(rates[1:])) if affordable else best
         for gamma in range(1, offer.gamma + 1):
             if rates[gamma] > max(best.rate, floor) and self._affords(offer.source, loss(gamma), plain_s):
@@ -280,12 +280,15 @@ class Probes:
 
     def _entry_paid(self, source: int) -> bool:
         """Whether source is a draft model made ready for this generation (loaded, the prompt taken
-        in) whose cost is still unmeasured. Its one-token probe is then taken whatever the budget says
-        and not charged to it: the entry was paid to learn that cost, and the probe is what learns it.
-        Denied, the draft would stay unmeasured and every later process of the setup would pay the
-        entry again (warm start only leaves out a draft measured not to pay); charged, where a 2-row
-        verify costs more than the budget's grace, it would leave no room for the next probe, and the
-        draft would stay at one token for the generation."""
+        in) whose cost is still unmeasured. Its one-token probe is then taken whatever the budget says,
+        where the step would otherwise be plain (_probe), and not charged to it: the entry was paid to
+        learn that cost, and the probe is what learns it. Denied, the draft would stay unmeasured and
+        every later process of the setup would pay the entry again (warm start only leaves out a
+        draft measured not to pay); charged, where a 2-row verify costs more than the budget's grace,
+        it would leave no room for the next probe, and the draft would stay at one token for the
+        generation. Where the best known choice drafts (a hybrid's lookup copying), the probe would
+        displace that step's tokens, a loss the entry did not pay for: it waits for a plain step, or
+        is taken where the budget fits it."""
         return source == self._model and source in self._prefilled and self.sources[source][1].draft_s.value is None
 
     def _text_owed(self, source: int) -> bool:
