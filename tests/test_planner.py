@@ -1838,30 +1838,18 @@ def test_a_model_owed_its_second_text_rests_by_its_pricing_where_the_lookups_pro
     assert (1, 0) in planner._resting
 
 
-class Copying(Lookup):
-    """A lookup stub whose match reaches 16 tokens into the prompt while `copying`, and offers nothing
-    otherwise."""
-
-    def __init__(self):
-        super().__init__(16)
-        self.copying = True
-
-    def offer(self, tokens, k: int) -> int:
-        return k if self.copying else 0
-
-
 def test_a_new_draft_models_first_probe_waits_for_a_step_the_lookup_would_leave_plain():
     # A hybrid's draft model, taken in for this generation with its cost unmeasured, gets one probe
     # the budget does not decide (Planner._entry_paid). In the first reply of a copy it took that
     # probe in the middle of the lookup's copy: a one-token step in place of one that copies. Now it
     # takes it where the step would otherwise be plain; while the lookup copies, the budget decides
     # (here it allows nothing).
-    bucket = match_bucket(16)
+    lookup = CopyThenNothing(matches=1)  # a match at the first step, none at the second
+    bucket = match_bucket(lookup.last_match)
     ngram, model = copy_tracker(4, bucket), CostTracker()
     measure_plain(model, 0.202)
     for k in range(2, 50):
         model.verify.add(k, 0.2 + 0.002 * k)
-    lookup = Copying()
     planner = Planner([(lookup, ngram), (FakeModelDrafter(), model)], GenerationConfig(gamma=None, sampling=GREEDY),
                       ExploreBudget(fraction=0.0))
     assert planner.wants_prefill(1)  # unmeasured: the prompt taken in, as llama.cpp does
@@ -1869,8 +1857,7 @@ def test_a_new_draft_models_first_probe_waits_for_a_step_the_lookup_would_leave_
     copy = planner.plan(tokens, 64)
     assert copy.source == 0 and copy.gamma > 1 and planner.exploring is None  # the lookup's known copy
     # (the model's hope beats it: at no known draft cost, every guess taken, 9 tokens a 0.218 s verify)
-    assert model.estimate(0, optimistic=True).best(8)[1] > ngram.plan(64, bucket)[1] * (1 + model.min_gain)
-    planner.record(copy, Proposal([5] * copy.gamma, [one_hot(5)] * copy.gamma), 4, 0.0, 0.216, 0.0)
-    lookup.copying = False
-    probe = planner.plan(tokens + [5] * 5, 64)
+    assert model.estimate(0, optimistic=True).best(8)[1] > ngram.plan(copy.gamma, bucket)[1] * (1 + model.min_gain)
+    planner.record(copy, Proposal([5] * copy.gamma, [one_hot(5)] * copy.gamma), copy.gamma, 0.0, 0.206, 0.0)
+    probe = planner.plan(tokens + [5] * (copy.gamma + 1), 64)
     assert (probe.source, probe.gamma, planner.exploring) == (1, 1, 1)  # the step would be plain: the model's probe
