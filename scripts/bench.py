@@ -30,7 +30,8 @@ Columns: tok/s over all prompts; vs target-only (localspec's plain decoding, sam
 (paired_interval; from three replies); draft's prefill counted = the same ratio with the seconds the
 draft model took to take in each prompt added (each reply takes it in anew, as a process running
 only that scenario would; llama.cpp's "decoded" speed, like the tok/s column, leaves its draft's
-prompt out); vs llama.cpp (its scenario of the same kind and γ; auto: its best n_max); alpha =
+prompt out); vs llama.cpp (its scenario of the same kind and γ; auto: its fastest of the kinds that draft
+alike at any n_max, its token trees included for the model and the hybrid); alpha =
 accepted / drafted; mean accepted length = tokens per target verify; theory = the speed over plain
 decoding that this scenario's acceptance per draft position and its measured draft and verify times
 predict for the draft lengths it used, with no controller overhead; best γ, theory = the best fixed
@@ -782,14 +783,21 @@ def llamacpp_row(sc: Scenario, records: list[LlamaCppRun]) -> dict:
     }
 
 
+# The llama.cpp kinds a localspec drafter family is compared with: at a fixed γ the one that drafts
+# alike; under auto, which may verify token trees (localspec's model and hybrid), its trees too.
+LLAMACPP_KINDS = {"model": {"model"}, "ngram": {"ngram"}, "hybrid": {"model", "ngram"}}
+LLAMACPP_KINDS_AUTO = {"model": {"model", "tree"}, "ngram": {"ngram"}, "hybrid": {"model", "ngram", "tree"}}
+
+
 def vs_llamacpp(row: dict, rows: list[dict]) -> tuple[float | None, str | None]:
-    """Ratio to the llama.cpp scenario of the same kind at the same γ (auto: its best n_max);
-    hybrid compares with both llama.cpp kinds."""
-    if row["engine"] != "localspec" or row["family"] == "plain":
+    """Ratio to the llama.cpp scenario of the same kind at the same γ; auto: to llama.cpp's fastest
+    scenario of those kinds at any n_max, its token trees included (LLAMACPP_KINDS_AUTO)."""
+    if row["engine"] != "localspec" or row["family"] not in LLAMACPP_KINDS:
         return None, None
-    kinds = {"model": {"model"}, "ngram": {"ngram"}, "hybrid": {"model", "ngram"}}[row["family"]]
+    auto = row["gamma"] == "auto"
+    kinds = (LLAMACPP_KINDS_AUTO if auto else LLAMACPP_KINDS)[row["family"]]
     refs = [r for r in rows if r["engine"] == "llamacpp" and r["family"] in kinds
-            and (row["gamma"] == "auto" or r["gamma"] == row["gamma"])]
+            and (auto or r["gamma"] == row["gamma"])]
     if not refs:
         return None, None
     ref = max(refs, key=lambda r: r["tokens_per_s"])
@@ -818,8 +826,8 @@ def markdown(rows: list[dict]) -> str:
 
 
 def short_label(label: str | None) -> str:
-    """'llama.cpp draft-simple n_max=4' -> 'draft n=4'."""
-    m = re.match(r"llama\.cpp (\w+)-simple n_max=(\d+)", label or "")
+    """'llama.cpp draft-simple n_max=4' -> 'draft n=4', 'llama.cpp tree n_max=8' -> 'tree n=8'."""
+    m = re.match(r"llama\.cpp (\w+)(?:-simple)? n_max=(\d+)", label or "")
     return f"{m.group(1)} n={m.group(2)}" if m else str(label)
 
 

@@ -130,6 +130,28 @@ main: accept    = 65.278%
 """
 
 
+def test_auto_is_compared_with_llamacpps_fastest_kind_that_drafts_alike_its_trees_included():
+    """Auto may verify token trees, so its reference is llama.cpp's fastest run of the kinds that draft
+    what it drafts, trees included; a fixed γ compares with the one kind that drafts alike at that γ."""
+    def row(label, engine, family, gamma, tps):
+        return {"scenario": label, "engine": engine, "family": family, "gamma": gamma, "tokens_per_s": tps}
+
+    llama = [row("llama.cpp draft-simple n_max=8", "llamacpp", "model", 8, 16.9),
+             row("llama.cpp tree n_max=8", "llamacpp", "tree", 8, 20.4),
+             row("llama.cpp ngram-simple n_max=48", "llamacpp", "ngram", 48, 25.0)]
+    hybrid = row("hybrid gamma=auto", "localspec", "hybrid", "auto", 22.4)
+    model = row("model gamma=auto", "localspec", "model", "auto", 18.0)
+    fixed = row("model gamma=8", "localspec", "model", 8, 16.0)
+    ngram = row("ngram gamma=auto", "localspec", "ngram", "auto", 30.0)
+    rows = [*llama, hybrid, model, fixed, ngram]
+    assert bench.vs_llamacpp(hybrid, rows) == (pytest.approx(22.4 / 25.0), "llama.cpp ngram-simple n_max=48")
+    assert bench.vs_llamacpp(hybrid, rows[:2] + rows[3:]) == (pytest.approx(22.4 / 20.4), "llama.cpp tree n_max=8")
+    assert bench.vs_llamacpp(model, rows) == (pytest.approx(18.0 / 20.4), "llama.cpp tree n_max=8")
+    assert bench.vs_llamacpp(fixed, rows) == (pytest.approx(16.0 / 16.9), "llama.cpp draft-simple n_max=8")
+    assert bench.vs_llamacpp(ngram, rows) == (pytest.approx(30.0 / 25.0), "llama.cpp ngram-simple n_max=48")
+    assert [bench.short_label(r["scenario"]) for r in llama] == ["draft n=8", "tree n=8", "ngram n=48"]
+
+
 def test_parse_llamacpp_output():
     run = bench.parse_llamacpp_output("def f():\n    return 1\n" + LLAMACPP_TAIL)
     assert (run.prompt_tokens, run.generated, run.decode_s, run.drafted, run.accepted) == (161, 65, 2.944, 72, 47)
