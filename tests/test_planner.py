@@ -561,6 +561,35 @@ def test_an_unmeasured_wide_verify_is_probed_where_a_long_match_may_pay():
     assert width in tracker.verify
 
 
+def copy_steps(verify, reply: int = 400) -> list[tuple[bool, int, int]]:
+    """A lookup alone copying a 200-token text whose reply repeats it whole: every step's (exploring,
+    γ, the most guesses of one draft accepted before it), each draft accepted whole."""
+    text = list(range(1000, 1200))
+    tokens, steps, reached = text + text[:4], [], 0
+    planner = Planner([(NGramDrafter(), CostTracker())], GenerationConfig(max_tokens=reply, sampling=GREEDY))
+    while len(tokens) < len(text) + reply:
+        plan = planner.plan(tokens, 400)
+        steps.append((planner.exploring is not None, plan.gamma, reached))
+        ids = [text[(len(tokens) + i) % len(text)] for i in range(plan.gamma)]
+        planner.record(plan, Proposal(ids, [one_hot(t) for t in ids]), plan.gamma, 0.0, verify(plan.gamma + 1), 0.0)
+        tokens += ids + [text[(len(tokens) + plan.gamma) % len(text)]]
+        reached = max(reached, plan.gamma)
+    return steps
+
+
+@pytest.mark.parametrize("points", [CPU_LIGHT, EPYC_TILED, H200_LIGHT])
+def test_an_ngram_probe_drafts_at_most_twice_what_one_draft_has_had_accepted(points):
+    # A copy breaks where the reply leaves its source: a probe that meets the break at its second
+    # guess pays its whole verify for two tokens. On the 2-core EPYC a hybrid's first copy reply
+    # probed 84 tokens after drafts of at most 24 had been taken, broke at the second, and lost an
+    # 85-row verify: about 0.8 s, 24 plain steps. Probes now grow by doubling at most, and the copy
+    # still reaches the lookup's widest drafts.
+    steps = copy_steps(curve(points))
+    probes = [(gamma, reached) for exploring, gamma, reached in steps if exploring and gamma]
+    assert probes and all(gamma <= max(1, 2 * reached) for gamma, reached in probes), probes
+    assert max(gamma for _, gamma, _ in steps) >= 64
+
+
 def test_one_slow_sample_at_the_widest_verify_does_not_price_wider_copies_out():
     # A copy drafted 31 at a time (32 rows, 470 ms, measured many times) and once 39 (40 rows), whose
     # one verify came 23% slow (755 ms; about 616 is typical). Read as it came, every wider probe was

@@ -26,6 +26,7 @@ from .record import SHADOW_DEPTH
 PRICE_FRACTION = EXPLORE_FRACTION / 4
 PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
 REST_BACKOFF_MAX = 8  # a choice that keeps losing rests up to this many times as long (Planner._rest)
+PROBE_GROWTH = 2  # an n-gram probe drafts at most this many times the most guesses one draft had accepted (_probe_cap)
 QUIET_STEPS = 16  # the most steps a resting draft model's rest is taken on its clock alone (Planner._quiet)
 
 
@@ -172,13 +173,28 @@ class Probes:
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
             affordable = self._affords(offer.source, loss(1), plain_s) or (followed and self._entry_paid(offer.source))
             return best._replace(gamma=1, rate=max(rates[1:])) if affordable else best
-        for gamma in range(1, offer.gamma + 1):
+        for gamma in range(1, self._probe_cap(offer) + 1):
             if rates[gamma] > max(best.rate, floor) and self._affords(offer.source, loss(gamma), plain_s):
                 best = Choice(offer.source, gamma, offer.bucket, rates[gamma])
         if best.gamma:
             return best
         gamma = self._narrow_probe(offer, rates, known, loss, plain_s)
         return best._replace(gamma=gamma, rate=hope_best) if gamma else best
+
+    def _probe_cap(self, offer: Choice) -> int:
+        """The most an n-gram probe may draft: PROBE_GROWTH times the most guesses of one draft its
+        tracker has had accepted (1 before any). A copy breaks where the reply leaves its source, and
+        a probe that meets the break early pays its whole verify for a token or two: on a CPU, where a
+        verify row costs a third of a plain step, an 84-token probe broken at its second guess cost
+        about 24 plain steps, past any budget (ExploreBudget bounds what a probe is predicted to lose,
+        not its worst case). Grown by doubling, a probe risks at most twice what copies have shown
+        they reach, and a copy that pays costs a verify or two more on its way to its full width.
+        A draft model's probes keep their offer: its γ is capped and its stop rule ends them."""
+        if offer.source != self._ngram:
+            return offer.gamma
+        accepted = self.sources[offer.source][1].positions.accepted
+        reached = next((i + 1 for i in range(len(accepted) - 1, -1, -1) if accepted[i]), 0)
+        return min(offer.gamma, max(1, PROBE_GROWTH * reached))
 
     def _hope(self, offer: Choice, followed: bool) -> tuple[list[float], int]:
         """The optimistic tokens/s of each γ up to the widest offer the pricing covers (_widest), and
@@ -224,7 +240,7 @@ class Probes:
         never judged gets a one-token probe the budget does not decide (_first_look)."""
         tracker = self.sources[offer.source][1]
         step = self._stepping_stone(tracker, offer, rates, known.rate * (1 + tracker.min_gain))
-        if step > known.gamma and self._affords(offer.source, loss(step), plain_s):
+        if known.gamma < step <= self._probe_cap(offer) and self._affords(offer.source, loss(step), plain_s):
             return step
         if not tracker.cost_trusted() and self._affords(
                 offer.source, self._probe_loss(offer, known.rate, tracker.optimistic_draft_s())(1), plain_s):
