@@ -184,12 +184,13 @@ class Probes:
     def _probe_cap(self, offer: Choice) -> int:
         """The most an n-gram probe may draft: PROBE_GROWTH times the most guesses of one draft its
         tracker has had accepted (1 before any). A copy breaks where the reply leaves its source, and
-        a probe that meets the break early pays its whole verify for a token or two: on a CPU, where a
-        verify row costs a third of a plain step, an 84-token probe broken at its second guess cost
-        about 24 plain steps, past any budget (ExploreBudget bounds what a probe is predicted to lose,
-        not its worst case). Grown by doubling, a probe risks at most twice what copies have shown
-        they reach, and a copy that pays costs a verify or two more on its way to its full width.
-        A draft model's probes keep their offer: its γ is capped and its stop rule ends them."""
+        a probe that meets the break early pays its whole verify for a token or two: where a verify
+        row costs a good share of a plain step (a CPU), a wide one loses many plain steps, past what
+        the budget allows (ExploreBudget bounds what a probe is predicted to lose, not its worst case).
+        Grown by doubling, a probe risks at most twice what copies have shown they reach, and a copy
+        that pays costs a verify or two more on its way to its full width (README, "n-gram probes
+        grown by doubling"). A draft model's probes keep their offer: its γ is capped and its stop
+        rule ends them."""
         if offer.source != self._ngram:
             return offer.gamma
         accepted = self.sources[offer.source][1].positions.accepted
