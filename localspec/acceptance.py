@@ -67,6 +67,10 @@ class PositionAcceptance:
         return [(a + weight * rate_at(priors, i)) / (j + weight) if j + weight else 0.0
                 for i, (j, a) in enumerate(zip(self.judged, self.accepted))]
 
+    def longest_accepted(self) -> int:
+        """The most drafts of one proposal accepted so far (0 before any)."""
+        return next((i + 1 for i in range(len(self.accepted) - 1, -1, -1) if self.accepted[i]), 0)
+
     def spread(self, p: float) -> float | None:
         """How much the positions' true rates differ around p, their common rate (between_variance);
         None where fewer than two positions were judged."""

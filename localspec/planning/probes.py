@@ -193,8 +193,7 @@ class Probes:
         rule ends them."""
         if offer.source != self._ngram:
             return offer.gamma
-        accepted = self.sources[offer.source][1].positions.accepted
-        reached = next((i + 1 for i in range(len(accepted) - 1, -1, -1) if accepted[i]), 0)
+        reached = self.sources[offer.source][1].positions.longest_accepted()
         return min(offer.gamma, max(1, PROBE_GROWTH * reached))
 
     def _hope(self, offer: Choice, followed: bool) -> tuple[list[float], int]:
