@@ -783,19 +783,20 @@ def llamacpp_row(sc: Scenario, records: list[LlamaCppRun]) -> dict:
     }
 
 
-# The llama.cpp kinds a localspec drafter family is compared with: at a fixed γ the one that drafts
-# alike; under auto, which may verify token trees (localspec's model and hybrid), its trees too.
+# The llama.cpp kinds a localspec drafter family is compared with at a fixed γ: the ones that draft
+# alike. Under auto, a family that drafts with the model may verify token trees: llama.cpp's too.
 LLAMACPP_KINDS = {"model": {"model"}, "ngram": {"ngram"}, "hybrid": {"model", "ngram"}}
-LLAMACPP_KINDS_AUTO = {"model": {"model", "tree"}, "ngram": {"ngram"}, "hybrid": {"model", "ngram", "tree"}}
 
 
 def vs_llamacpp(row: dict, rows: list[dict]) -> tuple[float | None, str | None]:
     """Ratio to the llama.cpp scenario of the same kind at the same γ; auto: to llama.cpp's fastest
-    scenario of those kinds at any n_max, its token trees included (LLAMACPP_KINDS_AUTO)."""
+    scenario of those kinds at any n_max, its token trees included where the family drafts with the
+    model (LLAMACPP_KINDS)."""
     if row["engine"] != "localspec" or row["family"] not in LLAMACPP_KINDS:
         return None, None
-    auto = row["gamma"] == "auto"
-    kinds = (LLAMACPP_KINDS_AUTO if auto else LLAMACPP_KINDS)[row["family"]]
+    auto, kinds = row["gamma"] == "auto", LLAMACPP_KINDS[row["family"]]
+    if auto and "model" in kinds:
+        kinds = kinds | {"tree"}
     refs = [r for r in rows if r["engine"] == "llamacpp" and r["family"] in kinds
             and (auto or r["gamma"] == row["gamma"])]
     if not refs:
