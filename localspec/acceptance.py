@@ -34,16 +34,18 @@ class PositionAcceptance:
         self.judged: list[int] = []
         self.accepted: list[int] = []
 
-    def record(self, n_drafted: int, n_accepted: int) -> None:
-        """One verified proposal of n_drafted tokens, of which the first n_accepted were accepted."""
-        grow = n_drafted - len(self.drafted)
+    def record(self, n_drafted: int, n_accepted: int, offset: int = 0) -> None:
+        """One verified proposal of n_drafted tokens, of which the first n_accepted were accepted;
+        offset: they continue a proposal whose first offset drafts were all accepted (its positions
+        offset on)."""
+        grow = offset + n_drafted - len(self.drafted)
         if grow > 0:
             for counts in (self.drafted, self.judged, self.accepted):
                 counts.extend([0] * grow)
         for i in range(n_drafted):
-            self.drafted[i] += 1
-            self.judged[i] += i <= n_accepted
-            self.accepted[i] += i < n_accepted
+            self.drafted[offset + i] += 1
+            self.judged[offset + i] += i <= n_accepted
+            self.accepted[offset + i] += i < n_accepted
 
     @classmethod
     def pooled(cls, counters: Sequence[PositionAcceptance]) -> PositionAcceptance:

@@ -108,6 +108,7 @@ class Planner(Recording, Probes):
         self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket) -> its loss at its last pricing (_rests)
         self._lost: dict[int, Lost] = {}  # source -> what its last pricing found (_probe)
         self._shadow: Shadow | None = None  # the lookup's guesses followed along other steps (_shadow_step)
+        self._beyond: list[int] | None = None  # its guesses beyond the draft of its own step (_continue)
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
         self._owed = False  # whether the draft model was taken in to be measured on a second text (_text_owed)
         self._contending = False  # whether the draft model's step beat plain decoding at the last pricing (_switches)

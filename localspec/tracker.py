@@ -186,14 +186,16 @@ class CostTracker:
         if width == 1:
             self.plain_last, self.plain_age = verify_s + overhead_s, 0
 
-    def record_acceptance(self, n_drafted: int, n_accepted: int, bucket: int = 0) -> None:
+    def record_acceptance(self, n_drafted: int, n_accepted: int, bucket: int = 0, offset: int = 0) -> None:
         """Count n_drafted guesses in bucket, the first n_accepted accepted: a step's own (record), or
         guesses that continued another drafter's draft in its verify (a hybrid's handoff,
-        planning.handoff.Handoff), whose costs are that drafter's to record."""
+        planning.handoff.Handoff), whose costs are that drafter's to record. offset: the guesses
+        continue a proposal already counted, whose first offset were all accepted (the lookup's
+        guesses beyond a draft it had taken whole, Planner._shadow_step), at its positions offset on."""
         if n_drafted:
-            self.proposals += 1
-            self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted)
-            self.positions.record(n_drafted, n_accepted)
+            self.proposals += not offset
+            self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted, offset)
+            self.positions.record(n_drafted, n_accepted, offset)
             self.texts.record(min(n_accepted + 1, n_drafted), n_accepted)
 
     def judged(self, bucket: int) -> int:

@@ -1,7 +1,9 @@
 """The n-gram lookup's guesses followed along the steps it does not draft (planner.Planner._shadow_step):
 a plain step emits the target's token, and a draft model's step tokens distributed as the target's,
 which take a one-hot guess as often as the p/q rule would, so the lookup's acceptance is learnt
-without a verify; counted once, and never along the lookup's own drafts."""
+without a verify; counted once, and never along the lookup's own drafts. The guesses beyond a draft
+of the lookup's that the target took whole are followed on (Planner._continue), at their positions
+beyond it."""
 
 from __future__ import annotations
 
@@ -118,9 +120,58 @@ def test_the_tokens_a_draft_model_step_emitted_judge_the_guesses_followed():
     assert counts(ngram) == ([41, 1, 1], [1, 1, 0])
 
 
-def dirichlet_rows(rng: np.random.Generator, n: int) -> list[Dist]:
-    """n target rows over 5 tokens, token 0 (the guess) likelier than each other one."""
-    return [Dist(np.arange(5), rng.dirichlet([3.0, 1.0, 1.0, 1.0, 1.0])) for _ in range(n)]
+class EagerLookup(CostTracker):
+    """The lookup's tracker whose step always drafts `gamma` tokens, its plain step measured."""
+
+    def __init__(self, gamma: int):
+        super().__init__()
+        self.gamma = gamma
+        for _ in range(PLAIN_SAMPLES):
+            self.record(0, 0, 0.0, 0.01, 0.0)
+
+    def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False,
+             cautious: bool = False) -> tuple[int, float]:
+        return min(self.gamma, gamma_max), float("inf")
+
+
+def drafted(ids: list[int]) -> Proposal:
+    return Proposal(ids, [one_hot(t) for t in ids])
+
+
+def test_the_guesses_beyond_a_draft_taken_whole_are_followed_on_at_their_positions():
+    # The lookup offers 10 11 ... 21 and drafts 3 of them a step. The first draft, 10 11 12, is taken
+    # whole and the verify's last token is 13: a longer draft would have had its 4th guess accepted.
+    # The next step emits 14 15 16, then 99 where 17 was guessed: guesses 4-7 of the first draft
+    # accepted, the 8th rejected, counted at positions 4-8 beside the two steps' own drafts (1-3).
+    # That step's own draft was taken whole too, so its guesses beyond it are followed from its last
+    # token, 99: the first of them (13) rejected at position 4. Before, the drafts' own positions
+    # were all that was counted: ([2, 2, 2], [2, 2, 2]).
+    tracker = EagerLookup(gamma=3)
+    planner = Planner([(Guesses(list(range(10, 22))), tracker)], GenerationConfig(gamma=None, sampling=SAMPLED))
+    tokens = [9] * 20
+    for draft, emitted in (([10, 11, 12], [10, 11, 12, 13]), ([14, 15, 16], [14, 15, 16, 99])):
+        plan = planner.plan(tokens, 50)
+        assert plan.source == 0 and plan.gamma == 3
+        planner.record(plan, drafted(draft), 3, 0.0, 0.03, 0.0, emitted=emitted)
+        tokens += emitted
+    assert counts(tracker) == ([2, 2, 2, 2, 1, 1, 1, 1], [2, 2, 2, 1, 1, 1, 1, 0])
+    assert tracker.proposals == 2  # the guesses followed on are part of a counted proposal
+
+
+def test_a_draft_not_taken_whole_has_nothing_beyond_it_followed():
+    # The target rejected the third guess: nothing was judged past it, so the guesses beyond the
+    # draft are not followed (a longer draft's would not have been judged either).
+    tracker = EagerLookup(gamma=3)
+    planner = Planner([(Guesses(list(range(10, 22))), tracker)], GenerationConfig(gamma=None, sampling=SAMPLED))
+    plan = planner.plan([9] * 20, 50)
+    planner.record(plan, drafted([10, 11, 12]), 2, 0.0, 0.03, 0.0, emitted=[10, 11, 7])
+    assert planner._shadow is None and counts(tracker) == ([1, 1, 1], [1, 1, 0])
+
+
+def dirichlet_rows(rng: np.random.Generator, n: int, weight: float = 3.0) -> list[Dist]:
+    """n target rows over 5 tokens, token 0 (the guess) `weight` times likelier than each other one
+    on average."""
+    return [Dist(np.arange(5), rng.dirichlet([weight, 1.0, 1.0, 1.0, 1.0])) for _ in range(n)]
 
 
 def shifted_row(p: Dist, shift: float) -> Dist:
@@ -228,6 +279,75 @@ def test_followed_guesses_are_taken_as_often_as_the_rule_accepts_them(follower, 
     assert followed.judged[0] == ruled.judged[0] == 4000 and followed.judged[2] > 500
     assert homogeneity_p(followed, ruled) > 0.001
     assert homogeneity_p(follower(rows, seed=seeds[1], shift=0.1), ruled) < 0.001  # the power check
+
+
+WEIGHTS = (0.5, 3.0, 12.0)  # texts whose guesses the target seldom, often or nearly always takes
+
+
+def text_rows(rng: np.random.Generator, trials: int, n: int) -> list[list[Dist]]:
+    """trials sets of n target rows, each set a text of its own: one of WEIGHTS for all its rows."""
+    return [dirichlet_rows(rng, n, WEIGHTS[rng.integers(len(WEIGHTS))]) for _ in range(trials)]
+
+
+def follow_on(rows: list[list[Dist]], seed: int, shift: float = 0.0) -> PositionAcceptance:
+    """The lookup's acceptance at positions 3-6 as the planner learns it by following on its guesses
+    beyond a draft of 2 taken whole (Planner._continue): each trial's first step drafts 0 0, judged
+    by the p/q rule on the trial's rows (sampling.accept_drafts), and offers 0 0 0 0 beyond; the
+    steps after it (drafts of 0 0 with nothing beyond, or plain decoding measured again) emit what
+    the rule makes of their guesses on the next rows, until the guesses beyond are settled. shift:
+    as follow's, applied to the rows every step reads."""
+    tracker, guesses = EagerLookup(gamma=2), Guesses([0] * 6)
+    for k in range(1, 4):
+        tracker.verify.add(k, 0.01)
+    base = [[0] * 6 for _ in range(3)]
+    planner = Planner([(guesses, tracker)], GenerationConfig(gamma=None, sampling=SAMPLED))
+    rng, tokens = np.random.default_rng(seed), [9] * 20
+    for trial in rows:
+        guesses.last_ids, at = [0] * 6, 0
+        while True:
+            plan = planner.plan(tokens, 50)
+            guesses.last_ids = [0, 0]  # one draft a trial has guesses beyond it
+            p = [shifted_row(row, shift) for row in trial[at:at + 3]]
+            if plan.source is None:  # plain decoding measured again (Planner._plain_again)
+                emitted = [sample(p[0], rng)]
+                planner.record(plan, NO_PROPOSAL, 0, 0.0, 0.01, 0.0, emitted=emitted)
+            else:
+                assert plan.gamma == 2
+                emitted, n_accepted = accept_drafts([0, 0], [one_hot(0)] * 2, p, rng)
+                planner.record(plan, drafted([0, 0]), n_accepted, 0.0, 0.01, 0.0, emitted=emitted)
+            tokens, at = tokens + emitted, at + len(emitted)
+            if planner._shadow is None:
+                break  # the guesses beyond are settled, or none were followed
+    learnt, (bucket,) = PositionAcceptance(), tracker.buckets.values()
+    learnt.judged, learnt.accepted = bucket.judged[2:6], bucket.accepted[2:6]
+    return learnt
+
+
+def judge_whole(rows: list[list[Dist]], seed: int) -> PositionAcceptance:
+    """The same guesses as one draft of 6, judged by the p/q rule on the trials' rows: positions 3-6."""
+    rng, judged = np.random.default_rng(seed), PositionAcceptance()
+    for trial in rows:
+        _, n_accepted = accept_drafts([0] * 6, [one_hot(0)] * 6, trial[:7], rng)
+        judged.record(6, n_accepted)
+    deep = PositionAcceptance()
+    deep.judged, deep.accepted = judged.judged[2:6], judged.accepted[2:6]
+    return deep
+
+
+def test_guesses_followed_on_beyond_a_draft_are_taken_as_often_as_a_longer_draft_would_be():
+    # 6,000 trials at T=1 over texts whose guesses the target takes at different rates: the lookup's
+    # acceptance at positions 3-6 learnt by following on its guesses beyond a 2-token draft taken
+    # whole, against the same guesses drafted as one draft of 6 and judged by the p/q rule on the
+    # same rows. Followed on only after a draft taken whole, the deeper positions are judged on the
+    # texts a longer draft would reach them on; following on after any draft would count the
+    # seldom-taken texts there too. Power: a follower that judged by a distribution moving a tenth of
+    # the guess's probability elsewhere is told apart by the same test.
+    rng = np.random.default_rng(21)
+    rows = text_rows(rng, 6000, 9)
+    followed, ruled = follow_on(rows, seed=5), judge_whole(rows, seed=6)
+    assert followed.judged[0] > 1200 and followed.judged[3] > 400
+    assert homogeneity_p(followed, ruled) > 0.001
+    assert homogeneity_p(follow_on(rows, seed=5, shift=0.1), ruled) < 0.001  # the power check
 
 
 # The light target on the issue's EPYC at T=1, as traced: a plain step 27 ms, 2 rows 46, 4 rows 78

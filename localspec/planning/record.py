@@ -17,11 +17,14 @@ SHADOW_DEPTH = 8  # the most guesses of the lookup followed at once (Planner._sh
 
 class Shadow(NamedTuple):
     """The n-gram lookup's guesses at a step it did not draft, followed along the tokens emitted from
-    there on (Planner._follow): ids[i] guesses the i-th token from the step's on; judged of them matched."""
+    there on (Planner._follow): ids[i] guesses the i-th token from the step's on; judged of them
+    matched. offset: where they continue a draft of the lookup's that was accepted whole (its
+    guesses beyond the draft, from its verify's last token on), the draft's length; else 0."""
 
     ids: list[int]
     bucket: int
     judged: int = 0
+    offset: int = 0
 
 
 class Recording:
@@ -60,16 +63,37 @@ class Recording:
         drafts of that step are judged by their own verify, and counted once). So a match bucket
         whose guesses the target seldom takes is known as such without a probe, in a hybrid while
         its draft model drafts too, and one it takes is found by the steps that pass through it.
-        Planning reads only what was emitted before the step, so the output's distribution is
-        untouched."""
+        The lookup's own step keeps its guesses beyond its γ (_beyond): where its draft is
+        accepted whole they are followed on (_continue). Planning reads only what was emitted
+        before the step, so the output's distribution is untouched."""
+        self._beyond = None
         if plan.source is not None and plan.source == self._ngram:
-            if self._shadow is not None:  # what it judged so far, every one taken
+            if self._shadow is not None and not self._shadow.offset:  # what it judged so far, every one taken
                 self._settle(self._shadow.judged, self._shadow.judged)
+            self._beyond = self.sources[self._ngram][0].last_ids[plan.gamma:plan.gamma + max(SHADOW_DEPTH, plan.gamma + 1)]
         elif self._shadow is None and self._ngram is not None:
             offer = next((c for c in offers if c.source == self._ngram), None)
             ids = self.sources[self._ngram][0].last_ids[:SHADOW_DEPTH] if offer is not None else []
             if ids:
                 self._shadow = Shadow(ids, offer.bucket)
+
+    def _continue(self, plan: Plan, proposal: Proposal, n_accepted: int, emitted: Sequence[int]) -> None:
+        """Follow on the guesses the lookup offered beyond the draft of its step (_beyond) where the
+        target took that draft whole: they are the rest of a longer draft of the same guesses, whose
+        first len(draft) were accepted, and the tokens emitted from the step's last on judge them as
+        its verify would have, by the argument of _shadow_step (the step's emitted tokens, and each
+        later step's, are distributed as the target's own decoding). Counted at their positions
+        beyond the draft (CostTracker.record_acceptance's offset), they measure the acceptance of the
+        widths a copy that is taken whole would pay at, without a probe: on a CPU a probe that meets
+        a copy's break loses many plain steps, so its budget lets the lookup widen a little a reply,
+        and a copy long enough to pay at 30 tokens was drafted 3 at a time. A later step of the
+        lookup's own does not end them: its own drafts are the next guesses' positions from 1, these
+        the earlier draft's from its length on, each judged once in each. One is followed at a time."""
+        beyond, self._beyond = self._beyond, None
+        if (beyond and self._shadow is None and proposal.parents is None
+                and n_accepted == len(proposal.ids) == plan.gamma and len(emitted) > n_accepted):
+            self._shadow = Shadow(beyond, plan.bucket, offset=n_accepted)
+            self._follow(emitted[n_accepted:])
 
     def _follow(self, emitted: Sequence[int]) -> None:
         """Judge the followed guesses (_shadow_step) by the tokens a step emitted, in order."""
@@ -89,7 +113,7 @@ class Recording:
         """Count the followed guesses in the lookup's tracker, judged of them judged and the first
         accepted taken; follow none. All of them taken, its bucket's rests start over (_rest)."""
         bucket = self._shadow.bucket
-        self.sources[self._ngram][1].record_acceptance(judged, accepted, bucket)
+        self.sources[self._ngram][1].record_acceptance(judged, accepted, bucket, self._shadow.offset)
         rest = self._resting.get((self._ngram, bucket))
         if rest is not None and accepted == judged == len(self._shadow.ids):
             self._resting[self._ngram, bucket] = rest._replace(losses=0)
@@ -102,8 +126,10 @@ class Recording:
         an exploratory step's loss to the budget. A tree (path: its accepted nodes) teaches its
         chain's acceptance, its siblings' and the cost of its full width. emitted: the tokens the step
         emitted, which judge the lookup's guesses being followed (_shadow_step)."""
-        if self._shadow is not None and plan.source != self._ngram:
+        if self._shadow is not None and (plan.source != self._ngram or self._shadow.offset):
             self._follow(emitted)
+        if plan.source is not None and plan.source == self._ngram:
+            self._continue(plan, proposal, n_accepted, emitted)
         if plan.source is None:
             self._record_plain(draft_s, verify_s, overhead_s)
             return
