@@ -191,7 +191,7 @@ class CostTracker:
         guesses that continued another drafter's draft in its verify (a hybrid's handoff,
         planning.handoff.Handoff), whose costs are that drafter's to record. offset: the guesses
         continue a proposal already counted, whose first offset were all accepted (the lookup's
-        guesses beyond a draft it had taken whole, Planner._shadow_step), at its positions offset on."""
+        guesses beyond a draft the target took whole, Planner._continue), at its positions offset on."""
         if n_drafted:
             self.proposals += not offset
             self.buckets.setdefault(bucket, PositionAcceptance()).record(n_drafted, n_accepted, offset)

@@ -70,7 +70,8 @@ class Recording:
         if plan.source is not None and plan.source == self._ngram:
             if self._shadow is not None and not self._shadow.offset:  # what it judged so far, every one taken
                 self._settle(self._shadow.judged, self._shadow.judged)
-            self._beyond = self.sources[self._ngram][0].last_ids[plan.gamma:plan.gamma + max(SHADOW_DEPTH, plan.gamma + 1)]
+            depth = max(SHADOW_DEPTH, plan.gamma + 1)
+            self._beyond = self.sources[self._ngram][0].last_ids[plan.gamma:plan.gamma + depth]
         elif self._shadow is None and self._ngram is not None:
             offer = next((c for c in offers if c.source == self._ngram), None)
             ids = self.sources[self._ngram][0].last_ids[:SHADOW_DEPTH] if offer is not None else []
@@ -79,16 +80,14 @@ class Recording:
 
     def _continue(self, plan: Plan, proposal: Proposal, n_accepted: int, emitted: Sequence[int]) -> None:
         """Follow on the guesses the lookup offered beyond the draft of its step (_beyond) where the
-        target took that draft whole: they are the rest of a longer draft of the same guesses, whose
-        first len(draft) were accepted, and the tokens emitted from the step's last on judge them as
-        its verify would have, by the argument of _shadow_step (the step's emitted tokens, and each
-        later step's, are distributed as the target's own decoding). Counted at their positions
-        beyond the draft (CostTracker.record_acceptance's offset), they measure the acceptance of the
-        widths a copy that is taken whole would pay at, without a probe: on a CPU a probe that meets
-        a copy's break loses many plain steps, so its budget lets the lookup widen a little a reply,
-        and a copy long enough to pay at 30 tokens was drafted 3 at a time. A later step of the
-        lookup's own does not end them: its own drafts are the next guesses' positions from 1, these
-        the earlier draft's from its length on, each judged once in each. One is followed at a time."""
+        target took that draft whole. They are the rest of a longer draft of the same guesses whose
+        first len(draft) were accepted, and the tokens emitted from the step's last one on judge them
+        as that draft's verify would have, by the argument of _shadow_step. Counted at their positions
+        beyond the draft (CostTracker.record_acceptance's offset), they measure the widths a copy
+        taken whole would pay at without a probe, where the budget may have no room for a probe that
+        could meet the copy's break. A later step of the lookup's own does not end them: its drafts
+        count from position 1 in their own proposal, these from the draft's length in the earlier
+        one. One set of guesses is followed at a time."""
         beyond, self._beyond = self._beyond, None
         if (beyond and self._shadow is None and proposal.parents is None
                 and n_accepted == len(proposal.ids) == plan.gamma and len(emitted) > n_accepted):
