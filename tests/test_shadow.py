@@ -97,11 +97,13 @@ class DraftingModel:
 
 
 class EagerModel(CostTracker):
-    """A draft model's tracker whose step always beats plain decoding: 3 tokens."""
+    """A draft model's tracker whose step always beats plain decoding: `gamma` tokens (3)."""
+
+    gamma = 3
 
     def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False,
              cautious: bool = False) -> tuple[int, float]:
-        return min(3, gamma_max), float("inf")
+        return min(self.gamma, gamma_max), float("inf")
 
 
 def test_the_tokens_a_draft_model_step_emitted_judge_the_guesses_followed():
@@ -120,7 +122,7 @@ def test_the_tokens_a_draft_model_step_emitted_judge_the_guesses_followed():
     assert counts(ngram) == ([41, 1, 1], [1, 1, 0])
 
 
-class EagerLookup(CostTracker):
+class EagerLookup(EagerModel):
     """The lookup's tracker whose step always drafts `gamma` tokens, its plain step measured."""
 
     def __init__(self, gamma: int):
@@ -128,10 +130,6 @@ class EagerLookup(CostTracker):
         self.gamma = gamma
         for _ in range(PLAIN_SAMPLES):
             self.record(0, 0, 0.0, 0.01, 0.0)
-
-    def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False,
-             cautious: bool = False) -> tuple[int, float]:
-        return min(self.gamma, gamma_max), float("inf")
 
 
 def drafted(ids: list[int]) -> Proposal:
@@ -299,7 +297,6 @@ def follow_on(rows: list[list[Dist]], seed: int, shift: float = 0.0) -> Position
     tracker, guesses = EagerLookup(gamma=2), Guesses([0] * 6)
     for k in range(1, 4):
         tracker.verify.add(k, 0.01)
-    base = [[0] * 6 for _ in range(3)]
     planner = Planner([(guesses, tracker)], GenerationConfig(gamma=None, sampling=SAMPLED))
     rng, tokens = np.random.default_rng(seed), [9] * 20
     for trial in rows:
@@ -318,9 +315,15 @@ def follow_on(rows: list[list[Dist]], seed: int, shift: float = 0.0) -> Position
             tokens, at = tokens + emitted, at + len(emitted)
             if planner._shadow is None:
                 break  # the guesses beyond are settled, or none were followed
-    learnt, (bucket,) = PositionAcceptance(), tracker.buckets.values()
-    learnt.judged, learnt.accepted = bucket.judged[2:6], bucket.accepted[2:6]
-    return learnt
+    (bucket,) = tracker.buckets.values()
+    return deep(bucket)
+
+
+def deep(counts: PositionAcceptance) -> PositionAcceptance:
+    """counts' positions 3-6 alone, as the guesses followed on beyond a draft of 2 are counted."""
+    part = PositionAcceptance()
+    part.judged, part.accepted = counts.judged[2:6], counts.accepted[2:6]
+    return part
 
 
 def judge_whole(rows: list[list[Dist]], seed: int) -> PositionAcceptance:
@@ -329,9 +332,7 @@ def judge_whole(rows: list[list[Dist]], seed: int) -> PositionAcceptance:
     for trial in rows:
         _, n_accepted = accept_drafts([0] * 6, [one_hot(0)] * 6, trial[:7], rng)
         judged.record(6, n_accepted)
-    deep = PositionAcceptance()
-    deep.judged, deep.accepted = judged.judged[2:6], judged.accepted[2:6]
-    return deep
+    return deep(judged)
 
 
 def test_guesses_followed_on_beyond_a_draft_are_taken_as_often_as_a_longer_draft_would_be():

@@ -66,7 +66,6 @@ class Recording:
         The lookup's own step keeps its guesses beyond its γ (_beyond): where its draft is
         accepted whole they are followed on (_continue). Planning reads only what was emitted
         before the step, so the output's distribution is untouched."""
-        self._beyond = None
         if plan.source is not None and plan.source == self._ngram:
             if self._shadow is not None and not self._shadow.offset:  # what it judged so far, every one taken
                 self._settle(self._shadow.judged, self._shadow.judged)
