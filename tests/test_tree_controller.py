@@ -295,6 +295,11 @@ def hybrid_sources(draft, params, ngram: CostTracker | None = None):
 def test_greedy_copy_branches_equal_target_only(always_copy, monkeypatch):
     # (the lookup's guesses are not also followed along the model's steps: only the copies count)
     monkeypatch.setattr(Planner, "_shadow_step", lambda self, plan, offers: None)
+    # Every step the model's: a lookup step of its own (its first look, a probe: priced by the fakes'
+    # timings) leaves the model behind, and a catch-up priced by those timings can hand the rest of
+    # the reply to the lookup, so how many copies were branches would depend on the machine's pace.
+    choose = Planner._choose
+    monkeypatch.setattr(Planner, "_choose", lambda self, offers: choose(self, [c for c in offers if c.source == self._model]))
     target, draft = fake_contexts(n_ctx=256, noise=0.5, n_seq_max=4)
     prompt = target.model.tokenize(PROMPT)
     baseline, _ = run(target, [], prompt, GenerationConfig(64, 0, GREEDY))
