@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from plannersim import COPY, EPYC_TILED, H200_LIGHT, PROSE, curve, generate  # noqa: E402
+from plannersim import COPY, EDIT, EPYC_TILED, H200_LIGHT, PROSE, curve, generate  # noqa: E402
 from script_args import Parser  # noqa: E402
 
 CURVES = {"epyc": EPYC_TILED, "h200": H200_LIGHT}
-SETS = {"copy": COPY, "prose": PROSE}
+SETS = {"copy": COPY, "edit": EDIT, "prose": PROSE}
 
 
 def noisy(verify, rng: np.random.Generator, sd: float, stall_p: float, stall_f: float):

@@ -85,6 +85,9 @@ class Region(NamedTuple):
 
 COPY = [Region(12, 0, 0, False, 0.0, 0.6), Region(148, 1, 2, True, 0.98, 0.85)]
 PROSE = [Region(128, 4, 2, False, 0.3, 0.6)]
+# An edit: new text, the source copied with changes in between (copies of 40 and 50 tokens)
+EDIT = [Region(30, 4, 2, False, 0.3, 0.6), Region(40, 1, 2, True, 0.95, 0.85), Region(20, 4, 2, False, 0.3, 0.6),
+        Region(50, 1, 2, True, 0.95, 0.85), Region(20, 4, 2, False, 0.3, 0.6)]
 # Prose, then text whose long matches are wrong: it recurs in shape, not in words
 FALSE_COPY = [Region(40, 0, 0, False, 0.0, 0.6), Region(88, 1, 2, True, 0.05, 0.6)]
 
