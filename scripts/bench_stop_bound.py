@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""The most a draft model's chain could give on a prompt set at T=0, beside what localspec's model drafter gives, in ONE run.
+
+At T=0 a chain's guess is taken where it is the target's greedy token. Each reply is answered by
+target-only decoding; the draft then reads the prompt and the reply in one decode, which gives at every
+position its guess (its most likely token), that guess's confidence (localspec's and llama.cpp's:
+the top probability among the 10 most likely, sampling.top_probability) and its second guess. A chain
+that starts at a position drafts the draft's guesses there and on; all are taken up to the first wrong
+one. Priced on this machine's costs, measured right after each reply (the target's verify of k rows at the
+prompt's depth, the draft's one-token decode; the pace moves between replies, and with it what a wider
+verify costs against one row), three chains are compared over the same replies:
+
+- oracle stops: a chain that drafts exactly as many of the next correct guesses as pays, never a wrong
+  one, and skips the draft on a plain step (a dynamic program over the positions). A drafting step
+  decodes k + 1 draft rows: the token before its first guess, and each guess (the last one at the next
+  step's start). No chain drafted by this draft model exceeds it, whatever its stop rule;
+- the best threshold rule in hindsight: the draft stops where its confidence falls below a threshold
+  (one for the first guess, one for the rest), at most a cap, optionally with its second guess verified
+  beside each guess below a third threshold (a T=0 token tree of leaves); every setting of a grid tried,
+  the best kept (plain decoding among them). Each look at a confidence costs a draft decode, as it
+  does in a real chain;
+- a fixed γ (no stop rule), its best γ.
+
+And localspec's model drafter (auto) itself, measured against target-only side by side (the two
+alternate reply by reply), and priced on the same costs: its steps' verifies on each reply's curve,
+its draft's seconds as measured ("by curve").
+
+    python scripts/bench_stop_bound.py --target big.gguf --draft small.gguf \\
+        --prompts scripts/prompts/prose.jsonl --n-prompts 4 --max-tokens 96 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (the prompt sets and the reply order)
+from bench_copy_bound import curve_of  # noqa: E402
+from script_args import Parser  # noqa: E402
+from localspec.config import GenerationConfig  # noqa: E402
+from localspec.sampling import SamplingParams, top_probability  # noqa: E402
+from localspec.session import LoadOptions, Pair  # noqa: E402
+
+REPEATS = 3
+THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+SIBLING_BELOW = (0.0, 0.5, 0.7, 0.9)  # 0: no siblings
+
+
+class Guesses(NamedTuple):
+    """The draft at each position of a reply, given the reply before it: whether its guess is the
+    target's token, its confidence, and whether its second guess is."""
+
+    correct: np.ndarray  # [n] bool
+    confidence: np.ndarray  # [n] float
+    second: np.ndarray  # [n] bool
+
+
+class Costs(NamedTuple):
+    verify: Callable[[int], float]  # seconds of a target decode of k rows
+    draft: float  # seconds of a one-token draft decode
+
+
+class Rule(NamedTuple):
+    first: float  # the first guess is drafted where its confidence is at least this
+    rest: float  # ... and each later one
+    cap: int
+    sibling: float  # the second guess is verified beside a guess whose confidence is below this
+
+
+def guesses(pair: Pair, prompt: Sequence[int], tokens: Sequence[int]) -> Guesses:
+    """The draft's guesses along one reply (Guesses), from one decode of the prompt and the reply."""
+    ctx = pair.draft_ctx
+    held = ctx.reuse_prefix(prompt[:-1])
+    ctx.decode(prompt[held:-1], logits="none")
+    ctx.decode([prompt[-1], *tokens[:-1]], logits="all")
+    correct, confidence, second = [], [], []
+    for i, token in enumerate(tokens):
+        row = np.asarray(ctx.logits(i), dtype=np.float64)
+        top2 = np.argpartition(-row, 2)[:2]
+        top2 = top2[np.argsort(-row[top2])]
+        correct.append(top2[0] == token)
+        second.append(top2[1] == token)
+        confidence.append(top_probability(row))
+    ctx.truncate(len(prompt) - 1)
+    return Guesses(np.array(correct), np.array(confidence), np.array(second))
+
+
+def measure_costs(pair: Pair, prompt: Sequence[int], filler: Sequence[int], widths: Sequence[int]) -> Costs:
+    """The target's verify of each width and the draft's one-token decode at the prompt's depth, the
+    median of REPEATS rounds, each round every width in turn (the machine's pace drifts over a minute:
+    measured one width after another, a drift would bend the curve)."""
+    contexts = []
+    for ctx in (pair.target_ctx, pair.draft_ctx):
+        held = ctx.reuse_prefix(prompt[:-1])
+        ctx.decode(prompt[held:-1], logits="none")
+        contexts.append((ctx, len(ctx.tokens)))
+    rows = [prompt[-1], *filler]
+    samples: dict[tuple[int, int], list[float]] = {}
+    for _ in range(REPEATS):
+        for which, k in [(0, k) for k in widths] + [(1, 1)]:
+            ctx, base = contexts[which]
+            t = time.perf_counter()
+            ctx.decode(rows[:k], logits="all")
+            samples.setdefault((which, k), []).append(time.perf_counter() - t)
+            ctx.truncate(base)
+    median = {key: statistics.median(v) for key, v in samples.items()}
+    return Costs(curve_of({k: median[0, k] for k in widths}), median[1, 1])
+
+
+def oracle_seconds(g: Guesses, costs: Costs, cap: int) -> float:
+    """The least seconds over the reply for chains that draft only correct guesses (a DP)."""
+    n = len(g.correct)
+    run = np.zeros(n + 1, dtype=int)  # how many correct guesses in a row start at each position
+    for i in range(n - 1, -1, -1):
+        run[i] = run[i + 1] + 1 if g.correct[i] else 0
+    best = [0.0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        best[i] = costs.verify(1) + best[i + 1]
+        for k in range(1, min(run[i], cap, n - i - 1) + 1):  # the reply's last token is never drafted
+            # the draft decodes the token before its first guess, and each guess (the last one at the next step's start)
+            best[i] = min(best[i], (k + 1) * costs.draft + costs.verify(k + 1) + best[i + k + 1])
+    return best[0]
+
+
+def rule_step(g: Guesses, costs: Costs, rule: Rule, i: int) -> tuple[int, float]:
+    """(tokens emitted, seconds) of one step of the threshold rule starting at position i."""
+    if rule.first == math.inf:  # plain decoding: the draft never runs
+        return 1, costs.verify(1)
+    n, seconds = len(g.correct), costs.draft  # the decode whose row gives position i's confidence
+    if g.confidence[i] < rule.first or i == n - 1:
+        return 1, seconds + costs.verify(1)
+    k = 1
+    while k < rule.cap and i + k < n - 1:
+        seconds += costs.draft  # the drafted token decoded: the next position's confidence
+        if g.confidence[i + k] < rule.rest:
+            break
+        k += 1
+    taken = int(np.argmin(g.correct[i : i + k])) if not g.correct[i : i + k].all() else k
+    if taken == k == rule.cap:
+        seconds += costs.draft  # the last guess, taken, is decoded at the next step's start (ModelDrafter)
+    siblings = int((g.confidence[i : i + k] < rule.sibling).sum())
+    emitted = taken + 1
+    if taken < k and g.confidence[i + taken] < rule.sibling and g.second[i + taken]:
+        emitted += 1  # the sibling was the target's token: taken, and its row gives the next
+    return min(emitted, n - i), seconds + costs.verify(k + 1 + siblings)
+
+
+def rule_seconds(g: Guesses, costs: Costs, rule: Rule) -> float:
+    i, total = 0, 0.0
+    while i < len(g.correct):
+        emitted, seconds = rule_step(g, costs, rule, i)
+        i, total = i + emitted, total + seconds
+    return total
+
+
+def best_rule(replies: Sequence[tuple[Guesses, Costs]], caps: Sequence[int], siblings: Sequence[float],
+              thresholds: Sequence[float] = THRESHOLDS) -> tuple[Rule, float]:
+    """The grid's rule with the least seconds over all replies, and those seconds."""
+    grid = (Rule(f, r, c, s) for f, r, c, s in itertools.product((*thresholds, math.inf), thresholds, caps, siblings))
+    scored = ((sum(rule_seconds(g, c, rule) for g, c in replies), rule) for rule in grid)
+    seconds, rule = min(scored, key=lambda sr: sr[0])
+    return rule, seconds
+
+
+def reply(pair: Pair, prompt: list[int], args, gamma: int | None) -> tuple[list[int], float, list[int], float]:
+    """(tokens, decode seconds, each step's verify width, the draft's seconds) of one greedy reply."""
+    cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=gamma, seed=0, drafter="model", trace=True,
+                           sampling=SamplingParams(temperature=0.0))
+    tokens, stats = [], None
+    for item in pair.stream(prompt, cfg):
+        if hasattr(item, "stats"):
+            stats = item.stats
+        elif item.token >= 0:
+            tokens.append(item.token)
+    return tokens, stats.total_s, [len(batch) for _, batch, _ in stats.trace], stats.draft_s
+
+
+def widths_of(cap: int) -> list[int]:
+    """The verify widths measured: every chain up to cap, and trees with up to a sibling a guess."""
+    return [*range(1, cap + 2), cap + 1 + (cap + 1) // 2, 2 * cap + 1]
+
+
+def run(args, pair: Pair) -> tuple[list[dict], dict[int, Guesses], list[str]]:
+    """One record per reply: prompt, round, per scenario (tokens, seconds, widths, draft seconds), and
+    the costs measured right after it (the machine's pace moves between replies); each prompt's
+    guesses along its target-only reply."""
+    texts = bench.load_prompts(args.prompts, args.n_prompts, args.prompt_set)
+    prompts = [pair.prompt_tokens(t, True) for t in texts]
+    scenarios = ["target-only", "model"]
+    trackers: dict[str, dict] = {name: {} for name in scenarios}
+    records, along, notes = [], {}, []
+    for n, i in enumerate([i for _ in range(args.rounds) for i in range(len(prompts))]):
+        record = {"prompt": i, "round": n // len(prompts)}
+        for name in bench.reply_order(scenarios, n):
+            pair.trackers = trackers[name]  # each plans from its own measurements, as its own process would
+            record[name] = reply(pair, prompts[i], args, 0 if name == "target-only" else None)
+        tokens = record["target-only"][0]
+        if record["model"][0] != tokens:
+            notes.append(f"reply {n}: the model drafter's tokens differ from target-only's")
+        along.setdefault(i, guesses(pair, prompts[i], tokens))
+        record["costs"] = measure_costs(pair, prompts[i], tokens, widths_of(args.cap))
+        print(f"reply {n} (prompt {i}): " + "  ".join(f"{name} {len(record[name][0]) / record[name][1]:.1f} tok/s"
+                                                  for name in scenarios), file=sys.stderr, flush=True)
+        records.append(record)
+    return records, along, notes
+
+
+def bounds(args, records: list[dict], along: dict[int, Guesses]) -> dict:
+    """The chains' ratios to plain decoding over every reply, each priced on the costs measured
+    right after it, and what localspec's model drafter measured."""
+    replies = [(along[r["prompt"]], r["costs"]) for r in records]
+    plain = sum(len(g.correct) * c.verify(1) for g, c in replies)
+    caps = range(1, args.cap + 1)
+    chain, chain_s = best_rule(replies, caps, (0.0,))
+    tree, tree_s = best_rule(replies, caps, SIBLING_BELOW)
+    fixed = min((sum(rule_seconds(g, c, Rule(0.0, 0.0, k, 0.0)) for g, c in replies), k) for k in caps)
+    model_curve = sum(sum(r["costs"].verify(w) for w in r["model"][2]) + r["model"][3] for r in records)
+    plain_curve = sum(len(r["target-only"][0]) * r["costs"].verify(1) for r in records)
+    correct = np.concatenate([g.correct for g in along.values()])
+    second = np.concatenate([g.second for g in along.values()])
+    return {"oracle": plain / sum(oracle_seconds(g, c, args.cap) for g, c in replies),
+            "chain": (plain / chain_s, chain), "tree": (plain / tree_s, tree), "fixed": (plain / fixed[0], fixed[1]),
+            "model_curve": plain_curve / model_curve,
+            "model_measured": sum(r["target-only"][1] for r in records) / sum(r["model"][1] for r in records),
+            "first_guess": correct.mean(), "second_when_first_wrong": second[~correct].mean(),
+            "draft_ms": 1e3 * statistics.mean(c.draft for _, c in replies),
+            "verify_ms": {k: round(1e3 * statistics.mean(c.verify(k) for _, c in replies), 1) for k in widths_of(args.cap)},
+            "plain_ms": [round(1e3 * c.verify(1), 1) for _, c in replies]}
+
+
+def report(b: dict) -> str:
+    def rule(r: Rule) -> str:
+        if r.first == math.inf:
+            return "none drafted: plain decoding"
+        sib = f", second guess beside confidences below {r.sibling}" if r.sibling else ""
+        return f"first guess at confidence ≥ {r.first}, later ones ≥ {r.rest}, at most {r.cap}{sib}"
+    return "\n".join([
+        f"draft's guess is the target's token at {b['first_guess']:.1%} of positions; its second guess at "
+        f"{b['second_when_first_wrong']:.1%} of those where the first is not",
+        f"costs, the mean over the replies: a draft token {b['draft_ms']:.1f} ms; a verify of k rows {b['verify_ms']} ms",
+        f"a one-row decode after each reply: {b['plain_ms']} ms",
+        "| chain (T=0) | vs plain, priced on the measured costs |", "|---|---|",
+        f"| oracle stops: only correct guesses drafted (no chain of this draft exceeds it) | {b['oracle']:.2f}x |",
+        f"| best threshold rule in hindsight ({rule(b['chain'][1])}) | {b['chain'][0]:.2f}x |",
+        f"| ... with second guesses as leaves ({rule(b['tree'][1])}) | {b['tree'][0]:.2f}x |",
+        f"| best fixed γ ({b['fixed'][1]}) | {b['fixed'][0]:.2f}x |",
+        f"| localspec model drafter (auto), its steps priced on the costs | {b['model_curve']:.2f}x |",
+        f"| localspec model drafter (auto), measured beside target-only | {b['model_measured']:.2f}x |"])
+
+
+def parse_args(argv=None):
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_one_process_args(ap, "humaneval", 4, 96)
+    ap.add_argument("--cap", type=int, default=GenerationConfig().gamma_max,
+                    help="the most a chain drafts a step (localspec's draft model cap by default)")
+    args = ap.parse_args(argv)
+    if args.cap < 1:
+        ap.error(f"--cap {args.cap}: give 1 or more")
+    bench.one_process_args(ap, args)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="localspec-stops-") as tmp:
+        if args.quick:
+            args.target, args.draft = bench.quick_pair(Path(tmp))
+        pair = Pair(args.target, args.draft, LoadOptions(n_ctx=args.ctx, threads=args.threads, warm_start=False))
+        try:
+            records, along, notes = run(args, pair)
+        finally:
+            pair.close()
+    result = bounds(args, records, along)
+    print(report(result))
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

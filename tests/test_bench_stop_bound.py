@@ -1,0 +1,124 @@
+"""bench_stop_bound.py: what a draft model's chain could give at T=0, from its guesses along a reply
+and the measured costs: the oracle's stops, threshold rules, and the grid's best of them."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scripttools import load_script
+
+
+def load():
+    return load_script("bench_stop_bound")
+
+
+def guesses(sb, correct, confidence=None, second=None):
+    n = len(correct)
+    return sb.Guesses(np.array(correct, dtype=bool), np.array(confidence if confidence is not None else [1.0] * n),
+                      np.array(second if second is not None else [False] * n, dtype=bool))
+
+
+def costs(sb, rows, draft):
+    """A verify of k rows costs rows[k - 1] seconds."""
+    return sb.Costs(lambda k: float(rows[k - 1]), draft)
+
+
+def test_a_threshold_step_drafts_while_confident_and_is_taken_up_to_its_first_wrong_guess():
+    sb = load()
+    c = costs(sb, [1.0, 1.5, 1.8, 2.0, 2.2, 2.4], 0.25)
+    # confident at 0 and 1, unsure at 2: two guesses drafted, both taken, and the target's token after
+    # them; three draft rows (the look before each guess, and the one that read the unsure confidence)
+    g = guesses(sb, [True, True, False, True, True, True], [0.9, 0.9, 0.1, 0.9, 0.9, 0.9])
+    emitted, seconds = sb.rule_step(g, c, sb.Rule(0.5, 0.5, 8, 0.0), 0)
+    assert emitted == 3 and seconds == pytest.approx(3 * 0.25 + 1.8)
+    # confident at 2 as well: three drafted, the third wrong (a fourth look ends the draft)
+    g = g._replace(confidence=np.array([0.9, 0.9, 0.9, 0.1, 0.9, 0.9]))
+    assert sb.rule_step(g, c, sb.Rule(0.5, 0.5, 8, 0.0), 0) == (3, pytest.approx(4 * 0.25 + 2.0))
+    # not confident enough for the first guess: a plain step, its look paid
+    assert sb.rule_step(g, c, sb.Rule(0.95, 0.5, 8, 0.0), 0) == (1, pytest.approx(0.25 + 1.0))
+    # plain decoding runs no draft
+    assert sb.rule_step(g, c, sb.Rule(float("inf"), 0.5, 8, 0.0), 0) == (1, pytest.approx(1.0))
+
+
+def test_a_draft_that_reaches_its_cap_taken_whole_pays_its_last_guess_row_at_the_next_step():
+    sb = load()
+    c = costs(sb, [1.0, 1.5, 1.8, 2.0, 2.2, 2.4], 0.25)
+    g = guesses(sb, [True] * 6)
+    # cap 2: rows for the look before guess 1, guess 1 (to draft guess 2), and guess 2 decoded later
+    assert sb.rule_step(g, c, sb.Rule(0.0, 0.0, 2, 0.0), 0) == (3, pytest.approx(3 * 0.25 + 1.8))
+    g = guesses(sb, [True, False, True, True, True, True])
+    assert sb.rule_step(g, c, sb.Rule(0.0, 0.0, 2, 0.0), 0) == (2, pytest.approx(2 * 0.25 + 1.8))
+
+
+def test_a_second_guess_beside_an_unsure_one_is_a_verify_row_and_a_token_where_it_is_the_targets():
+    sb = load()
+    c = costs(sb, [1.0, 1.5, 1.8, 2.0, 2.2, 2.4], 0.25)
+    g = guesses(sb, [True, False, True, True, True, True], [0.9, 0.6, 0.1, 0.9, 0.9, 0.9],
+                [False, True, False, False, False, False])
+    # guesses 0 and 1 drafted; the second guess beside guess 1 (confidence 0.6 < 0.7): 4 rows
+    emitted, seconds = sb.rule_step(g, c, sb.Rule(0.5, 0.5, 8, 0.7), 0)
+    assert emitted == 3 and seconds == pytest.approx(3 * 0.25 + 2.0)
+    # the sibling wrong: the step emits the first guess and the target's token
+    g2 = g._replace(second=np.zeros(6, dtype=bool))
+    assert sb.rule_step(g2, c, sb.Rule(0.5, 0.5, 8, 0.7), 0)[0] == 2
+
+
+def segmentations(n):
+    """Every way to cut n positions into steps (each a width of 1 or more)."""
+    for cuts in itertools.product([False, True], repeat=n - 1):
+        widths, w = [], 1
+        for cut in cuts:
+            if cut:
+                widths.append(w)
+                w = 1
+            else:
+                w += 1
+        yield widths + [w]
+
+
+def test_the_oracle_is_the_least_time_over_every_way_to_draft_only_correct_guesses():
+    sb = load()
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n, cap = int(rng.integers(2, 8)), int(rng.integers(1, 5))
+        g = guesses(sb, rng.random(n) < 0.7)
+        rows = np.cumsum(rng.uniform(0.1, 1.0, size=n + 1))
+        c = costs(sb, rows, float(rng.uniform(0.05, 0.5)))
+        best = np.inf
+        for widths in segmentations(n):
+            i, seconds = 0, 0.0
+            for w in widths:
+                k = w - 1  # drafted, each correct, within the cap, never the reply's last token
+                if k > cap or not g.correct[i : i + k].all() or (k and i + k > n - 1):
+                    seconds = np.inf
+                    break
+                seconds += c.verify(1) if k == 0 else (k + 1) * c.draft + c.verify(k + 1)
+                i += w
+            best = min(best, seconds)
+        assert sb.oracle_seconds(g, c, cap) == pytest.approx(best)
+
+
+def test_no_threshold_rule_beats_the_oracles_stops():
+    sb = load()
+    rng = np.random.default_rng(4)
+    for _ in range(30):
+        n = int(rng.integers(3, 40))
+        g = guesses(sb, rng.random(n) < 0.7, rng.random(n))
+        c = costs(sb, np.cumsum(rng.uniform(0.05, 1.0, size=12)), float(rng.uniform(0.02, 0.5)))
+        rule = sb.Rule(float(rng.choice([0.0, 0.3, 0.6, np.inf])), float(rng.choice([0.0, 0.3, 0.6])),
+                       int(rng.integers(1, 8)), 0.0)
+        assert sb.oracle_seconds(g, c, 8) <= sb.rule_seconds(g, c, rule) + 1e-12
+        assert sb.rule_seconds(g, c, rule) > 0
+
+
+def test_the_grid_finds_plain_decoding_where_no_draft_pays_and_drafting_where_it_does():
+    sb = load()
+    good = guesses(sb, [True] * 40, [0.9] * 40)
+    cheap = costs(sb, [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8], 0.05)
+    rule, seconds = sb.best_rule([(good, cheap)], range(1, 9), (0.0,))
+    assert rule.first <= 0.9 and rule.cap == 8 and seconds < 40 * 1.0 / 3
+    dear = costs(sb, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0], 0.5)  # a row costs a step
+    rule, seconds = sb.best_rule([(good, dear)], range(1, 9), (0.0,))
+    assert rule.first == np.inf and seconds == pytest.approx(40.0)
