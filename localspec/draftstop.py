@@ -26,26 +26,42 @@ class DraftStop:
     past the next token matters where the verify's cost per token falls with the batch: a one-token
     lookahead would stop before a dear batch size even where a cheaper, wider one lies beyond it.
 
-    The first draft of a step is always made: whether to speculate at all is the planner's call, and
-    a step it chose must measure something. Refusing it could trap the planner: with verify(2) not yet
-    measured it is extrapolated pessimistically, no draft would pay, and the draft's catch-up would be
-    paid every step for nothing."""
+    The first draft of a step is made where drafting pays by the same test (_first_pays), the step
+    plain otherwise: whether to speculate is the planner's call by the mean acceptance, and the draft's
+    confidence at this very token tells more (a first guess the draft is unsure of is taken seldom,
+    and its verify row and the rows drafted after it cost as much as a sure one's). Only where the
+    costs are trusted (decline_first): with verify(2) not yet measured it is extrapolated
+    pessimistically, no draft would pay, and a rule that then refused every first draft would never
+    measure it; a probe's first draft is always made, as a step taken to measure must measure."""
 
     def __init__(self, accept: Callable[[float], float], rate: float, draft_s: float,
-                 verify_s: Callable[[int], float], horizon: int | None = None):
+                 verify_s: Callable[[int], float], horizon: int | None = None, decline_first: bool = False):
         self.accept, self.rate, self.draft_s, self.verify_s = accept, rate, draft_s, verify_s
         self.horizon = horizon  # the step's γ; None: look one token ahead
+        self.decline_first = decline_first
         self.reach = 1.0
 
     def keep(self, i: int, confidence: float) -> bool:
         a = self.accept(confidence)
         if i == 0:
             self.reach = a
-            return True
+            return not self.decline_first or self._first_pays(a)
         if not self._pays(i, a):
             return False
         self.reach *= a
         return True
+
+    def _first_pays(self, a: float) -> bool:
+        """Whether drafting from the first token to some j in 1..horizon adds more tokens than its
+        seconds are worth at `rate`: the verify's growth past one row, and j - 1 draft decodes (the
+        first guess came with the decode that gave its confidence, made whether it is drafted or not)."""
+        gain, reach, base = 0.0, 1.0, self.verify_s(1)
+        for j in range(1, max(self.horizon or 0, 1) + 1):
+            reach *= a
+            gain += reach
+            if gain > self.rate * ((j - 1) * self.draft_s + self.verify_s(j + 1) - base):
+                return True
+        return False
 
     def _pays(self, i: int, a: float) -> bool:
         """Whether drafting on from i drafts to some j in i+1..horizon adds more tokens than its
@@ -61,7 +77,7 @@ class DraftStop:
 
 class FixedStop:
     """A fixed p-min: keep drafting while the draft's confidence is at least p_min (first: the first
-    draft of a step is always made, as DraftStop does)."""
+    draft of a step is always made, as DraftStop's is where its costs are not trusted)."""
 
     def __init__(self, p_min: float, first: bool = False):
         self.p_min, self.first = p_min, first

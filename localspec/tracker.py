@@ -233,7 +233,8 @@ class CostTracker:
         if self.draft_s.value is None or 1 not in self.verify:
             return FixedStop(FALLBACK_P_MIN, first=True)  # a probe must measure the draft
         verify = self.verify.next_width if probe else self.verify_seconds
-        return DraftStop(self.accept_at, self.rate(), self.draft_s.value, verify, gamma)
+        trusted = not probe and self.verify.samples(2) >= TRUSTED_SAMPLES  # (DraftStop: decline_first)
+        return DraftStop(self.accept_at, self.rate(), self.draft_s.value, verify, gamma, decline_first=trusted)
 
     def acceptance(self, bucket: int | None = None) -> list[float]:
         """Per-position conditional acceptance (point estimate). All buckets' counts per position are

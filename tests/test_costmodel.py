@@ -174,7 +174,8 @@ def test_draft_stop_cuts_early_when_drafting_is_dear():
     # A draft at 0.18 of a target token, verify +5 ms a token, at 40 tok/s: a guess must bring 0.4 tokens.
     middle = DraftStop(lambda c: c, rate=40.0, draft_s=0.005, verify_s=lambda k: 0.0276 + 0.005 * (k - 1))
     assert drafts_until_stop(middle, [0.99, 0.99, 0.3, 0.99]) == 2
-    # The first draft of a step is always made, however doubtful: the planner chose to speculate.
+    # Until the costs are trusted (decline_first off) the first draft of a step is made however
+    # doubtful: the planner chose to speculate (test_a_step_the_planner_chose_always_drafts_once).
     assert drafts_until_stop(middle, [0.05, 0.99]) == 1
     # ... and reach counts: after several merely-likely drafts even a fairly sure one no longer pays.
     cheap = DraftStop(lambda c: c, rate=8.0, draft_s=0.025, verify_s=lambda k: 0.25)
@@ -218,6 +219,31 @@ def test_a_step_the_planner_chose_always_drafts_once():
     t.record(1, 1, 0.05, 0.2, 0.0, [0.9])
     stop = t.draft_stop()
     assert isinstance(stop, DraftStop) and stop.keep(0, 0.01) and not stop.keep(1, 0.99)
+
+
+def test_a_first_guess_the_draft_is_unsure_of_is_declined_where_the_costs_are_trusted():
+    # A draft at 0.18 of a target token, verify +5 ms a token, at 40 tok/s: a first guess must bring
+    # 0.2 tokens for its verify row (its own decode came before the rule), more for each draft after it.
+    make = lambda: DraftStop(lambda c: c, rate=40.0, draft_s=0.005,  # noqa: E731
+                             verify_s=lambda k: 0.0276 + 0.005 * (k - 1), horizon=4, decline_first=True)
+    assert drafts_until_stop(make(), [0.05, 0.99, 0.99]) == 0  # 0.05 + 0.05 x 0.99 + ... < 0.2 + ...
+    assert drafts_until_stop(make(), [0.15, 0.99, 0.99]) == 0
+    assert drafts_until_stop(make(), [0.3, 0.99, 0.99]) == 1   # 0.3 > 0.2: worth its row, not the drafts after
+    assert drafts_until_stop(make(), [0.6, 0.99, 0.99]) == 3
+    # where a verify row costs nothing, even a doubtful first guess pays (the next, a decode, does not)
+    cheap = DraftStop(lambda c: c, rate=8.0, draft_s=0.025, verify_s=lambda k: 0.25, horizon=4, decline_first=True)
+    assert drafts_until_stop(cheap, [0.05, 0.9]) == 1
+
+
+def test_the_tracker_lets_its_stop_rule_decline_a_first_guess_once_two_rows_are_measured():
+    t = CostTracker()
+    t.record(0, 0, 0.0, 0.1, 0.0)
+    t.record(1, 0, 0.05, 0.2, 0.0, [0.9])  # a 2-row verify costs two plain steps: no doubtful guess pays
+    assert t.draft_stop(4).keep(0, 0.01)  # measured once: the first guess is drafted (it must measure)
+    for _ in range(2):
+        t.record(1, 0, 0.05, 0.2, 0.0, [0.9])
+    assert not t.draft_stop(4).keep(0, 0.01)  # trusted: a doubtful first guess is declined
+    assert t.draft_stop(4, probe=True).keep(0, 0.01)  # ... but not by a probe, which must measure
 
 
 def test_draft_stop_looks_past_a_dear_batch_to_a_cheaper_one():
