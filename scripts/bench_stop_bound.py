@@ -16,7 +16,8 @@ verify costs against one row), three chains are compared over the same replies:
   step's start). No chain drafted by this draft model exceeds it, whatever its stop rule;
 - the best threshold rule in hindsight: the draft stops where its confidence falls below a threshold
   (one for the first guess, one for the rest), at most a cap, optionally with its second guess verified
-  beside each guess below a third threshold (a T=0 token tree of leaves); every setting of a grid tried,
+  beside each guess below a third threshold (a T=0 token tree of leaves), or with every first guess
+  drafted (as localspec's p-min auto drafts a step's first guess); every setting of a grid tried,
   the best kept (plain decoding among them). Each look at a confidence costs a draft decode, as it
   does in a real chain;
 - a fixed γ (no stop rule), its best γ.
@@ -164,9 +165,11 @@ def rule_seconds(g: Guesses, costs: Costs, rule: Rule) -> float:
 
 
 def best_rule(replies: Sequence[tuple[Guesses, Costs]], caps: Sequence[int], siblings: Sequence[float],
-              thresholds: Sequence[float] = THRESHOLDS) -> tuple[Rule, float]:
-    """The grid's rule with the least seconds over all replies, and those seconds."""
-    grid = (Rule(f, r, c, s) for f, r, c, s in itertools.product((*thresholds, math.inf), thresholds, caps, siblings))
+              thresholds: Sequence[float] = THRESHOLDS, first: Sequence[float] | None = None) -> tuple[Rule, float]:
+    """The grid's rule with the least seconds over all replies, and those seconds; first: the first
+    guess's thresholds (by default the others' and plain decoding's)."""
+    firsts = (*thresholds, math.inf) if first is None else first
+    grid = (Rule(f, r, c, s) for f, r, c, s in itertools.product(firsts, thresholds, caps, siblings))
     scored = ((sum(rule_seconds(g, c, rule) for g, c in replies), rule) for rule in grid)
     seconds, rule = min(scored, key=lambda sr: sr[0])
     return rule, seconds
@@ -223,6 +226,7 @@ def bounds(args, records: list[dict], along: dict[int, Guesses]) -> dict:
     caps = range(1, args.cap + 1)
     chain, chain_s = best_rule(replies, caps, (0.0,))
     tree, tree_s = best_rule(replies, caps, SIBLING_BELOW)
+    always, always_s = best_rule(replies, caps, (0.0,), first=(0.0,))
     fixed = min((sum(rule_seconds(g, c, Rule(0.0, 0.0, k, 0.0)) for g, c in replies), k) for k in caps)
     model_curve = sum(sum(r["costs"].verify(w) for w in r["model"][2]) + r["model"][3] for r in records)
     plain_curve = sum(len(r["target-only"][0]) * r["costs"].verify(1) for r in records)
@@ -230,7 +234,7 @@ def bounds(args, records: list[dict], along: dict[int, Guesses]) -> dict:
     second = np.concatenate([g.second for g in along.values()])
     return {"oracle": plain / sum(oracle_seconds(g, c, args.cap) for g, c in replies),
             "chain": (plain / chain_s, chain), "tree": (plain / tree_s, tree), "fixed": (plain / fixed[0], fixed[1]),
-            "model_curve": plain_curve / model_curve,
+            "always": (plain / always_s, always), "model_curve": plain_curve / model_curve,
             "model_measured": sum(r["target-only"][1] for r in records) / sum(r["model"][1] for r in records),
             "first_guess": correct.mean(), "second_when_first_wrong": second[~correct].mean(),
             "draft_ms": 1e3 * statistics.mean(c.draft for _, c in replies),
@@ -253,6 +257,7 @@ def report(b: dict) -> str:
         f"| oracle stops: only correct guesses drafted (no chain of this draft exceeds it) | {b['oracle']:.2f}x |",
         f"| best threshold rule in hindsight ({rule(b['chain'][1])}) | {b['chain'][0]:.2f}x |",
         f"| ... with second guesses as leaves ({rule(b['tree'][1])}) | {b['tree'][0]:.2f}x |",
+        f"| ... drafting every first guess, where a step drafts ({rule(b['always'][1])}) | {b['always'][0]:.2f}x |",
         f"| best fixed γ ({b['fixed'][1]}) | {b['fixed'][0]:.2f}x |",
         f"| localspec model drafter (auto), its steps priced on the costs | {b['model_curve']:.2f}x |",
         f"| localspec model drafter (auto), measured beside target-only | {b['model_measured']:.2f}x |"])
