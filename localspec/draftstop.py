@@ -26,7 +26,7 @@ class DraftStop:
     past the next token matters where the verify's cost per token falls with the batch: a one-token
     lookahead would stop before a dear batch size even where a cheaper, wider one lies beyond it.
 
-    The first draft of a step is made where drafting pays by the same test (_first_pays), the step
+    The first draft of a step is made where drafting pays by the same test (_pays), the step
     plain otherwise: whether to speculate is the planner's call by the mean acceptance, and the draft's
     confidence at this very token tells more (a first guess the draft is unsure of is taken seldom,
     and its verify row and the rows drafted after it cost as much as a sure one's). Only where the
@@ -45,32 +45,22 @@ class DraftStop:
         a = self.accept(confidence)
         if i == 0:
             self.reach = a
-            return not self.decline_first or self._first_pays(a)
+            return not self.decline_first or self._pays(0, a)
         if not self._pays(i, a):
             return False
         self.reach *= a
         return True
 
-    def _first_pays(self, a: float) -> bool:
-        """Whether drafting from the first token to some j in 1..horizon adds more tokens than its
-        seconds are worth at `rate`: the verify's growth past one row, and j - 1 draft decodes (the
-        first guess came with the decode that gave its confidence, made whether it is drafted or not)."""
-        gain, reach, base = 0.0, 1.0, self.verify_s(1)
-        for j in range(1, max(self.horizon or 0, 1) + 1):
-            reach *= a
-            gain += reach
-            if gain > self.rate * ((j - 1) * self.draft_s + self.verify_s(j + 1) - base):
-                return True
-        return False
-
     def _pays(self, i: int, a: float) -> bool:
         """Whether drafting on from i drafts to some j in i+1..horizon adds more tokens than its
-        seconds are worth at `rate` (each further draft assumed accepted with chance a)."""
-        gain, reach, base = 0.0, self.reach, self.verify_s(i + 1)
+        seconds are worth at `rate` (each further draft assumed accepted with chance a): the verify's
+        growth, and a draft decode a token but at i = 0, where the first guess came with the decode
+        that gave its confidence, made whether it is drafted or not."""
+        gain, reach, base = 0.0, self.reach if i else 1.0, self.verify_s(i + 1)
         for j in range(i + 1, max(self.horizon or 0, i + 1) + 1):
             reach *= a
             gain += reach
-            if gain > self.rate * ((j - i) * self.draft_s + self.verify_s(j + 1) - base):
+            if gain > self.rate * ((j - i - (i == 0)) * self.draft_s + self.verify_s(j + 1) - base):
                 return True
         return False
 
