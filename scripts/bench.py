@@ -46,6 +46,7 @@ and a note where prompts x rounds does not fill the balanced order of the replie
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -960,6 +961,21 @@ def quick_pair(tmp: Path) -> tuple[Path, Path]:
     if not draft.exists():
         quantize(src, draft, "Q4_0")
     return src, draft
+
+
+@contextlib.contextmanager
+def one_process_pair(args, prefix: str):
+    """The pair a one-process script (add_one_process_args) answers its prompts with: --quick's
+    (made in a temporary folder named by prefix) or --target and --draft, no saved plans loaded (each
+    scenario starts from nothing); closed when the block ends."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        if args.quick:
+            args.target, args.draft = quick_pair(Path(tmp))
+        pair = Pair(args.target, args.draft, LoadOptions(n_ctx=args.ctx, threads=args.threads, warm_start=False))
+        try:
+            yield pair
+        finally:
+            pair.close()
 
 
 def resolve_paths(args) -> tuple[Path, Path]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -38,7 +37,7 @@ import bench  # noqa: E402  (the prompt sets and the reply order)
 from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
-from localspec.session import LoadOptions, Pair  # noqa: E402
+from localspec.session import Pair  # noqa: E402
 
 CURVE_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # rows measured; linear between
 CURVE_REPEATS = 3
@@ -106,8 +105,8 @@ def measure_curve(pair: Pair, prompt: Sequence[int], filler: Sequence[int]) -> d
     return points
 
 
-def reply(pair: Pair, prompt: list[int], args, drafter: str, gamma: int | None) -> tuple[list[int], float, list[int]]:
-    """(tokens, decode seconds, each step's verify width) of one greedy reply."""
+def reply(pair: Pair, prompt: list[int], args, drafter: str, gamma: int | None) -> tuple[list[int], float, list[int], float]:
+    """(tokens, decode seconds, each step's verify width, the draft's seconds) of one greedy reply."""
     cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=gamma, seed=0, drafter=drafter, trace=True,
                            sampling=SamplingParams(temperature=0.0))
     tokens, stats = [], None
@@ -116,7 +115,7 @@ def reply(pair: Pair, prompt: list[int], args, drafter: str, gamma: int | None) 
             stats = item.stats
         elif item.token >= 0:
             tokens.append(item.token)
-    return tokens, stats.total_s, [len(batch) for _, batch, _ in stats.trace]
+    return tokens, stats.total_s, [len(batch) for _, batch, _ in stats.trace], stats.draft_s
 
 
 def run(args, pair: Pair) -> tuple[list[dict], list[str]]:
@@ -190,14 +189,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="localspec-bound-") as tmp:
-        if args.quick:
-            args.target, args.draft = bench.quick_pair(Path(tmp))
-        pair = Pair(args.target, args.draft, LoadOptions(n_ctx=args.ctx, threads=args.threads, warm_start=False))
-        try:
-            records, notes = run(args, pair)
-        finally:
-            pair.close()
+    with bench.one_process_pair(args, "localspec-bound-") as pair:
+        records, notes = run(args, pair)
     print(report(records, args.drafters))
     for note in notes:
         print(f"note: {note}")

@@ -37,7 +37,6 @@ import itertools
 import math
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
@@ -46,11 +45,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets and the reply order)
-from bench_copy_bound import curve_of  # noqa: E402
+from bench_copy_bound import curve_of, reply  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
-from localspec.sampling import SamplingParams, top_probability  # noqa: E402
-from localspec.session import LoadOptions, Pair  # noqa: E402
+from localspec.sampling import top_probability  # noqa: E402
+from localspec.session import Pair  # noqa: E402
 
 REPEATS = 3
 THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -175,19 +174,6 @@ def best_rule(replies: Sequence[tuple[Guesses, Costs]], caps: Sequence[int], sib
     return rule, seconds
 
 
-def reply(pair: Pair, prompt: list[int], args, gamma: int | None) -> tuple[list[int], float, list[int], float]:
-    """(tokens, decode seconds, each step's verify width, the draft's seconds) of one greedy reply."""
-    cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=gamma, seed=0, drafter="model", trace=True,
-                           sampling=SamplingParams(temperature=0.0))
-    tokens, stats = [], None
-    for item in pair.stream(prompt, cfg):
-        if hasattr(item, "stats"):
-            stats = item.stats
-        elif item.token >= 0:
-            tokens.append(item.token)
-    return tokens, stats.total_s, [len(batch) for _, batch, _ in stats.trace], stats.draft_s
-
-
 def widths_of(cap: int) -> list[int]:
     """The verify widths measured: every chain up to cap, and trees with up to a sibling a guess."""
     return [*range(1, cap + 2), cap + 1 + (cap + 1) // 2, 2 * cap + 1]
@@ -206,7 +192,7 @@ def run(args, pair: Pair) -> tuple[list[dict], dict[int, Guesses], list[str]]:
         record = {"prompt": i, "round": n // len(prompts)}
         for name in bench.reply_order(scenarios, n):
             pair.trackers = trackers[name]  # each plans from its own measurements, as its own process would
-            record[name] = reply(pair, prompts[i], args, 0 if name == "target-only" else None)
+            record[name] = reply(pair, prompts[i], args, "model", 0 if name == "target-only" else None)
         tokens = record["target-only"][0]
         if record["model"][0] != tokens:
             notes.append(f"reply {n}: the model drafter's tokens differ from target-only's")
@@ -277,14 +263,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="localspec-stops-") as tmp:
-        if args.quick:
-            args.target, args.draft = bench.quick_pair(Path(tmp))
-        pair = Pair(args.target, args.draft, LoadOptions(n_ctx=args.ctx, threads=args.threads, warm_start=False))
-        try:
-            records, along, notes = run(args, pair)
-        finally:
-            pair.close()
+    with bench.one_process_pair(args, "localspec-stops-") as pair:
+        records, along, notes = run(args, pair)
     result = bounds(args, records, along)
     print(report(result))
     for note in notes:
