@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets and the reply order)
-from bench_copy_bound import curve_of, reply  # noqa: E402
+from bench_copy_bound import bound, curve_of, reply  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
 from localspec.sampling import top_probability  # noqa: E402
@@ -118,18 +118,14 @@ def measure_costs(pair: Pair, prompt: Sequence[int], filler: Sequence[int], widt
 
 
 def oracle_seconds(g: Guesses, costs: Costs, cap: int) -> float:
-    """The least seconds over the reply for chains that draft only correct guesses (a DP)."""
-    n = len(g.correct)
-    run = np.zeros(n + 1, dtype=int)  # how many correct guesses in a row start at each position
-    for i in range(n - 1, -1, -1):
-        run[i] = run[i + 1] + 1 if g.correct[i] else 0
-    best = [0.0] * (n + 1)
-    for i in range(n - 1, -1, -1):
-        best[i] = costs.verify(1) + best[i + 1]
-        for k in range(1, min(run[i], cap, n - i - 1) + 1):  # the reply's last token is never drafted
-            # the draft decodes the token before its first guess, and each guess (the last one at the next step's start)
-            best[i] = min(best[i], (k + 1) * costs.draft + costs.verify(k + 1) + best[i + k + 1])
-    return best[0]
+    """The least seconds over the reply for chains that draft only correct guesses: the copy bound's
+    dynamic program (bench_copy_bound.bound) over the runs of correct guesses, a step of width w that
+    drafts priced w draft rows beside its verify (the token before its first guess, and each guess,
+    the last one at the next step's start)."""
+    runs = [0] * (len(g.correct) + 1)  # how many correct guesses in a row start at each position
+    for i in range(len(g.correct) - 1, -1, -1):
+        runs[i] = runs[i + 1] + 1 if g.correct[i] else 0
+    return bound(runs[:-1], lambda w: costs.verify(w) + (w * costs.draft if w > 1 else 0.0), cap)[0]
 
 
 def rule_step(g: Guesses, costs: Costs, rule: Rule, i: int) -> tuple[int, float]:
@@ -163,15 +159,17 @@ def rule_seconds(g: Guesses, costs: Costs, rule: Rule) -> float:
     return total
 
 
-def best_rule(replies: Sequence[tuple[Guesses, Costs]], caps: Sequence[int], siblings: Sequence[float],
-              thresholds: Sequence[float] = THRESHOLDS, first: Sequence[float] | None = None) -> tuple[Rule, float]:
-    """The grid's rule with the least seconds over all replies, and those seconds; first: the first
-    guess's thresholds (by default the others' and plain decoding's)."""
-    firsts = (*thresholds, math.inf) if first is None else first
-    grid = (Rule(f, r, c, s) for f, r, c, s in itertools.product(firsts, thresholds, caps, siblings))
-    scored = ((sum(rule_seconds(g, c, rule) for g, c in replies), rule) for rule in grid)
-    seconds, rule = min(scored, key=lambda sr: sr[0])
-    return rule, seconds
+def grid_seconds(replies: Sequence[tuple[Guesses, Costs]], caps: Sequence[int],
+                 siblings: Sequence[float] = SIBLING_BELOW, thresholds: Sequence[float] = THRESHOLDS) -> dict[Rule, float]:
+    """Every rule of the grid (plain decoding among the first guess's thresholds) and its seconds over
+    all replies, in the grid's order."""
+    grid = itertools.product((*thresholds, math.inf), thresholds, caps, siblings)
+    return {rule: sum(rule_seconds(g, c, rule) for g, c in replies) for rule in map(Rule._make, grid)}
+
+
+def best_rule(scored: dict[Rule, float], keep: Callable[[Rule], bool] = lambda rule: True) -> tuple[Rule, float]:
+    """The rule with the least seconds among those kept (the first in the grid's order on a tie)."""
+    return min(((rule, seconds) for rule, seconds in scored.items() if keep(rule)), key=lambda rs: rs[1])
 
 
 def widths_of(cap: int) -> list[int]:
@@ -209,11 +207,12 @@ def bounds(args, records: list[dict], along: dict[int, Guesses]) -> dict:
     right after it, and what localspec's model drafter measured."""
     replies = [(along[r["prompt"]], r["costs"]) for r in records]
     plain = sum(len(g.correct) * c.verify(1) for g, c in replies)
-    caps = range(1, args.cap + 1)
-    chain, chain_s = best_rule(replies, caps, (0.0,))
-    tree, tree_s = best_rule(replies, caps, SIBLING_BELOW)
-    always, always_s = best_rule(replies, caps, (0.0,), first=(0.0,))
-    fixed = min((sum(rule_seconds(g, c, Rule(0.0, 0.0, k, 0.0)) for g, c in replies), k) for k in caps)
+    scored = grid_seconds(replies, range(1, args.cap + 1))  # one pass: each row below a part of the grid
+    chain, chain_s = best_rule(scored, lambda r: not r.sibling)
+    tree, tree_s = best_rule(scored)
+    always, always_s = best_rule(scored, lambda r: not r.sibling and r.first == 0.0)
+    fixed_rule, fixed_s = best_rule(scored, lambda r: r.first == r.rest == r.sibling == 0.0)
+    fixed = fixed_s, fixed_rule.cap
     model_curve = sum(sum(r["costs"].verify(w) for w in r["model"][2]) + r["model"][3] for r in records)
     plain_curve = sum(len(r["target-only"][0]) * r["costs"].verify(1) for r in records)
     correct = np.concatenate([g.correct for g in along.values()])

@@ -117,8 +117,8 @@ def test_the_grid_finds_plain_decoding_where_no_draft_pays_and_drafting_where_it
     sb = load()
     good = guesses(sb, [True] * 40, [0.9] * 40)
     cheap = costs(sb, [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8], 0.05)
-    rule, seconds = sb.best_rule([(good, cheap)], range(1, 9), (0.0,))
+    rule, seconds = sb.best_rule(sb.grid_seconds([(good, cheap)], range(1, 9), (0.0,)))
     assert rule.first <= 0.9 and rule.cap == 8 and seconds < 40 * 1.0 / 3
     dear = costs(sb, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0], 0.5)  # a row costs a step
-    rule, seconds = sb.best_rule([(good, dear)], range(1, 9), (0.0,))
+    rule, seconds = sb.best_rule(sb.grid_seconds([(good, dear)], range(1, 9), (0.0,)))
     assert rule.first == np.inf and seconds == pytest.approx(40.0)
