@@ -24,7 +24,8 @@ verify costs against one row), three chains are compared over the same replies:
 
 And localspec's model drafter (auto) itself, measured against target-only side by side (the two
 alternate reply by reply), and priced on the same costs: its steps' verifies on each reply's curve,
-its draft's seconds as measured ("by curve").
+its draft's seconds as measured ("by curve"). Beside them, how well each signal tells the draft's
+right guesses from its wrong ones (the area under the ROC curve: 0.5 none, 1.0 perfectly).
 
     python scripts/bench_stop_bound.py --target big.gguf --draft small.gguf \\
         --prompts scripts/prompts/prose.jsonl --n-prompts 4 --max-tokens 96 --rounds 2
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
+from scipy.stats import mannwhitneyu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets and the reply order)
@@ -54,6 +56,7 @@ from localspec.session import Pair  # noqa: E402
 REPEATS = 3
 THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 SIBLING_BELOW = (0.0, 0.5, 0.7, 0.9)  # 0: no siblings
+BEFORE = (0.5, 0.7, 0.8, 0.9, 0.95)  # the target's confidence at the token before a first guess (Rule.before)
 
 
 class Guesses(NamedTuple):
@@ -63,6 +66,7 @@ class Guesses(NamedTuple):
     correct: np.ndarray  # [n] bool
     confidence: np.ndarray  # [n] float
     second: np.ndarray  # [n] bool
+    before: np.ndarray  # [n] float: the target's confidence at the token before (1.0 at the reply's first)
 
 
 class Costs(NamedTuple):
@@ -75,24 +79,30 @@ class Rule(NamedTuple):
     rest: float  # ... and each later one
     cap: int
     sibling: float  # the second guess is verified beside a guess whose confidence is below this
+    before: float = 0.0  # ... and a first guess is drafted only where the target's confidence before is at least this
 
 
-def guesses(pair: Pair, prompt: Sequence[int], tokens: Sequence[int]) -> Guesses:
-    """The draft's guesses along one reply (Guesses), from one decode of the prompt and the reply."""
-    ctx = pair.draft_ctx
+def rows_along(ctx, prompt: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
+    """ctx's logits at each token of a reply, given the prompt and the reply before it: one decode."""
     held = ctx.reuse_prefix(prompt[:-1])
     ctx.decode(prompt[held:-1], logits="none")
     ctx.decode([prompt[-1], *tokens[:-1]], logits="all")
+    rows = [np.asarray(ctx.logits(i), dtype=np.float64) for i in range(len(tokens))]
+    ctx.truncate(len(prompt) - 1)
+    return rows
+
+
+def guesses(pair: Pair, prompt: Sequence[int], tokens: Sequence[int]) -> Guesses:
+    """The draft's guesses along one reply (Guesses), and the target's confidence at each token."""
     correct, confidence, second = [], [], []
-    for i, token in enumerate(tokens):
-        row = np.asarray(ctx.logits(i), dtype=np.float64)
+    for row, token in zip(rows_along(pair.draft_ctx, prompt, tokens), tokens):
         top2 = np.argpartition(-row, 2)[:2]
         top2 = top2[np.argsort(-row[top2])]
         correct.append(top2[0] == token)
         second.append(top2[1] == token)
         confidence.append(top_probability(row))
-    ctx.truncate(len(prompt) - 1)
-    return Guesses(np.array(correct), np.array(confidence), np.array(second))
+    target = [top_probability(row) for row in rows_along(pair.target_ctx, prompt, tokens)]
+    return Guesses(np.array(correct), np.array(confidence), np.array(second), np.array([1.0, *target[:-1]]))
 
 
 def measure_costs(pair: Pair, prompt: Sequence[int], filler: Sequence[int], widths: Sequence[int]) -> Costs:
@@ -133,7 +143,7 @@ def rule_step(g: Guesses, costs: Costs, rule: Rule, i: int) -> tuple[int, float]
     if rule.first == math.inf:  # plain decoding: the draft never runs
         return 1, costs.verify(1)
     n, seconds = len(g.correct), costs.draft  # the decode whose row gives position i's confidence
-    if g.confidence[i] < rule.first or i == n - 1:
+    if g.confidence[i] < rule.first or g.before[i] < rule.before or i == n - 1:
         return 1, seconds + costs.verify(1)
     k = 1
     while k < rule.cap and i + k < n - 1:
@@ -160,16 +170,26 @@ def rule_seconds(g: Guesses, costs: Costs, rule: Rule) -> float:
 
 
 def grid_seconds(replies: Sequence[tuple[Guesses, Costs]], caps: Sequence[int],
-                 siblings: Sequence[float] = SIBLING_BELOW, thresholds: Sequence[float] = THRESHOLDS) -> dict[Rule, float]:
+                 siblings: Sequence[float] = SIBLING_BELOW, thresholds: Sequence[float] = THRESHOLDS,
+                 befores: Sequence[float] = (0.0,)) -> dict[Rule, float]:
     """Every rule of the grid (plain decoding among the first guess's thresholds) and its seconds over
     all replies, in the grid's order."""
-    grid = itertools.product((*thresholds, math.inf), thresholds, caps, siblings)
+    grid = itertools.product((*thresholds, math.inf), thresholds, caps, siblings, befores)
     return {rule: sum(rule_seconds(g, c, rule) for g, c in replies) for rule in map(Rule._make, grid)}
 
 
 def best_rule(scored: dict[Rule, float], keep: Callable[[Rule], bool] = lambda rule: True) -> tuple[Rule, float]:
     """The rule with the least seconds among those kept (the first in the grid's order on a tie)."""
     return min(((rule, seconds) for rule, seconds in scored.items() if keep(rule)), key=lambda rs: rs[1])
+
+
+def separation(score: np.ndarray, correct: np.ndarray) -> float:
+    """How well score tells correct guesses from wrong ones: the area under the ROC curve, the chance
+    that a correct guess scores above a wrong one (ties half), from the Mann-Whitney U."""
+    right, wrong = score[correct], score[~correct]
+    if not len(right) or not len(wrong):
+        return math.nan
+    return mannwhitneyu(right, wrong).statistic / (len(right) * len(wrong))
 
 
 def widths_of(cap: int) -> list[int]:
@@ -194,7 +214,8 @@ def run(args, pair: Pair) -> tuple[list[dict], dict[int, Guesses], list[str]]:
         tokens = record["target-only"][0]
         if record["model"][0] != tokens:
             notes.append(f"reply {n}: the model drafter's tokens differ from target-only's")
-        along.setdefault(i, guesses(pair, prompts[i], tokens))
+        if i not in along:  # (the prompt's reply is the same each round, at T=0)
+            along[i] = guesses(pair, prompts[i], tokens)
         record["costs"] = measure_costs(pair, prompts[i], tokens, widths_of(args.cap))
         print(f"reply {n} (prompt {i}): " + "  ".join(f"{name} {len(record[name][0]) / record[name][1]:.1f} tok/s"
                                                   for name in scenarios), file=sys.stderr, flush=True)
@@ -212,14 +233,21 @@ def bounds(args, records: list[dict], along: dict[int, Guesses]) -> dict:
     tree, tree_s = best_rule(scored)
     always, always_s = best_rule(scored, lambda r: not r.sibling and r.first == 0.0)
     fixed_rule, fixed_s = best_rule(scored, lambda r: r.first == r.rest == r.sibling == 0.0)
+    scored.update(grid_seconds(replies, range(1, args.cap + 1), (0.0,), befores=BEFORE))
+    before, before_s = best_rule(scored, lambda r: not r.sibling)
     fixed = fixed_s, fixed_rule.cap
     model_curve = sum(sum(r["costs"].verify(w) for w in r["model"][2]) + r["model"][3] for r in records)
     plain_curve = sum(len(r["target-only"][0]) * r["costs"].verify(1) for r in records)
     correct = np.concatenate([g.correct for g in along.values()])
     second = np.concatenate([g.second for g in along.values()])
+    confidence = np.concatenate([g.confidence for g in along.values()])
+    target_before = np.concatenate([g.before[1:] for g in along.values()])  # (none before a reply's first)
+    later = np.concatenate([g.correct[1:] for g in along.values()])
     return {"oracle": plain / sum(oracle_seconds(g, c, args.cap) for g, c in replies),
             "chain": (plain / chain_s, chain), "tree": (plain / tree_s, tree), "fixed": (plain / fixed[0], fixed[1]),
-            "always": (plain / always_s, always), "model_curve": plain_curve / model_curve,
+            "always": (plain / always_s, always), "before": (plain / before_s, before),
+            "separation": (separation(confidence, correct), separation(target_before, later)),
+            "model_curve": plain_curve / model_curve,
             "model_measured": sum(r["target-only"][1] for r in records) / sum(r["model"][1] for r in records),
             "first_guess": correct.mean(), "second_when_first_wrong": second[~correct].mean(),
             "draft_ms": 1e3 * statistics.mean(c.draft for _, c in replies),
@@ -232,10 +260,13 @@ def report(b: dict) -> str:
         if r.first == math.inf:
             return "none drafted: plain decoding"
         sib = f", second guess beside confidences below {r.sibling}" if r.sibling else ""
-        return f"first guess at confidence ≥ {r.first}, later ones ≥ {r.rest}, at most {r.cap}{sib}"
+        before = f", the target's confidence before it ≥ {r.before}" if r.before else ""
+        return f"first guess at confidence ≥ {r.first}{before}, later ones ≥ {r.rest}, at most {r.cap}{sib}"
     return "\n".join([
         f"draft's guess is the target's token at {b['first_guess']:.1%} of positions; its second guess at "
         f"{b['second_when_first_wrong']:.1%} of those where the first is not",
+        f"how well a signal tells its right guesses from its wrong ones (ROC area; 0.5: not at all): its confidence "
+        f"{b['separation'][0]:.3f}; the target's confidence at the token before {b['separation'][1]:.3f}",
         f"costs, the mean over the replies: a draft token {b['draft_ms']:.1f} ms; a verify of k rows {b['verify_ms']} ms",
         f"a one-row decode after each reply: {b['plain_ms']} ms",
         "| chain (T=0) | vs plain, priced on the measured costs |", "|---|---|",
@@ -243,6 +274,8 @@ def report(b: dict) -> str:
         f"| best threshold rule in hindsight ({rule(b['chain'][1])}) | {b['chain'][0]:.2f}x |",
         f"| ... with second guesses as leaves ({rule(b['tree'][1])}) | {b['tree'][0]:.2f}x |",
         f"| ... drafting every first guess, where a step drafts ({rule(b['always'][1])}) | {b['always'][0]:.2f}x |",
+        f"| ... a first guess also declined where the target was unsure at the token before ({rule(b['before'][1])}) "
+        f"| {b['before'][0]:.2f}x |",
         f"| best fixed γ ({b['fixed'][1]}) | {b['fixed'][0]:.2f}x |",
         f"| localspec model drafter (auto), its steps priced on the costs | {b['model_curve']:.2f}x |",
         f"| localspec model drafter (auto), measured beside target-only | {b['model_measured']:.2f}x |"])

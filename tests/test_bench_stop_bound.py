@@ -14,10 +14,11 @@ def load():
     return load_script("bench_stop_bound")
 
 
-def guesses(sb, correct, confidence=None, second=None):
+def guesses(sb, correct, confidence=None, second=None, before=None):
     n = len(correct)
     return sb.Guesses(np.array(correct, dtype=bool), np.array(confidence if confidence is not None else [1.0] * n),
-                      np.array(second if second is not None else [False] * n, dtype=bool))
+                      np.array(second if second is not None else [False] * n, dtype=bool),
+                      np.array(before if before is not None else [1.0] * n))
 
 
 def costs(sb, rows, draft):
@@ -40,6 +41,28 @@ def test_a_threshold_step_drafts_while_confident_and_is_taken_up_to_its_first_wr
     assert sb.rule_step(g, c, sb.Rule(0.95, 0.5, 8, 0.0), 0) == (1, pytest.approx(0.25 + 1.0))
     # plain decoding runs no draft
     assert sb.rule_step(g, c, sb.Rule(float("inf"), 0.5, 8, 0.0), 0) == (1, pytest.approx(1.0))
+
+
+def test_a_first_guess_is_declined_where_the_target_was_unsure_at_the_token_before():
+    sb = load()
+    c = costs(sb, [1.0, 1.5, 1.8, 2.0, 2.2, 2.4], 0.25)
+    g = guesses(sb, [True] * 6, [0.9] * 6, before=[1.0, 1.0, 0.4, 1.0, 1.0, 1.0])
+    # at position 2 the target's confidence before is 0.4: below 0.5, a plain step (its look paid)
+    assert sb.rule_step(g, c, sb.Rule(0.5, 0.5, 2, 0.0, 0.5), 2) == (1, pytest.approx(0.25 + 1.0))
+    assert sb.rule_step(g, c, sb.Rule(0.5, 0.5, 2, 0.0, 0.3), 2) == (3, pytest.approx(3 * 0.25 + 1.8))
+    # only a step's first guess reads it: a draft from position 1 runs on through position 2
+    assert sb.rule_step(g, c, sb.Rule(0.5, 0.5, 2, 0.0, 0.5), 1) == (3, pytest.approx(3 * 0.25 + 1.8))
+
+
+def test_separation_is_the_chance_a_correct_guess_scores_above_a_wrong_one():
+    sb = load()
+    correct = np.array([True, True, False, False])
+    assert sb.separation(np.array([0.9, 0.8, 0.2, 0.1]), correct) == pytest.approx(1.0)
+    assert sb.separation(np.array([0.1, 0.2, 0.8, 0.9]), correct) == pytest.approx(0.0)
+    assert sb.separation(np.array([0.5, 0.5, 0.5, 0.5]), correct) == pytest.approx(0.5)
+    # one pair of four out of order (0.6 below 0.7)
+    assert sb.separation(np.array([0.9, 0.6, 0.7, 0.1]), correct) == pytest.approx(0.75)
+    assert np.isnan(sb.separation(np.array([0.9, 0.8]), np.array([True, True])))
 
 
 def test_a_draft_that_reaches_its_cap_taken_whole_pays_its_last_guess_row_at_the_next_step():
