@@ -38,7 +38,9 @@ predict for the draft lengths it used, with no controller overhead; best γ, the
 γ of the family's pooled measurements (Leviathan et al. 2022; localspec.costmodel.expected_tokens);
 controller = share of the decode loop spent outside the draft and the target's llama_decode. Below
 the table, each auto hybrid against the faster of its parts at auto in the run, with the same paired
-interval; and any reply that ran below 0.6 of its scenario's median speed on the same prompt (a
+interval; each localspec scenario's one-row target decode beside target-only's, in ms (the pace
+the machine gave it: a scenario that mostly decodes plain moves with it); and any reply that ran
+below 0.6 of its scenario's median speed on the same prompt (a
 stall, or a first reply's learning: from three rounds), with every ratio over the pairs without it;
 and a note where prompts x rounds does not fill the balanced order of the replies (reply_order).
 """
@@ -617,6 +619,22 @@ def best_part_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
+def pace_notes(rows: list[dict]) -> list[str]:
+    """Each localspec scenario's one-row decode (one_row_ms) beside target-only's, in the same process:
+    a scenario that mostly decodes plain runs at its pace, so a ratio near 1.0x moves with it as
+    much as with anything the scenario did. Nothing where target-only or no other scenario has one."""
+    base = baseline(rows)
+    if base is None or not base.get("one_row_ms"):
+        return []
+    others = [r for r in rows if r is not base and r["engine"] == "localspec" and r.get("one_row_ms")]
+    if not others:
+        return []
+    paces = ", ".join(f"{short_label(r['scenario'])} {r['one_row_ms']:.1f} ({r['one_row_ms'] / base['one_row_ms'] - 1:+.1%})"
+                      for r in others)
+    return [f"the target's one-row decode in each scenario's replies, ms (against target-only's): "
+            f"target-only {base['one_row_ms']:.1f}, {paces}; a scenario that mostly decodes plain moves with its pace"]
+
+
 def slow_replies(rows: list[dict], n_prompts: int) -> dict[int, list[tuple[str, float]]]:
     """Reply index -> (scenario, its share of the median) for each reply that ran below STALL_SHARE
     of the median speed of its scenario's replies to the same prompt (reply j is prompt j mod
@@ -729,6 +747,7 @@ def localspec_row(sc: Scenario, stats: list[GenerationStats], costs: Costs) -> d
         "controller_share": sum(s.controller_s for s in stats) / secs,
         "draft_share": sum(s.draft_s for s in stats) / secs,
         "verify_share": sum(s.verify_s for s in stats) / secs,
+        "one_row_ms": one_row_ms(stats),
         "prompt_tokens": [s.prompt_tokens for s in stats],
         "by_drafter": by_drafter(stats),
         # the draft model's prompt intake, outside the decode loop as llama.cpp's is outside its
@@ -738,6 +757,13 @@ def localspec_row(sc: Scenario, stats: list[GenerationStats], costs: Costs) -> d
     }
     row.update(theory(sc, stats, row, costs))
     return row
+
+
+def one_row_ms(stats: list[GenerationStats]) -> float | None:
+    """The mean milliseconds of the scenario's one-row target decodes (its plain steps' verifies, and
+    any step that drafted nothing): the pace the machine gave this scenario; None where it had none."""
+    steps = sum(s.verify_at[1][0] for s in stats if 1 in s.verify_at)
+    return 1e3 * sum(s.verify_at[1][1] for s in stats if 1 in s.verify_at) / steps if steps else None
 
 
 def by_drafter(stats: list[GenerationStats]) -> dict:
@@ -996,7 +1022,8 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
     args.out.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
     notes = (runs.notes + order_notes(len(runs.results), len(runs.prompt_tokens) * args.rounds)
-             + empty_baseline_notes(rows) + best_part_notes(rows) + stall_notes(rows, len(runs.prompt_tokens))
+             + empty_baseline_notes(rows) + best_part_notes(rows) + pace_notes(rows)
+             + stall_notes(rows, len(runs.prompt_tokens))
              + ([plots] if isinstance(plots, str) else []))
     text = "\n".join([title, "", markdown(rows), *([""] + [f"- {n}" for n in notes] if notes else [])])
     if runs.commands:

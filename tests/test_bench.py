@@ -418,6 +418,30 @@ def test_the_report_gives_each_ratio_its_interval_and_the_hybrid_against_its_bes
                                            "0.90x (90% interval 0.90-0.90x)"]
 
 
+def test_each_scenarios_one_row_decode_is_set_beside_target_onlys():
+    # Two replies each: target-only's plain steps at 30 ms, the hybrid's at 31.5 ms (its 4-row verify
+    # does not count), the model's none (every step drafted): the note names the hybrid's pace only.
+    scenarios = bench.parse_scenarios("plain,model:auto,hybrid:auto")
+    runs = bench.Runs({"target-only": replies_at([10.0, 20.0]), "model gamma=auto": replies_at([10.0, 20.0]),
+                       "hybrid gamma=auto": replies_at([10.0, 20.0])})
+    for s in runs.results["target-only"]:
+        s.verify_at = {1: [100, 3.0]}
+    for s in runs.results["hybrid gamma=auto"]:
+        s.verify_at = {1: [90, 2.835], 4: [5, 0.5]}
+    rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+    by = {r["scenario"]: r for r in rows}
+    assert by["target-only"]["one_row_ms"] == pytest.approx(30.0)
+    assert by["hybrid gamma=auto"]["one_row_ms"] == pytest.approx(31.5)
+    assert by["model gamma=auto"]["one_row_ms"] is None
+    assert bench.pace_notes(rows) == ["the target's one-row decode in each scenario's replies, ms (against "
+                                      "target-only's): target-only 30.0, hybrid gamma=auto 31.5 (+5.0%); a scenario "
+                                      "that mostly decodes plain moves with its pace"]
+    # without target-only's pace there is nothing to set it beside
+    for s in runs.results["target-only"]:
+        s.verify_at = {}
+    assert bench.pace_notes(bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))) == []
+
+
 def test_a_reply_far_slower_than_its_scenario_on_the_same_prompt_is_named_with_the_ratios_without_it():
     # Three prompts over three rounds, the model 1.1 times target-only on each, but one of its replies
     # (prompt 1, round 1) at 0.3 of its speed: a stall. The table keeps it; the note names it and
