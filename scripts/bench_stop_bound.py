@@ -235,7 +235,6 @@ def bounds(args, records: list[dict], along: dict[int, Guesses]) -> dict:
     fixed_rule, fixed_s = best_rule(scored, lambda r: r.first == r.rest == r.sibling == 0.0)
     scored.update(grid_seconds(replies, range(1, args.cap + 1), (0.0,), befores=BEFORE))
     before, before_s = best_rule(scored, lambda r: not r.sibling)
-    fixed = fixed_s, fixed_rule.cap
     model_curve = sum(sum(r["costs"].verify(w) for w in r["model"][2]) + r["model"][3] for r in records)
     plain_curve = sum(len(r["target-only"][0]) * r["costs"].verify(1) for r in records)
     correct = np.concatenate([g.correct for g in along.values()])
@@ -244,7 +243,7 @@ def bounds(args, records: list[dict], along: dict[int, Guesses]) -> dict:
     target_before = np.concatenate([g.before[1:] for g in along.values()])  # (none before a reply's first)
     later = np.concatenate([g.correct[1:] for g in along.values()])
     return {"oracle": plain / sum(oracle_seconds(g, c, args.cap) for g, c in replies),
-            "chain": (plain / chain_s, chain), "tree": (plain / tree_s, tree), "fixed": (plain / fixed[0], fixed[1]),
+            "chain": (plain / chain_s, chain), "tree": (plain / tree_s, tree), "fixed": (plain / fixed_s, fixed_rule.cap),
             "always": (plain / always_s, always), "before": (plain / before_s, before),
             "separation": (separation(confidence, correct), separation(target_before, later)),
             "model_curve": plain_curve / model_curve,
