@@ -31,7 +31,7 @@ import bench  # noqa: E402  (the one model resolver of its scripts)
 from bench_rpc_costs import PROMPT, timed  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec.context import Context  # noqa: E402
-from localspec.llama import Model  # noqa: E402
+from localspec.llama import LlamaError, Model  # noqa: E402
 
 
 def measure(ctxs: dict, widths: Sequence[int], reps: int,
@@ -86,7 +86,10 @@ def main() -> None:
         names = [p.stem for p in paths]
         if len(set(names)) < len(names):
             names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
-        models = [Model(p) for p in paths]
+        try:
+            models = [Model(p) for p in paths]
+        except LlamaError as e:  # a file that is not a model llama.cpp can load: one line naming it
+            ap.error(str(e))
         ctxs = {n: Context(m, 1024, args.threads) for n, m in zip(names, models)}
         for ctx in ctxs.values():
             ctx.decode(PROMPT, logits="none")

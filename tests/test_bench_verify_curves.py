@@ -51,3 +51,11 @@ def test_quick_measures_both_targets_through_llama_cpp():
     assert [row.split(" | ")[0] for row in rows] == ["| 1", "| 2", "| 4"]
     assert all(float(x) > 0 for row in rows for x in row.strip("| ").split(" | ")[1:])
     assert "a second row adds:" in run.stdout and "smol-q4_0" in run.stdout
+
+
+def test_a_file_llama_cpp_cannot_load_is_one_line_naming_it(tmp_path):
+    bad = tmp_path / "saved-web-page.gguf"
+    bad.write_text("<html>not a model</html>")
+    run = subprocess.run([sys.executable, str(SCRIPTS / "bench_verify_curves.py"), "--targets", f"{bad},{bad}"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "saved-web-page.gguf" in run.stderr and "Traceback" not in run.stderr
