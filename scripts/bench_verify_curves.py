@@ -34,6 +34,15 @@ from localspec.context import Context  # noqa: E402
 from localspec.llama import LlamaError, Model  # noqa: E402
 
 
+BATCH = 512  # the rows one decode takes (localspec.context.Context's n_batch): a verify is one decode
+
+
+def context_size(widths: Sequence[int], reps: int) -> int:
+    """The context a run fills: the prompt, one token kept by every timed decode (bench_rpc_costs.timed),
+    a one-row and a width's decode per width and repetition (measure), and the widest decode's rows."""
+    return len(PROMPT) + 2 * reps * len(widths) + max(widths)
+
+
 def measure(ctxs: dict, widths: Sequence[int], reps: int,
             decode: Callable[[object, int], float] = lambda ctx, w: timed(ctx, w, "all")) -> dict:
     """{(name, width): [seconds, ...]}: for each repetition, each width in turn on every target in
@@ -76,6 +85,8 @@ def main() -> None:
         ap.error(f"--widths {args.widths!r}: give rows as integers, e.g. 1,2,4,8")
     if min(widths) < 1 or args.reps < 1:
         ap.error(f"--widths {args.widths!r} --reps {args.reps}: widths and repetitions start at 1")
+    if max(widths) > BATCH:
+        ap.error(f"--widths {args.widths!r}: at most {BATCH} rows, what one llama.cpp decode takes")
     with tempfile.TemporaryDirectory(prefix="verify-curves-") as tmp:
         if args.quick:
             paths, args.reps = list(bench.quick_pair(Path(tmp))), 2
@@ -86,11 +97,11 @@ def main() -> None:
         names = [p.stem for p in paths]
         if len(set(names)) < len(names):
             names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
-        try:
+        try:  # a file that is not a model llama.cpp can load, or threads it refuses: one line naming it
             models = [Model(p) for p in paths]
-        except LlamaError as e:  # a file that is not a model llama.cpp can load: one line naming it
+            ctxs = {n: Context(m, context_size(widths, args.reps), args.threads, BATCH) for n, m in zip(names, models)}
+        except LlamaError as e:
             ap.error(str(e))
-        ctxs = {n: Context(m, 1024, args.threads) for n, m in zip(names, models)}
         for ctx in ctxs.values():
             ctx.decode(PROMPT, logits="none")
         print(f"{args.reps} repetitions, {args.threads} threads, each width on every target in turn")

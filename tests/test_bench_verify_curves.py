@@ -35,11 +35,27 @@ def test_each_width_is_decoded_on_every_target_in_turn_after_a_one_row_decode():
 
 
 @pytest.mark.parametrize("argv, says", [(["--widths", "1,x"], "--widths '1,x'"), (["--widths", "0,2"], "start at 1"),
-                                        ([], "give --targets")])
+                                        (["--widths", "2,600"], "at most 512 rows"), ([], "give --targets")])
 def test_a_bad_argument_is_one_line_naming_it(argv, says):
     run = subprocess.run([sys.executable, str(SCRIPTS / "bench_verify_curves.py"), *argv],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr
+
+
+def test_the_context_holds_every_decode_of_the_run():
+    # Each timed decode keeps one token (bench_rpc_costs.timed): 70 repetitions of 8 widths filled
+    # the 1,024-token context it once had, and the run died in llama.cpp's "context full".
+    vc = load()
+    for widths, reps in (([1, 2, 3, 4, 5, 6, 7, 8], 70), ([1, 512], 3), ([1, 2], 1)):
+        held = {"a": len(vc.PROMPT)}
+
+        def decode(ctx, w):
+            assert held[ctx] + w <= vc.context_size(widths, reps)
+            held[ctx] += 1
+            return 0.01
+
+        vc.measure({"A": "a"}, widths, reps, decode=decode)
+        assert held["a"] == len(vc.PROMPT) + 2 * reps * len(widths)
 
 
 @pytest.mark.slow  # loads SmolLM2 and its Q4_0 copy through llama.cpp
