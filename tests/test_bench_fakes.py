@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from scripttools import load_script
 
+from localspec import models
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -65,7 +67,8 @@ def test_the_bench_counts_the_planners_calls_and_pricings(real_pair, real_store)
 def put_light_pair(folder: Path) -> list[Path]:
     """Placeholder files named as the catalog names the light pair's (resolve_model needs only a file)."""
     folder.mkdir(parents=True, exist_ok=True)
-    files = [folder / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", folder / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"]
+    catalog = models.load_catalog()
+    files = [folder / catalog.entry(name).file for name in catalog.pairs["qwen2.5-coder"]]
     for f in files:
         f.write_bytes(b"GGUF")
     return files

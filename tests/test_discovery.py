@@ -14,7 +14,7 @@ import pytest
 from localspec import discovery, models, naming, pairing
 from localspec.config import ModelError
 
-QWEN_15B, QWEN_05B = "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m"
+QWEN_15B, QWEN_05B = "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_0"  # the catalog's pair
 QWEN_F16 = "qwen2.5-coder-1.5b-instruct-f16"
 
 

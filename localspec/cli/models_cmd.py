@@ -107,13 +107,16 @@ def models_check(target, draft):
 @click.argument("src")
 @click.option("-q", "--quant", required=True, help="Target type, e.g. F16, Q8_0, Q4_0, Q2_K.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Output file (default: beside SRC).")
+@click.option("--output-tensor-type", "output", metavar="TYPE",
+              help="The output layer's type, as llama-quantize's flag (default: llama.cpp's for QUANT). "
+                   "A small draft's output layer is its largest matrix: IQ4_NL or Q4_0 there makes it cheaper per token.")
 @user_errors
-def models_convert(src, quant, out):
+def models_convert(src, quant, out, output):
     """Re-store a model at another quantization (llama_model_quantize, requantizing allowed).
 
     Example: localspec models convert qwen2.5-coder-1.5b-instruct-q4_k_m --quant F16
     """
     src_path = naming.resolve_model(src)
     dst = out or src_path.with_name(f"{src_path.stem}-{quant.lower()}.gguf")
-    models.convert(src_path, dst, quant)
+    models.convert(src_path, dst, quant, output)
     click.echo(f"wrote {dst}")
