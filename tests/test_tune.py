@@ -107,21 +107,6 @@ def test_derived_drafts_are_not_derived_again(store_pair, isolated_store, smol_q
     assert [(c.label, c.source) for c in cands] == [("ngram", None), ("draft", None), ("draft-q2_k", None)]
 
 
-def test_a_derived_drafts_output_layer_is_stored_at_its_own_type(smol_path, isolated_store):
-    from gguf import GGUFReader
-
-    from localspec.llama import tensor_type_of
-
-    assert [tensor_type_of(q) for q in ("Q4_0", "IQ4_NL", "Q3_K_S", "Q4_K_M", "Q2_K")] == [
-        "Q4_0", "IQ4_NL", "Q3_K", "Q4_K", "Q2_K"]
-    cand = candidates.Candidate("smol-q4_0", "model", isolated_store / "smol-q4_0.gguf", "Q4_0", source=smol_path)
-    said = []
-    candidates.materialize(cand, log=said.append)
-    types = {t.name: t.tensor_type.name for t in GGUFReader(cand.path).tensors}
-    assert types.get("output.weight", types["token_embd.weight"]) == "Q4_0"  # not llama.cpp's default Q8_0
-    assert said == [f"making smol-q4_0.gguf (Q4_0) from {smol_path.name}"]
-
-
 def test_bad_quants_are_one_line_errors():
     assert parse_quants("q4_0, Q2_K") == ("Q4_0", "Q2_K") and parse_quants("none") == ()
     with pytest.raises(TuneError) as e:
@@ -558,13 +543,6 @@ def test_convert_to_a_type_llama_cpp_refuses_leaves_nothing(smol_path, tmp_path,
 def test_convert_to_an_unknown_type_leaves_nothing(smol_path, tmp_path):
     result = invoke("models", "convert", smol_path, "--quant", "Q9_Z", "--out", tmp_path / "sub" / "x.gguf")
     assert_one_line_error(result, "Unknown quantization type 'Q9_Z'", "Q4_0")
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_convert_to_an_unknown_output_tensor_type_leaves_nothing(smol_path, tmp_path):
-    result = invoke("models", "convert", smol_path, "--quant", "Q4_0", "--output-tensor-type", "Q4_K_M",
-                    "--out", tmp_path / "sub" / "x.gguf")
-    assert_one_line_error(result, "Unknown output tensor type 'Q4_K_M'", "IQ4_NL")
     assert list(tmp_path.iterdir()) == []
 
 

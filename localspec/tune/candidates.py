@@ -13,7 +13,7 @@ from ..compat import first_difference
 from ..context import Context
 from ..devices import local_devices
 from ..discovery import installed, model_size
-from ..llama import QUANT_TYPES, LlamaError, Model, quant_name, tensor_type_of
+from ..llama import QUANT_TYPES, LlamaError, Model, quant_name
 from ..placement import draft_placement
 from ..session import LoadOptions
 from .options import DERIVED_QUANTS
@@ -146,12 +146,10 @@ def _judge_draft(target: Model, path: Path) -> tuple[str | None, str]:
 
 
 def materialize(cand: Candidate, log: Callable[[str], None] = print) -> Candidate:
-    """Make a derived draft if it is not in the store yet (cached there for the next tune), its output
-    layer re-stored at the draft's own type too: a small model's largest matrix, kept at llama.cpp's
-    default Q8_0 or Q6_K it would keep much of a draft token's time."""
+    """Make a derived draft if it is not in the store yet (cached there for the next tune)."""
     if cand.source is not None and not cand.path.exists():
         log(f"making {cand.path.name} ({cand.quant}) from {cand.source.name}")
-        models.convert(cand.source, cand.path, cand.quant, tensor_type_of(cand.quant))
+        models.convert(cand.source, cand.path, cand.quant)
     return cand
 
 
