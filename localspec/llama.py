@@ -357,13 +357,6 @@ TENSOR_TYPES = {name: getattr(lc, f"GGML_TYPE_{name}") for name in (
     "F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")}
 
 
-def tensor_type_of(quant: str) -> str:
-    """The tensor type a file type stores most weights as: 'Q3_K_S' -> 'Q3_K', 'IQ4_NL' -> 'IQ4_NL'."""
-    name = quant.upper()
-    head, _, size = name.rpartition("_")
-    return head if head.endswith("_K") and size in ("S", "M", "L") else name
-
-
 def check_types(quant: str, output: str | None = None) -> None:
     """Raise LlamaError naming quant (a file type, QUANT_TYPES) or output (a tensor type, TENSOR_TYPES)
     where llama.cpp has no such type, and the types it has."""
