@@ -14,7 +14,8 @@ import pytest
 from localspec import discovery, models, naming, pairing
 from localspec.config import ModelError
 
-QWEN_15B, QWEN_05B = "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_0"  # the catalog's pair
+QWEN_15B, QWEN_05B = "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m"
+QWEN_05B_Q4_0 = "qwen2.5-coder-0.5b-instruct-q4_0"  # the heavy pair's draft
 QWEN_F16 = "qwen2.5-coder-1.5b-instruct-f16"
 
 
@@ -443,7 +444,8 @@ def test_the_catalog_draft_follows_the_target_by_name_or_by_path(isolated_store,
         assert pairing.choose_draft(given, profile_draft) == expected
     elsewhere = gguf(tmp_path / "downloads" / target.name, size=target.stat().st_size)  # the same file, copied
     assert pairing.choose_draft(elsewhere).path == draft_file
-    assert pairing.choose_draft(f16) == pairing.DraftChoice(draft_file, f"the catalog pairs {QWEN_05B} with {QWEN_F16}")
+    heavy_draft = gguf(isolated_store / catalog.models[QWEN_05B_Q4_0].file)
+    assert pairing.choose_draft(f16) == pairing.DraftChoice(heavy_draft, f"the catalog pairs {QWEN_05B_Q4_0} with {QWEN_F16}")
 
 
 def renamed_token(src: Path, dst: Path) -> Path:

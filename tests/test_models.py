@@ -329,15 +329,14 @@ def test_convert_sets_the_output_layers_type_where_asked(smol_path, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["default.gguf", "output.gguf"]
 
 
-def test_the_default_pairs_draft_is_derived_from_the_mirrored_file_with_its_output_layer():
-    # the default pairs draft with the 0.5B re-stored as Q4_0, output layer too (README, "Models");
-    # its source is the one the PyPI packs and the Hub hold, so pulling it downloads nothing more
+def test_the_heavy_pairs_draft_is_derived_from_the_mirrored_file():
+    # the heavy pair drafts with the 0.5B re-stored as Q4_0, output layer too (README, "Models"); its
+    # source is the light pair's draft, the file the PyPI packs and the Hub hold, so pulling it
+    # downloads nothing more
     catalog = models.load_catalog()
-    for pair in ("qwen2.5-coder", "qwen2.5-coder-heavy"):
-        draft = catalog.entry(catalog.pairs[pair][1])
-        source = catalog.entry(draft.derived_from)
-        assert (draft.quant, draft.output_tensor_type) == ("Q4_0", "Q4_0")
-        assert source.pypi_mirror and source.hf_repo and source.sha256.startswith("1d961463")
+    light, heavy = (catalog.entry(catalog.pairs[p][1]) for p in ("qwen2.5-coder", "qwen2.5-coder-heavy"))
+    assert (heavy.quant, heavy.output_tensor_type, heavy.derived_from) == ("Q4_0", "Q4_0", light.name)
+    assert light.pypi_mirror and light.hf_repo and light.sha256.startswith("1d961463")
 
 
 def test_resolve_model(tmp_path, monkeypatch, smol_path):
