@@ -109,7 +109,7 @@ def models_check(target, draft):
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Output file (default: beside SRC).")
 @click.option("--output-tensor-type", "output", metavar="TYPE",
               help="The output layer's type, as llama-quantize's flag (default: llama.cpp's for QUANT). "
-                   "A small draft's output layer is its largest matrix: IQ4_NL or Q4_0 there makes it cheaper per token.")
+                   "A small draft's output layer is its largest matrix: IQ4_NL there made the 0.5B draft quicker a token.")
 @user_errors
 def models_convert(src, quant, out, output):
     """Re-store a model at another quantization (llama_model_quantize, requantizing allowed).
