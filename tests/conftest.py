@@ -78,8 +78,7 @@ def real_store() -> Path:
 
 @pytest.fixture(scope="session")
 def real_pair(real_store) -> dict[str, Path]:
-    """Paths of the real target (Q4_K_M), its F16 copy, the draft (Q4_K_M) and the catalog's Q4_0 copy
-    of it (the heavy pair's draft), pulled into real_store."""
+    """Paths of the real target (Q4_K_M), its F16 copy and the draft, pulled into real_store."""
     from localspec import models
 
     mp = pytest.MonkeyPatch()
@@ -91,8 +90,6 @@ def real_pair(real_store) -> dict[str, Path]:
             "target": models.pull("qwen2.5-coder-1.5b-instruct-q4_k_m", log=lambda *a: None),
             "draft": models.pull("qwen2.5-coder-0.5b-instruct-q4_k_m", log=lambda *a: None),
             "target_f16": models.pull("qwen2.5-coder-1.5b-instruct-f16", log=lambda *a: None),
-            # the heavy pair's draft: the one above re-stored as Q4_0 (a conversion of seconds, no download)
-            "catalog_draft": models.pull("qwen2.5-coder-0.5b-instruct-q4_0", log=lambda *a: None),
         }
     finally:
         mp.undo()
