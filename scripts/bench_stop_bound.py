@@ -235,8 +235,10 @@ def bounds(args, records: list[dict], along: dict[int, Guesses]) -> dict:
     fixed_rule, fixed_s = best_rule(scored, lambda r: r.first == r.rest == r.sibling == 0.0)
     scored.update(grid_seconds(replies, range(1, args.cap + 1), (0.0,), befores=BEFORE))
     before, before_s = best_rule(scored, lambda r: not r.sibling)
-    model_curve = sum(sum(r["costs"].verify(w) for w in r["model"][2]) + r["model"][3] for r in records)
-    plain_curve = sum(len(r["target-only"][0]) * r["costs"].verify(1) for r in records)
+    # rates, not seconds: on an F16 target a reply may part from target-only's at a near tie (other
+    # batch sizes, other sums) and run longer or shorter, and its seconds then price other tokens
+    model_curve = rate(records, "model", lambda r: sum(r["costs"].verify(w) for w in r["model"][2]) + r["model"][3])
+    plain_curve = rate(records, "target-only", lambda r: len(r["target-only"][0]) * r["costs"].verify(1))
     correct = np.concatenate([g.correct for g in along.values()])
     second = np.concatenate([g.second for g in along.values()])
     confidence = np.concatenate([g.confidence for g in along.values()])
@@ -246,12 +248,18 @@ def bounds(args, records: list[dict], along: dict[int, Guesses]) -> dict:
             "chain": (plain / chain_s, chain), "tree": (plain / tree_s, tree), "fixed": (plain / fixed_s, fixed_rule.cap),
             "always": (plain / always_s, always), "before": (plain / before_s, before),
             "separation": (separation(confidence, correct), separation(target_before, later)),
-            "model_curve": plain_curve / model_curve,
-            "model_measured": sum(r["target-only"][1] for r in records) / sum(r["model"][1] for r in records),
+            "model_curve": model_curve / plain_curve,
+            "model_measured": (rate(records, "model", lambda r: r["model"][1])
+                               / rate(records, "target-only", lambda r: r["target-only"][1])),
             "first_guess": correct.mean(), "second_when_first_wrong": second[~correct].mean(),
             "draft_ms": 1e3 * statistics.mean(c.draft for _, c in replies),
             "verify_ms": {k: round(1e3 * statistics.mean(c.verify(k) for _, c in replies), 1) for k in widths_of(args.cap)},
             "plain_ms": [round(1e3 * c.verify(1), 1) for _, c in replies]}
+
+
+def rate(records: Sequence[dict], scenario: str, seconds: Callable[[dict], float]) -> float:
+    """A scenario's tokens per second over every reply, its seconds per reply given by seconds."""
+    return sum(len(r[scenario][0]) for r in records) / sum(seconds(r) for r in records)
 
 
 def report(b: dict) -> str:

@@ -145,3 +145,17 @@ def test_the_grid_finds_plain_decoding_where_no_draft_pays_and_drafting_where_it
     dear = costs(sb, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0], 0.5)  # a row costs a step
     rule, seconds = sb.best_rule(sb.grid_seconds([(good, dear)], range(1, 9), (0.0,)))
     assert rule.first == np.inf and seconds == pytest.approx(40.0)
+
+
+def test_localspec_is_compared_by_tokens_per_second_where_its_reply_parts_from_target_only():
+    sb = load()
+    c = costs(sb, [1.0, 1.5, 1.8, 2.0, 2.2, 2.4], 0.25)
+    g = guesses(sb, [True] * 4)
+    # target-only's reply: 4 tokens in 4 s; the model's parted at a near tie and ran on to 8 tokens,
+    # in 4 steps of 3 rows (1.8 s by the curve) and 1 s of drafting: 8 / 8.2 tokens a second by the
+    # curve, 8 / 6 measured, against 1 a second
+    record = {"prompt": 0, "costs": c, "target-only": ([1] * 4, 4.0, [1] * 4, 0.0),
+              "model": ([1] * 8, 6.0, [3] * 4, 1.0)}
+    args = type("Args", (), {"cap": 2})()
+    b = sb.bounds(args, [record], {0: g})
+    assert b["model_curve"] == pytest.approx(8 / 8.2) and b["model_measured"] == pytest.approx(8 / 6)
