@@ -150,7 +150,7 @@ def test_the_grid_finds_plain_decoding_where_no_draft_pays_and_drafting_where_it
 def test_localspec_is_compared_by_tokens_per_second_where_its_reply_parts_from_target_only():
     sb = load()
     c = costs(sb, [1.0, 1.5, 1.8, 2.0, 2.2, 2.4], 0.25)
-    g = guesses(sb, [True] * 4)
+    g = guesses(sb, [True, False, True, True])
     # target-only's reply: 4 tokens in 4 s; the model's parted at a near tie and ran on to 8 tokens,
     # in 4 steps of 3 rows (1.8 s by the curve) and 1 s of drafting: 8 / 8.2 tokens a second by the
     # curve, 8 / 6 measured, against 1 a second
