@@ -15,6 +15,12 @@ from typing import Callable, Sequence
 
 CONFIDENCE_BINS = 10
 FALLBACK_P_MIN = 0.75  # before anything is measured: llama.cpp's common p-min
+LOOKS_LEAST = 8  # first looks FirstLooks needs before it prices a step's first guess
+
+
+def confidence_bin(confidence: float) -> int:
+    """The bin of CONFIDENCE_BINS that a draft's confidence is counted in."""
+    return min(max(int(confidence * CONFIDENCE_BINS), 0), CONFIDENCE_BINS - 1)
 
 
 class DraftStop:
@@ -40,11 +46,12 @@ class DraftStop:
         self.horizon = horizon  # the step's γ; None: look one token ahead
         self.decline_first = decline_first
         self.reach = 1.0
+        self.first: float | None = None  # the confidence of the step's first guess, once looked at
 
     def keep(self, i: int, confidence: float) -> bool:
         a = self.accept(confidence)
         if i == 0:
-            self.reach = a
+            self.reach, self.first = a, confidence
             return not self.decline_first or self._pays(0, a)
         if not self._pays(i, a):
             return False
@@ -70,10 +77,42 @@ class FixedStop:
     draft of a step is always made, as DraftStop's is where its costs are not trusted)."""
 
     def __init__(self, p_min: float, first: bool = False):
-        self.p_min, self.first = p_min, first
+        self.p_min, self.always_first = p_min, first
+        self.first: float | None = None  # the confidence of the step's first guess, once looked at
 
     def keep(self, i: int, confidence: float) -> bool:
-        return (self.first and i == 0) or confidence >= self.p_min
+        if i == 0:
+            self.first = confidence
+        return (self.always_first and i == 0) or confidence >= self.p_min
+
+
+class FirstLooks:
+    """The draft's confidence at each step's first guess, whether a stop rule then drafted it or not
+    (counts per confidence_bin): what share of first guesses a rule that declines unsure ones lets
+    through, and how often those are taken (kept). The acceptance per position pools the first
+    guesses of every step that drafted, a probe's among them (it drafts every first guess): read as
+    the first guess of a step whose rule declines the unsure ones, it prices that step by guesses
+    it would not draft, and a draft whose sure guesses pay may never be taken where half its first
+    guesses are unsure (tests/test_planner.py, the sure runs)."""
+
+    def __init__(self, counts: Sequence[int] | None = None):
+        self.counts = [int(n) for n in counts] if counts is not None else [0] * CONFIDENCE_BINS
+        if len(self.counts) != CONFIDENCE_BINS or min(self.counts) < 0:
+            raise ValueError(f"expected {CONFIDENCE_BINS} first-look counts, none negative")
+
+    def record(self, confidence: float) -> None:
+        self.counts[confidence_bin(confidence)] += 1
+
+    def kept(self, keep: Callable[[float], bool], accept: Callable[[float], float]) -> tuple[float, float] | None:
+        """(the share of first looks keep lets draft, their acceptance by accept), each bin read at
+        its middle confidence; (0.0, 0.0) where it keeps none; None before LOOKS_LEAST looks."""
+        total = sum(self.counts)
+        if total < LOOKS_LEAST:
+            return None
+        middles = [(b + 0.5) / CONFIDENCE_BINS for b in range(CONFIDENCE_BINS)]
+        kept = [(n, accept(c)) for n, c in zip(self.counts, middles) if n and keep(c)]
+        n_kept = sum(n for n, _ in kept)
+        return (n_kept / total, sum(n * a for n, a in kept) / n_kept) if n_kept else (0.0, 0.0)
 
 
 class DraftStops:

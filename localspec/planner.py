@@ -31,7 +31,8 @@ from .planning.handoff import Handoff
 from .planning.plans import PLAIN, Choice, Plan, cap_of
 from .planning.probes import Lost, Probes, Resting
 from .planning.record import Recording, Shadow
-from .tracker import CostTracker, LookupRuns
+from .lookupruns import LookupRuns
+from .tracker import CostTracker
 from .treeplan import BranchRule, branch_rule
 
 # Plain steps that measure the baseline before any drafting. Every choice is priced against the plain
@@ -289,9 +290,10 @@ class Planner(Recording, Probes):
             t0 = self.clock()
             probes.append(self._probe(c, best, plain_s))
             priced[c.source] += self.clock() - t0
-        probe = max(probes, key=lambda c: c.rate, default=None)
+        probe = self._beyond_known(max(probes, key=lambda c: c.rate, default=None), best)
         # the probe beat the known choice by min_gain (_probe)
-        chosen = probe if probe is not None and probe.rate and probe[:2] != best[:2] else best
+        same = probe is not None and probe[:2] == best[:2] and not self._stop_decides(best.source)
+        chosen = probe if probe is not None and probe.rate and not same else best
         self._rest(live, chosen.source, priced, best.rate)
         if chosen is probe:
             drafter, tracker = self.sources[probe.source]
@@ -327,8 +329,22 @@ class Planner(Recording, Probes):
         that catch-up (_catch_up_rate)."""
         catch_up = self._catch_up_s(source)
         if not catch_up:
-            return self.sources[source][1].plan(limit, bucket, self._switches(source))
-        return self._catch_up_rate(source, limit, bucket, catch_up, self._horizon())
+            gamma, rate = self.sources[source][1].plan(limit, bucket, self._switches(source))
+        else:
+            gamma, rate = self._catch_up_rate(source, limit, bucket, catch_up, self._horizon())
+        return (limit if gamma and self._stop_decides(source) else gamma), rate
+
+    def _stop_decides(self, source: int) -> bool:
+        """Whether a known step from source drafts up to its whole offer, the point estimate's γ
+        deciding only whether it drafts and at what rate it is priced: a draft model under p-min auto
+        whose costs are trusted (CostTracker.draft_stop: its DraftStop declines a first guess that
+        does not pay). That rule weighs each next guess by its own confidence, looking ahead over the
+        whole offer, where the estimate's γ rests on acceptance per position pooled over every
+        confidence: capped by it, drafts of sure guesses were cut where they paid, and the probes
+        that drafted on beat the known steps they were priced against (scripts/results/HISTORY.md,
+        "The model's known step drafts up to its offer")."""
+        drafter, tracker = self.sources[source]
+        return drafter.name == "model" and self.p_min is None and self.config.gamma is None and tracker.stop_trusted()
 
     def _catch_up_rate(self, source: int, limit: int, bucket: int, catch_up: float,
                        horizon: float, hopeful: bool = False) -> tuple[int, float]:

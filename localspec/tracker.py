@@ -36,48 +36,11 @@ from . import trackerfile
 from .acceptance import (PositionAcceptance, TextAcceptance, overall, pooling_weight, posterior_var, shifted,
                          spliced)
 from .costmodel import Estimate
-from .draftstop import CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, DraftStops, FixedStop
+from .draftstop import CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, DraftStops, FirstLooks, FixedStop, confidence_bin
 from .timings import STALL_FACTOR, TRUSTED_SAMPLES, Ema, VerifyCurve, Widths
+from .lookupruns import LookupRuns
 from .trackerfile import CONFIRM_STEPS, WARM_MAX_COUNT
 from .treeplan import SiblingAcceptance
-
-
-class LookupRuns:
-    """How far apart a hybrid's n-gram runs come. A run is a stretch of steps whose accepted tokens
-    came from the lookup (its own steps, or a model draft's handoff to a copy); each leaves the draft
-    model behind by its tokens. A catch-up's price is spread over the tokens the model may draft
-    before the next run (Planner._horizon), not over the generation's rest, which would make a
-    catch-up after every break in a copy look paid for. Kept across a process's generations
-    (CostTracker.lookup_runs, not saved). The gap expected is the mean gap between runs so far, and
-    at least the gap since the last: after a long stretch without one, the lookup is taken to stay
-    away as long again."""
-
-    def __init__(self):
-        self.runs = 0        # runs so far
-        self.outside = 0     # tokens emitted outside them ...
-        self.since = 0       # ... and since the last
-        self._in_run = False
-
-    def begin(self) -> None:
-        """A generation begins: its runs are to come. The mean gap of the process's earlier ones
-        stands: on a copy set, each reply's copy begins a token or two after its start."""
-        self.since, self._in_run = 0, False
-
-    def note(self, copied: int, emitted: int) -> None:
-        """A step that emitted `emitted` tokens, `copied` of them accepted from the lookup (after a
-        model draft's own, where it handed over; the target's own token always comes last)."""
-        self.outside += emitted - copied
-        if copied:
-            self.runs += not self._in_run
-            self.since = 1
-        else:
-            self.since += emitted
-        self._in_run = copied > 0
-
-    def gap(self) -> float:
-        """The tokens expected before the next run (inf before the first; at least 1 after it: the
-        target's own token that ended it)."""
-        return max(self.outside / self.runs, self.since) if self.runs else math.inf
 
 
 @dataclass
@@ -103,6 +66,7 @@ class CostTracker:
     buckets: dict[int, PositionAcceptance] = field(default_factory=dict)
     conf_judged: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
     conf_accepted: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
+    looks: FirstLooks = field(default_factory=FirstLooks)  # the draft's confidence at each step's first guess
     texts: TextAcceptance = field(default_factory=TextAcceptance)  # ... and per text (a generation)
     # How far the text at hand lies from the texts measured, in log-odds (TextAcceptance.shift): the
     # planner sets it before each step, and every acceptance estimate below is moved by it.
@@ -150,10 +114,12 @@ class CostTracker:
 
     def record(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float, overhead_s: float,
                confidences: Sequence[float] = (), bucket: int = 0, width: int | None = None,
-               emitted: int | None = None, cap: int | None = None, rows: int = 0) -> None:
+               emitted: int | None = None, cap: int | None = None, rows: int = 0,
+               first_look: float | None = None) -> None:
         """Add one step's measurements (confidences: the draft's, per drafted token, when it gave them;
         bucket: the proposal's acceptance bucket; cap: the most a stop rule let it draft, where one
-        judged the draft; rows: those a draft model decoded for it, Proposal.rows). A tree's step
+        judged the draft; rows: those a draft model decoded for it, Proposal.rows; first_look: the
+        confidence of its first guess, drafted or not, where a stop rule looked at it). A tree's step
         gives the rows of its verify batch (width) and the tokens it emitted, which its siblings make
         more than n_drafted + 1 and n_accepted + 1 of its chain."""
         self.record_verify(width or n_drafted + 1, verify_s, overhead_s)
@@ -172,10 +138,12 @@ class CostTracker:
         self.record_acceptance(n_drafted, n_accepted, bucket)
         if cap and (n_drafted or rows):  # (a proposal of none made without a decode: no room left)
             self.stops.record_first(n_drafted > 0)
+        if first_look is not None:
+            self.looks.record(first_look)
         if n_drafted and cap:
             self.stops.record(n_drafted, n_accepted, cap)
         for i, c in enumerate(confidences[: n_accepted + 1]):  # the drafts the target judged
-            b = self._bin(c)
+            b = confidence_bin(c)
             self.conf_judged[b] += 1
             self.conf_accepted[b] += i < n_accepted
 
@@ -203,15 +171,11 @@ class CostTracker:
         counts = self.buckets.get(bucket)
         return counts.judged[0] if counts is not None and counts.judged else 0
 
-    @staticmethod
-    def _bin(confidence: float) -> int:
-        return min(max(int(confidence * CONFIDENCE_BINS), 0), CONFIDENCE_BINS - 1)
-
     def accept_at(self, confidence: float) -> float:
         """Measured acceptance of drafts of this confidence, smoothed towards an optimistic prior,
         (1 + confidence) / 2: a confidence whose drafts are never judged is never measured, and drafts
         are often accepted more than their confidence says."""
-        b, w = self._bin(confidence), self.prior_weight
+        b, w = confidence_bin(confidence), self.prior_weight
         return (self.conf_accepted[b] + w * (1 + confidence) / 2) / (self.conf_judged[b] + w)
 
     def plain_seconds(self) -> float:
@@ -233,8 +197,13 @@ class CostTracker:
         if self.draft_s.value is None or 1 not in self.verify:
             return FixedStop(FALLBACK_P_MIN, first=True)  # a probe must measure the draft
         verify = self.verify.next_width if probe else self.verify_seconds
-        trusted = not probe and self.verify.samples(2) >= TRUSTED_SAMPLES  # (DraftStop: decline_first)
-        return DraftStop(self.accept_at, self.rate(), self.draft_s.value, verify, gamma, decline_first=trusted)
+        return DraftStop(self.accept_at, self.rate(), self.draft_s.value, verify, gamma,
+                         decline_first=not probe and self.stop_trusted())
+
+    def stop_trusted(self) -> bool:
+        """Whether p-min auto's costs are trusted (DraftStop's decline_first): the draft's cost and a
+        plain step measured, and a two-row verify TRUSTED_SAMPLES times."""
+        return self.draft_s.value is not None and 1 in self.verify and self.verify.samples(2) >= TRUSTED_SAMPLES
 
     def acceptance(self, bucket: int | None = None) -> list[float]:
         """Per-position conditional acceptance (point estimate). All buckets' counts per position are
@@ -354,8 +323,23 @@ class CostTracker:
         accept = self.optimistic_acceptance(bucket) if optimistic else self.acceptance(bucket)
         if optimistic and followed:
             accept = spliced(self.acceptance(bucket), accept, followed)
-        return Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight),
-                        first_row=self.first_row, first_on=self.stops.first_on(self.prior_weight))
+        est = Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight),
+                       first_row=self.first_row, first_on=self.stops.first_on(self.prior_weight))
+        return est if optimistic or probe or curve is not None else self.first_kept(est)
+
+    def first_kept(self, est: Estimate) -> Estimate:
+        """est with a step's first guess as the stop rule of a known step takes it, once that rule is
+        trusted to decline the unsure ones (stop_trusted): drafted at the share of first looks it
+        keeps, taken at their acceptance (FirstLooks.kept, moved by the text's shift as every
+        position is), its lookahead over the deepest position drafted so far."""
+        if not self.stop_trusted():
+            return est
+        stop = self.draft_stop(max(len(self.positions.judged), 1))
+        kept = self.looks.kept(lambda c: stop.keep(0, c), self.accept_at)
+        if kept is None:
+            return est
+        first_on, first = kept
+        return est._replace(accept=[*shifted([first], self.text_shift), *est.accept[1:]], first_on=first_on)
 
     def could_pay(self, cap: int) -> bool:
         """Whether some γ ≤ cap could beat plain decoding by min_gain, as far as the measurements tell."""
@@ -425,7 +409,7 @@ class CostTracker:
         estimate = self.estimate(bucket, switch=switch)
         if cautious:
             least = estimate.draft_s if self.draft_least is None else min(estimate.draft_s, self.draft_least)
-            estimate = estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=least)
+            estimate = self.first_kept(estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=least))
         return estimate.best(gamma_max, self.min_gain)
 
     def choose(self, gamma_cap: int) -> int:

@@ -12,7 +12,7 @@ import math
 from typing import TYPE_CHECKING, Sequence
 
 from .acceptance import PositionAcceptance, TextAcceptance
-from .draftstop import CONFIDENCE_BINS, DraftStops
+from .draftstop import CONFIDENCE_BINS, DraftStops, FirstLooks
 from .timings import Ema
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def saved_data(t: CostTracker) -> dict:
             "positions": t.positions.to_rows(),
             "buckets": {str(b): c.to_rows() for b, c in t.buckets.items()},
             "stops": t.stops.to_rows(), "first_stops": [t.stops.asked, t.stops.declined],
-            "confidence": [t.conf_judged, t.conf_accepted],
+            "confidence": [t.conf_judged, t.conf_accepted], "first_looks": list(t.looks.counts),
             "texts": t.texts.to_rows(),
             "proposals": t.proposals, "pricings": list(t.pricings), "first_row": t.first_row}
 
@@ -86,6 +86,7 @@ def _load_counts(t: CostTracker, data: dict, max_count: int) -> None:
     t.conf_judged, t.conf_accepted = _scaled(data["confidence"], max_count)
     if len(t.conf_judged) != CONFIDENCE_BINS:
         raise ValueError(f"expected {CONFIDENCE_BINS} confidence bins")
+    t.looks = FirstLooks(_scaled([data.get("first_looks", [0] * CONFIDENCE_BINS)], max_count)[0])  # older files: none
     t.texts = TextAcceptance.from_rows(data.get("texts", [[], []]))  # older files: none kept
 
 

@@ -73,7 +73,10 @@ H200_LIGHT = {k: ms / 1e3 for k, ms in {1: 1.81, 2: 5.0, 4: 5.5, 8: 5.6, 16: 8.0
 class Region(NamedTuple):
     """A stretch of the reply. ngram_every: the lookup has a match at one position in this many (0:
     never); match: how far the match reaches back at the region's start (a copy: it grows by one per
-    token); ngram_accept and model_accept: each guess's chance of acceptance."""
+    token); ngram_accept and model_accept: each guess's chance of acceptance; sure: the share of its
+    positions where the draft model is sure instead (SURE: its confidence and chance of acceptance
+    there), in runs of SURE_RUN positions on average, as a phrase the draft knows runs on (which
+    positions: drawn per position of the reply, as acceptance is)."""
 
     length: int
     ngram_every: int
@@ -81,7 +84,11 @@ class Region(NamedTuple):
     copy: bool
     ngram_accept: float
     model_accept: float
+    sure: float = 0.0
 
+
+SURE = 0.97
+SURE_RUN = 5.0
 
 COPY = [Region(12, 0, 0, False, 0.0, 0.6), Region(148, 1, 2, True, 0.98, 0.85)]
 PROSE = [Region(128, 4, 2, False, 0.3, 0.6)]
@@ -98,6 +105,27 @@ class World:
 
     regions: Sequence[Region]
     pos: int = 0
+    sure_at: list[bool] = field(default_factory=list)  # per position of the reply: the draft model sure (Region.sure)
+
+    def draw_sure(self, draws: np.ndarray) -> None:
+        """Where the draft model is sure, from one draw per position: a run of either kind ends at
+        each position with the chance that gives sure runs SURE_RUN positions on average and the
+        region's share of sure positions."""
+        sure = False
+        for p, u in enumerate(draws):
+            share = self.region(p)[0].sure
+            if not share:
+                sure = False
+            elif sure:
+                sure = u >= 1 / SURE_RUN
+            else:
+                sure = u < share / (SURE_RUN * (1 - share)) if share < 1 else True
+            self.sure_at.append(sure)
+
+    def model_accept(self, pos: int) -> float:
+        """The draft model's confidence at pos, and its guess's chance of acceptance there."""
+        sure = pos < len(self.sure_at) and self.sure_at[pos]
+        return SURE if sure else self.region(pos)[0].model_accept
 
     def region(self, pos: int | None = None) -> tuple[Region, int]:
         """The region at pos (by default the current position) and the position within it."""
@@ -144,9 +172,9 @@ class SimDrafter:
         declines it), and each guess's but the last one a full γ leaves undecoded, decoded where it
         was accepted at this step's start (a 2-token batch, charged here as two rows)."""
         r, _ = self.world.region()
-        a = r.model_accept if self.name == "model" else r.ngram_accept
         ids, conf, most = [], [], min(k, self.offer(context, k))
         for i in range(most):
+            a = self.world.model_accept(self.world.pos + i) if self.name == "model" else r.ngram_accept
             if stop is not None:
                 if not stop.keep(i, a):
                     break
@@ -188,6 +216,7 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
     world, rng = World(regions), np.random.default_rng(seed)
     n_tokens = sum(r.length for r in regions)
     luck = rng.random(n_tokens + 64)  # drafts may reach past the reply's end
+    world.draw_sure(np.random.default_rng(seed + 10**6).random(n_tokens + 64))  # (luck's draws kept as they were)
     sources = [(SimDrafter(k, world, draft_ratio * verify(1) if k == "model" else 0.0),
                 trackers.setdefault(k, CostTracker())) for k in kinds]
     planner = Planner(sources, config, ExploreBudget())
@@ -230,8 +259,9 @@ def _accepted(n: int, drafter: SimDrafter | None, world: World, luck: np.ndarray
     if not n:
         return 0
     r, _ = world.region()
-    a = r.model_accept if drafter.name == "model" else r.ngram_accept
-    draws = luck[world.pos: world.pos + n] < a
+    span = range(world.pos, world.pos + n)
+    a = [world.model_accept(p) for p in span] if drafter.name == "model" else r.ngram_accept
+    draws = luck[world.pos: world.pos + n] < np.asarray(a)
     return int(np.argmin(draws)) if not draws.all() else n
 
 

@@ -12,7 +12,7 @@ import pytest
 from localspec.config import GenerationConfig
 from localspec.acceptance import TEXT_LEAST, TextAcceptance
 from localspec.costmodel import match_bucket
-from localspec.draftstop import FixedStop
+from localspec.draftstop import DraftStop, FixedStop
 from localspec.timings import VerifyCurve
 from localspec.drafters import NGramDrafter, Proposal, one_hot
 from localspec.llama import common_prefix_len
@@ -696,6 +696,43 @@ def test_a_probe_counts_the_catch_up_of_a_drafter_left_behind():
         p = planner(prefilled=False)
         p.sources[0][0].held = lambda context, cached=cached: common_prefix_len(cached, context[:-1])
         assert p.plan(tokens, 100).source == source
+
+
+def test_a_known_model_step_drafts_up_to_its_offer_once_its_stop_rule_is_trusted():
+    # The point estimate's γ rests on acceptance per position pooled over every confidence, where
+    # p-min auto weighs each guess by its own: capped at the estimate's γ, runs of sure guesses were
+    # cut where they paid (F16 prose: the probes of γ 8 beat the known steps of γ 3 to 5 they were
+    # priced against). Once the rule is trusted, the estimate decides whether the model drafts, the
+    # rule where it stops.
+    t = CostTracker()
+    measure_plain(t, 0.074)
+    for i in range(60):  # 4 guesses a step, taken 4, 3, 1 and 0 times in turn
+        t.record(4, [4, 3, 1, 0][i % 4], 0.05, 0.142, 0.0, confidences=(0.9, 0.8, 0.6, 0.5), cap=8, rows=5)
+    for _ in range(3):  # a 2-row verify measured enough to trust the rule's first-guess decline
+        t.record(1, 1, 0.02, 0.121, 0.0, confidences=(0.9,), cap=8, rows=2)
+    known = t.plan(8)[0]
+    assert 0 < known < 8
+    planner = Planner([(FakeModelDrafter(), t)], GenerationConfig(gamma=None, sampling=GREEDY))
+    planner.wants_prefill(0)
+    plan = planner.plan([1] * 20, 8)
+    assert plan.gamma == 8 and planner._explored is None
+    assert isinstance(plan.stop, DraftStop) and plan.stop.decline_first
+    # a fixed p-min judges no cost: the estimates' γ caps it (here a probe's, as wide as the widest measured)
+    fixed = Planner([(FakeModelDrafter(), t)], GenerationConfig(gamma=None, p_min=0.5, sampling=GREEDY))
+    fixed.wants_prefill(0)
+    plan = fixed.plan([1] * 20, 8)
+    assert isinstance(plan.stop, FixedStop) and 0 < plan.gamma < 8
+
+
+def test_a_draft_whose_sure_guesses_pay_drafts_them_though_its_unsure_ones_would_not():
+    # The F16 target, a draft token at 0.13 of its step: the draft sure (0.97) in runs of 5 over 70%
+    # of the positions, its other guesses taken 30% of the time. Priced by every first guess a
+    # probe drafted, a model step loses to plain decoding and was seldom taken; the rule declines
+    # the unsure first guesses, and a step priced as it drafts (FirstLooks) is taken where the
+    # sure runs pay.
+    sure_runs = [Region(128, 0, 0, False, 0.0, 0.3, 0.7)]
+    ratios = [set_ratio(run_set(sure_runs, ["model"], curve(CPU_F16), 0.13, n=4, seed=100 * s)) for s in range(6)]
+    assert float(np.mean(ratios)) >= 1.24
 
 
 class FakeModelDrafter(NGramDrafter):

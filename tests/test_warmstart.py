@@ -78,6 +78,19 @@ def test_first_guesses_a_stop_rule_declined_are_saved_and_older_files_load_with_
         CostTracker.from_dict(dict(data, first_stops=[3, 5]))
 
 
+def test_first_looks_are_saved_and_older_files_load_with_none():
+    t = measured()
+    for c in [0.95] * 90 + [0.35] * 30:
+        t.record(0, 0, 0.02, 0.10, 0.001, cap=6, rows=1, first_look=c)
+    data = json.loads(json.dumps(t.to_dict()))
+    back = CostTracker.from_dict(data, max_count=64)
+    assert back.looks.counts[9] == 64 and back.looks.counts[3] == 21  # 90 and 30, scaled together
+    old = CostTracker.from_dict({k: v for k, v in data.items() if k != "first_looks"})
+    assert sum(old.looks.counts) == 0
+    with pytest.raises(ValueError):
+        CostTracker.from_dict(dict(data, first_looks=[1, 2, 3]))
+
+
 def reply(pair: Pair) -> Reply:
     prompt = pair.target_model.tokenize("red, blue, green, red, blue, green, red,", True)
     *_, last = pair.stream(prompt, GenerationConfig(24, None, GREEDY))

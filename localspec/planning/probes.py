@@ -181,6 +181,17 @@ class Probes:
         gamma = self._narrow_probe(offer, rates, known, loss, plain_s)
         return best._replace(gamma=gamma, rate=hope_best) if gamma else best
 
+    def _beyond_known(self, probe: Choice | None, best: Choice) -> Choice | None:
+        """probe, or where the best known choice drafts from the same source up to its whole offer
+        (_stop_decides), that offer's draft with the probe's stop rule where the probe's own γ would
+        reach a verify size not yet measured (which the known step's rule, reading the measured
+        slope, may never draft to), else none: a probe no wider than that drafts less than the known
+        step does."""
+        if probe is None or probe.source != best.source or not self._stop_decides(best.source):
+            return probe
+        widest = max(self.sources[best.source][1].verify.points, default=0)
+        return probe._replace(gamma=best.gamma) if probe.gamma + 1 > widest else None
+
     def _probe_cap(self, offer: Choice) -> int:
         """The most an n-gram probe may draft: PROBE_GROWTH times the most guesses of one draft its
         tracker has had accepted (1 before any). A copy breaks where the reply leaves its source, and

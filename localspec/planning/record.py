@@ -200,7 +200,7 @@ class Recording:
                 # the draft's per-token cost.
                 tracker.record(n, n_accepted, _bounded_by_batch(own_s, proposal), verify_s, overhead_s,
                                proposal.confidences, plan.bucket, width=width, emitted=emitted, cap=cap,
-                               rows=proposal.rows)
+                               rows=proposal.rows, first_look=getattr(plan.stop, "first", None))
             elif not n:  # a step its stop rule let draft nothing: a plain step's verify for the others
                 tracker.record_verify(1, verify_s, overhead_s)
             else:
