@@ -20,7 +20,9 @@ verify costs against one row), three chains are compared over the same replies:
   drafted (as localspec's p-min auto drafts a step's first guess); every setting of a grid tried,
   the best kept (plain decoding among them). Each look at a confidence costs a draft decode, as it
   does in a real chain;
-- a fixed γ (no stop rule), its best γ.
+- a fixed γ (no stop rule), its best γ;
+- localspec's own stop rule (p-min auto) replayed along the replies at the cap, its acceptance per
+  confidence counted over them all: the rule apart from the planner's learning, γ and probes.
 
 And localspec's model drafter (auto) itself, measured against target-only side by side (the two
 alternate reply by reply), and priced on the same costs: its steps' verifies on each reply's curve,
@@ -50,10 +52,13 @@ import bench  # noqa: E402  (the prompt sets and the reply order)
 from bench_copy_bound import bound, curve_of, reply  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
+from localspec.draftstop import DraftStop, confidence_bin  # noqa: E402
 from localspec.sampling import top_probability  # noqa: E402
 from localspec.session import Pair  # noqa: E402
+from localspec.tracker import CostTracker  # noqa: E402
 
 REPEATS = 3
+REPLAY_ROUNDS = 6  # fixed-point iterations of the replayed rule's rate (replayed)
 THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 SIBLING_BELOW = (0.0, 0.5, 0.7, 0.9)  # 0: no siblings
 BEFORE = (0.5, 0.7, 0.8, 0.9, 0.95)  # the target's confidence at the token before a first guess (Rule.before)
@@ -161,6 +166,49 @@ def rule_step(g: Guesses, costs: Costs, rule: Rule, i: int) -> tuple[int, float]
     return min(emitted, n - i), seconds + costs.verify(k + 1 + siblings)
 
 
+def stop_step(g: Guesses, costs: Costs, stop: DraftStop, cap: int, i: int) -> tuple[int, float]:
+    """(tokens emitted, seconds) of one step starting at position i whose draft a stop rule ends (at
+    most cap guesses), each look at a confidence a draft decode, as in rule_step."""
+    n, seconds = len(g.correct), costs.draft
+    if i == n - 1 or not stop.keep(0, g.confidence[i]):
+        return 1, seconds + costs.verify(1)
+    k = 1
+    while k < cap and i + k < n - 1:
+        seconds += costs.draft
+        if not stop.keep(k, g.confidence[i + k]):
+            break
+        k += 1
+    taken = int(np.argmin(g.correct[i : i + k])) if not g.correct[i : i + k].all() else k
+    if taken == k == cap:
+        seconds += costs.draft
+    return taken + 1, seconds + costs.verify(k + 1)
+
+
+def replayed(replies: Sequence[tuple[Guesses, Costs]], cap: int) -> float:
+    """The seconds of localspec's p-min auto (DraftStop, its first guess judged) over every reply,
+    its acceptance per confidence counted over all of them in hindsight (smoothed as CostTracker's
+    is), at the rate it achieves (found by fixed-point iteration from plain decoding's): whether the
+    rule, given what a planner could learn, reaches the threshold rules, apart from the planner's
+    learning, its γ and its probes."""
+    tracker = CostTracker()
+    for g, _ in replies:
+        for c, ok in zip(g.confidence, g.correct):
+            tracker.conf_judged[confidence_bin(c)] += 1
+            tracker.conf_accepted[confidence_bin(c)] += bool(ok)
+    total, tokens = 0.0, sum(len(g.correct) for g, _ in replies)
+    rate = tokens / sum(len(g.correct) * c.verify(1) for g, c in replies)
+    for _ in range(REPLAY_ROUNDS):
+        total = 0.0
+        for g, costs in replies:
+            i = 0
+            while i < len(g.correct):
+                stop = DraftStop(tracker.accept_at, rate, costs.draft, costs.verify, cap, decline_first=True)
+                emitted, seconds = stop_step(g, costs, stop, cap, i)
+                i, total = i + emitted, total + seconds
+        rate = tokens / total
+    return total
+
+
 def rule_seconds(g: Guesses, costs: Costs, rule: Rule) -> float:
     i, total = 0, 0.0
     while i < len(g.correct):
@@ -248,6 +296,7 @@ def bounds(args, records: list[dict], along: dict[int, Guesses]) -> dict:
             "chain": (plain / chain_s, chain), "tree": (plain / tree_s, tree), "fixed": (plain / fixed_s, fixed_rule.cap),
             "always": (plain / always_s, always), "before": (plain / before_s, before),
             "separation": (separation(confidence, correct), separation(target_before, later)),
+            "replayed": plain / replayed(replies, args.cap), "cap": args.cap,
             "model_curve": model_curve / plain_curve,
             "model_measured": (rate(records, "model", lambda r: r["model"][1])
                                / rate(records, "target-only", lambda r: r["target-only"][1])),
@@ -284,6 +333,8 @@ def report(b: dict) -> str:
         f"| ... a first guess also declined where the target was unsure at the token before ({rule(b['before'][1])}) "
         f"| {b['before'][0]:.2f}x |",
         f"| best fixed γ ({b['fixed'][1]}) | {b['fixed'][0]:.2f}x |",
+        f"| localspec's stop rule (p-min auto) replayed at most {b['cap']} a step, its acceptance per confidence "
+        f"counted over these replies | {b['replayed']:.2f}x |",
         f"| localspec model drafter (auto), its steps priced on the costs | {b['model_curve']:.2f}x |",
         f"| localspec model drafter (auto), measured beside target-only | {b['model_measured']:.2f}x |"])
 

@@ -159,3 +159,20 @@ def test_localspec_is_compared_by_tokens_per_second_where_its_reply_parts_from_t
     args = type("Args", (), {"cap": 2})()
     b = sb.bounds(args, [record], {0: g})
     assert b["model_curve"] == pytest.approx(8 / 8.2) and b["model_measured"] == pytest.approx(8 / 6)
+
+
+def test_the_replayed_stop_rule_drafts_sure_guesses_and_declines_unsure_first_ones():
+    sb = load()
+    # an F16-like curve (a second row half a plain step, a row after it a tenth) and a cheap draft
+    c = costs(sb, [1.0, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.1, 2.2], 0.1)
+    sure, unsure = [True] * 4, [False, False]
+    confidence = ([0.97] * 4 + [0.3] * 2) * 20
+    g = guesses(sb, (sure + unsure) * 20, confidence)
+    stop = sb.DraftStop(lambda conf: conf, 1.5, 0.1, c.verify, 8, decline_first=True)
+    assert sb.stop_step(g, c, stop, 8, 4) == (1, pytest.approx(0.1 + 1.0))  # an unsure first guess: plain
+    stop = sb.DraftStop(lambda conf: conf, 1.5, 0.1, c.verify, 8, decline_first=True)
+    emitted, seconds = sb.stop_step(g, c, stop, 8, 0)
+    assert emitted == 5 and seconds == pytest.approx(5 * 0.1 + 1.8)  # 4 sure guesses, the 5th look ends it
+    plain = sum(len(g.correct) * c.verify(1) for g, c in [(g, c)])
+    # over the reply it beats drafting every first guess, and plain decoding
+    assert plain / sb.replayed([(g, c)], 8) > plain / sb.rule_seconds(g, c, sb.Rule(0.0, 0.5, 8, 0.0)) > 1.0
