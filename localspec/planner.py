@@ -69,10 +69,11 @@ class Planner(Recording, Probes):
 
     Auto γ, per step: each source offers what it could draft now (an n-gram drafter: its match, whose
     length picks the acceptance bucket). The best known choice is the (source, γ), plain decoding
-    included, with the most tokens/s by the trackers' point estimates. The exploratory choice is the
-    one with the most tokens/s by their optimistic estimates among those the budget allows (see
-    ExploreBudget; ε = EXPLORE_FRACTION, W = GRACE_STEPS); it is taken when it beats the best known
-    choice by the trackers' min_gain. Each step measures what it ran: the verify seconds of its width
+    included, with the most tokens/s by the trackers' point estimates (a draft model's under a
+    trusted p-min auto drafts up to its whole offer, its rule deciding where it stops: _stop_decides).
+    The exploratory choice is the one with the most tokens/s by their optimistic estimates among
+    those the budget allows (see ExploreBudget; ε = EXPLORE_FRACTION, W = GRACE_STEPS); it is taken
+    when it beats the best known choice by the trackers' min_gain. Each step measures what it ran: the verify seconds of its width
     (taught to every source: the target is the same), and the drafting source's cost, acceptance and
     where its stop rule ended the draft (a model step's γ is a cap: it is priced by where its drafts
     are likely to end within it, draftstop.DraftStops). An exploratory model step's stop rule lets
@@ -341,8 +342,8 @@ class Planner(Recording, Probes):
         does not pay). That rule weighs each next guess by its own confidence, looking ahead over the
         whole offer, where the estimate's γ rests on acceptance per position pooled over every
         confidence: capped by it, drafts of sure guesses were cut where they paid, and the probes
-        that drafted on beat the known steps they were priced against (scripts/results/HISTORY.md,
-        "The model's known step drafts up to its offer")."""
+        that drafted on beat the known steps they were priced against (README, Performance: "The
+        model's known step drafts up to its offer")."""
         drafter, tracker = self.sources[source]
         return drafter.name == "model" and self.p_min is None and self.config.gamma is None and tracker.stop_trusted()
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .draftstop import CONFIDENCE_BINS
+from .draftstop import CONFIDENCE_BINS, confidence_bin
 
 MAX_BRANCHES = 4  # sequences of a target context that may verify trees: the chain and up to 3 siblings
 
@@ -43,19 +43,15 @@ class SiblingAcceptance:
         self.judged = [0] * CONFIDENCE_BINS
         self.accepted = [0] * CONFIDENCE_BINS
 
-    @staticmethod
-    def _bin(confidence: float) -> int:
-        return min(max(int(confidence * CONFIDENCE_BINS), 0), CONFIDENCE_BINS - 1)
-
     def record(self, confidence: float, accepted: bool) -> None:
         """One sibling the target judged."""
-        b = self._bin(confidence)
+        b = confidence_bin(confidence)
         self.judged[b] += 1
         self.accepted[b] += accepted
 
     def rate(self, confidence: float) -> float:
         """s(c): the chance the target takes a sibling it judges, smoothed towards the prior."""
-        b = self._bin(confidence)
+        b = confidence_bin(confidence)
         return (self.accepted[b] + self.weight * self.prior) / (self.judged[b] + self.weight)
 
 
