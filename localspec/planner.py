@@ -55,11 +55,12 @@ def catch_up_decode_s(tracker: CostTracker, behind: int) -> float:
 
 
 def p_min_of(config: GenerationConfig) -> float | None:
-    """The draft model's p-min; None is p-min auto. Auto goes with auto γ at T=0 only: a fixed γ takes
-    llama.cpp's FALLBACK_P_MIN, so `--gamma N` drafts what it says and a seed repeats a sampled run
-    token for token (auto follows live timings); sampled decoding keeps it too, since the draft's
-    top-token confidence says little about a token it sampled."""
-    if config.p_min is None and (config.gamma is not None or not config.sampling.greedy):
+    """The draft model's p-min; None is p-min auto. Auto goes with auto γ, greedy or sampled: a fixed γ
+    takes llama.cpp's FALLBACK_P_MIN, so `--gamma N` drafts what it says and a seed repeats a sampled
+    run token for token (auto follows live timings). At T > 0 the rule reads the draft's top-token
+    confidence before it samples the guess, and the acceptance per confidence a sampled tracker
+    learnt: the draft's distribution alone decides where a draft stops, which keeps the p/q rule exact."""
+    if config.p_min is None and config.gamma is not None:
         return FALLBACK_P_MIN
     return config.p_min
 

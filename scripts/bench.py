@@ -1077,7 +1077,7 @@ def p_min_text(args) -> str:
     if args.p_min is not None:
         return f"p-min {args.p_min} (both)"
     ours = GenerationConfig().p_min
-    ours = "auto with γ auto at T=0, else 0.75" if ours is None else ours
+    ours = "auto with γ auto, 0.75 at a fixed γ" if ours is None else ours
     return f"p-min: localspec {ours}, llama.cpp 0.0 (each its default)"
 
 

@@ -334,18 +334,43 @@ def test_speculative_sampling_matches_target_only(plain_t1, sampling, draft_samp
     assert same_distribution_pvalue(plain, spec) > 1e-3
 
 
-def test_auto_gamma_and_auto_p_min_keep_the_distribution(plain_t1, monkeypatch):
-    # Auto mode only changes how many tokens are drafted each step, never the rule; so does p-min
-    # auto, which stops a draft from the draft's confidence and past steps' costs, never the target's.
-    # The planner takes p-min auto at T=0 only; here it is forced on at T=1 to test the stop rule itself.
-    import localspec.planner as planner_mod
+def trusted_costs(unsure: tuple[float, ...] = (0.25, 0.35)) -> CostTracker:
+    """A cost tracker whose p-min auto is trusted (a two-row verify measured three times) and has
+    learnt that the draft's guesses at the confidences `unsure` are seldom taken and its sure ones
+    mostly are: its stop rule ends drafts, and declines first guesses, at the unsure ones."""
+    t = CostTracker()
+    for _ in range(3):  # three plain steps
+        t.record(0, 0, draft_s=0.0, verify_s=0.010, overhead_s=0.0)
+    for i in range(48):  # one-token drafts: the unsure ones rejected, the sure ones taken
+        sure = i % 2
+        t.record(1, sure, 0.0005, 0.016, 0.0, confidences=(0.95 if sure else unsure[i // 2 % len(unsure)],), cap=4, rows=1)
+    for k in (3, 4, 5) * 3:  # every wider verify a step may take measured: nothing left to probe
+        t.record(k - 1, k - 1, 0.0005 * (k - 1), 0.017, 0.0, confidences=(0.95,) * (k - 1), cap=4, rows=k - 1)
+    return t
 
-    monkeypatch.setattr(planner_mod, "p_min_of", lambda config: None)
+
+@pytest.mark.parametrize("unsure", [(0.25, 0.35), (0.55,)], ids=["stops-vary", "first-guess-declined"])
+def test_auto_gamma_and_auto_p_min_keep_the_distribution(plain_t1, unsure):
+    # Auto mode only changes how many tokens are drafted each step, never the rule; so does p-min
+    # auto, which stops a draft (its first guess too, once trusted) from the draft's confidence and
+    # past steps' costs, never the target's: the decision is made before the draft samples the guess.
+    # At T > 0 the planner takes p-min auto with auto γ, as at T=0. Where the fakes' draft is unsure
+    # at 0.25-0.35, drafts end at different lengths from seed to seed, a first guess declined now and
+    # then; unsure at 0.55, the first step's guess (always that sure, after the same prompt) is
+    # declined in every seed, and the next step drafts.
     target, draft = fake_contexts()
     prompt, plain = plain_t1
-    drafter = ModelDrafter(draft, HOT)
-    spec, drafted = first_two(target, lambda: [(drafter, eager_costs())], prompt, PURE_T1, None, range(N, 2 * N))
-    assert drafted > N  # it did speculate
+    trackers = []
+
+    def sources():
+        trackers.append(trusted_costs(unsure))
+        return [(ModelDrafter(draft, HOT), trackers[-1])]
+    spec, drafted = first_two(target, sources, prompt, PURE_T1, None, range(N, 2 * N))
+    base = trusted_costs(unsure)
+    assert base.stop_trusted()
+    declined = sum(t.stops.declined - base.stops.declined for t in trackers)
+    drafting_steps = {t.proposals - base.proposals for t in trackers}
+    assert drafted > N and declined > N // 20 and len(drafting_steps) > 1
     assert same_distribution_pvalue(plain, spec) > 1e-3
 
 
@@ -555,17 +580,20 @@ def test_real_sampled_self_draft_is_accepted_nearly_always(smol):
 
 
 @pytest.mark.slow
-def test_real_sampling_matches_target_only_through_llama_cpp(smol, monkeypatch):
+@pytest.mark.parametrize("gamma", [2, None], ids=["gamma-2", "auto-p-min-auto"])
+def test_real_sampling_matches_target_only_through_llama_cpp(smol, monkeypatch, gamma):
     # The same test as on the fakes, end to end through llama.cpp's batched verify rows and rollback:
-    # SmolLM2 target, its Q4_0 copy drafting hotter (q far from p), γ 2, 1,000 seeds, against
-    # target-only's exact probabilities of the first two tokens, read from the target's own rows
-    # (the power checks run on the fakes above, with 4,000 seeds a side).
+    # SmolLM2 target, its Q4_0 copy drafting hotter (q far from p), 1,000 seeds, against target-only's
+    # exact probabilities of the first two tokens, read from the target's own rows (the power checks
+    # run on the fakes above, with 4,000 seeds a side). γ 2 drafts every step; auto γ with p-min
+    # auto (trusted costs) stops drafts by the draft's confidence, the first guess too.
     model, target_ctx, draft_ctx = smol
     prompt = model.tokenize("My favourite colour is", True)
     cell, expected = exact_first_two(target_ctx, prompt, PURE_T1)
-    spec, drafted = first_two(target_ctx, lambda: model_source(draft_ctx, HOT), prompt, PURE_T1, 2, range(1000),
-                              emitted_tokens(monkeypatch))
-    assert len(set(spec)) > 20 and drafted >= 2000
+    costs = CostTracker if gamma else trusted_costs
+    spec, drafted = first_two(target_ctx, lambda: [(ModelDrafter(draft_ctx, HOT), costs())], prompt, PURE_T1, gamma,
+                              range(1000), emitted_tokens(monkeypatch))
+    assert len(set(spec)) > 20 and drafted >= (2000 if gamma else 500)
     assert gof_pvalue(np.array([cell(s) for s in spec]), expected) > 1e-3
 
 

@@ -12,7 +12,7 @@ import pytest
 from localspec.config import GenerationConfig
 from localspec.acceptance import TEXT_LEAST, TextAcceptance
 from localspec.costmodel import match_bucket
-from localspec.draftstop import DraftStop, FixedStop
+from localspec.draftstop import FALLBACK_P_MIN, DraftStop, FixedStop
 from localspec.timings import VerifyCurve
 from localspec.drafters import NGramDrafter, Proposal, one_hot
 from localspec.llama import common_prefix_len
@@ -1458,21 +1458,27 @@ def test_plain_steps_do_not_shut_a_draft_model_out():
     assert all(planner.plan([1] * n, 500).source == 0 for n in range(20, 120, 10))  # up to 99 behind
 
 
-def test_at_t_above_0_a_draft_of_unmeasured_cost_drafts_its_first_token():
-    # A fixed p-min (T>0's) would let a probe decline its only token: a catch-up paid, nothing learnt.
+def test_at_t_above_0_auto_gamma_stops_drafts_by_p_min_auto():
+    # Sampled decoding under auto γ takes p-min auto, as greedy does: a draft of unmeasured cost
+    # drafts its first token (a probe must measure it), and once measured the rule judges the costs.
+    # A fixed γ keeps llama.cpp's p-min, and a p-min the user set holds under auto γ too.
     from localspec.drafters import ModelDrafter
 
-    sampled = SamplingParams(temperature=1.0)
+    sampled = SamplingParams(temperature=0.8)
     drafter = ModelDrafter(None, sampled)
     auto = Planner([(drafter, CostTracker())], GenerationConfig(max_tokens=64, sampling=sampled))
+    assert auto.p_min is None
     stop = auto._stop(drafter, auto.sources[0][1], 4)
     assert stop.keep(0, 0.01) and not stop.keep(1, 0.01) and stop.keep(1, 0.99)
     fixed = Planner([(drafter, CostTracker())], GenerationConfig(max_tokens=64, gamma=4, sampling=sampled))
-    assert not fixed._stop(drafter, fixed.sources[0][1], 4).keep(0, 0.01)  # --gamma N: llama.cpp's p-min
+    assert fixed.p_min == FALLBACK_P_MIN and not fixed._stop(drafter, fixed.sources[0][1], 4).keep(0, 0.01)
     measured = CostTracker()
+    measure_plain(measured, 0.074)
     measured.draft_s.add(0.04)
-    auto = Planner([(drafter, measured)], GenerationConfig(max_tokens=64, sampling=sampled))
-    assert not auto._stop(drafter, measured, 4).keep(0, 0.01)             # measured: p-min as set
+    stop = Planner([(drafter, measured)], GenerationConfig(max_tokens=64, sampling=sampled))._stop(drafter, measured, 4)
+    assert isinstance(stop, DraftStop)
+    set_by_user = Planner([(drafter, measured)], GenerationConfig(max_tokens=64, p_min=0.5, sampling=sampled))
+    assert not set_by_user._stop(drafter, measured, 4).keep(0, 0.01)
 
 
 def copy_tracker(accepted: int, bucket: int) -> CostTracker:
