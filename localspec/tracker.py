@@ -352,18 +352,12 @@ class CostTracker:
         ready before it is asked (its model loaded, the prompt taken in). Saved ones that this
         process has not yet confirmed are judged by their point estimate, its own by the optimistic
         one: a drafter that saved measurements say does not pay costs a new process nothing
-        (planning.budget.worth_preparing says when it is tried again). Saved acceptance that one
-        text holds (TextAcceptance keeps a text of TEXT_LEAST judged drafts or more) is judged as
-        unmeasured acceptance is, by its costs alone: one text says nothing of how far the next may
-        lie (as Planner._intake_pays owes a second text), and a first reply whose guesses were
-        seldom taken kept the draft out of the next processes until a retry."""
+        (planning.budget.worth_preparing says when it is tried again)."""
         if self.draft_s.value is None:
             return self._costs_allow(cap)  # acceptance not measured (or over too few proposals to load)
         if not self.confirmed():  # the saved curve: this process's plain step is not measured yet
             if 1 not in self.saved_verify:
                 return True
-            if len(self.texts.texts) == 1:
-                return self._costs_allow(cap)
             # per acceptance bucket, as the planner prices a step (the pooled counts, smoothed towards
             # prior_accept, would hold a saved tracker's few counts far below what they measured)
             return any(self.estimate(bucket, curve=self.saved_verify).best(cap, self.min_gain)[0] > 0

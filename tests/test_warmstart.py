@@ -232,12 +232,10 @@ def test_stale_saved_costs_are_explored_under_the_budget_not_exploited():
 # --- a draft that the saved measurements say does not pay is not loaded -------------------------
 
 def not_paying() -> CostTracker:
-    """Measurements of a draft that costs most of a target step and is seldom accepted, on two texts."""
+    """Measurements of a draft that costs most of a target step and is seldom accepted."""
     t = CostTracker()
     t.record(0, 0, 0.0, 0.10, 0.001)
-    for i in range(50):
-        if i == 25:
-            t.texts.begin()
+    for _ in range(50):
         t.record(4, 0, 4 * 0.08, 0.16, 0.001, [0.9, 0.8, 0.7, 0.6])
     return t
 
@@ -271,29 +269,6 @@ def test_saved_measurements_judge_whether_a_draft_is_worth_loading():
     assert saved(measured()).may_pay(8)             # saved, and it pays
     assert not saved(not_paying()).may_pay(8)       # saved, and it does not: before any step here
     assert not_paying().could_pay(8) is False and not_paying().may_pay(8) is False
-
-
-def test_a_draft_measured_on_one_text_is_loaded_to_measure_a_second():
-    # Fresh processes on F16 prose at T=0.8 (README, "p-min auto when sampling"): the first process's
-    # reply was one whose guesses were seldom taken, and judged by it the draft stayed unloaded in the
-    # next 7 processes, until a retry, where processes that loaded it ran 1.11-1.14x. One text says
-    # nothing of how far the next may lie: saved from one, the draft is judged by its costs, as an
-    # unmeasured one is; saved from two such texts, it is left out.
-    def saved(t):
-        return CostTracker.from_dict(json.loads(json.dumps(t.to_dict())))
-
-    def poor_text(t):
-        for _ in range(30):
-            t.record(4, 0, 4 * 0.024, CPU_F16[5], 0.0003, [0.6] * 4)
-    t = CostTracker()
-    for _ in range(3):
-        t.record(0, 0, 0.0, CPU_F16[1], 0.0003)
-    poor_text(t)
-    assert not t.could_pay(8)                  # this process's own reading: no draft pays on this text
-    assert saved(t).may_pay(8)                 # the next process loads it for a second text
-    t.texts.begin()
-    poor_text(t)
-    assert not saved(t).may_pay(8)             # two texts alike: left out
 
 
 def test_a_saved_draft_that_pays_is_judged_by_the_acceptance_the_planner_prices_it_by():
