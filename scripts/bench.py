@@ -38,7 +38,8 @@ predict for the draft lengths it used, with no controller overhead; best γ, the
 γ of the family's pooled measurements (Leviathan et al. 2022; localspec.costmodel.expected_tokens);
 controller = share of the decode loop spent outside the draft and the target's llama_decode. Below
 the table, each auto hybrid against the faster of its parts at auto in the run, with the same paired
-interval; the one-row target decode, in ms, of each localspec scenario that decoded one row at
+interval; the model drafter (token trees where they pay) against the chain at the same γ, likewise;
+the one-row target decode, in ms, of each localspec scenario that decoded one row at
 90% of its steps or more, beside target-only's (the pace the machine gave it); and any reply that ran
 below 0.6 of its scenario's median speed on the same prompt (a
 stall, or a first reply's learning: from three rounds), with every ratio over the pairs without it;
@@ -619,6 +620,21 @@ def best_part_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
+def tree_notes(rows: list[dict]) -> list[str]:
+    """The model drafter (token trees where the planner finds they pay) against the same drafter
+    with trees off (chain), each at the same γ, with the paired interval: what "trees over the
+    chain" is judged by."""
+    ours = [r for r in rows if r["engine"] == "localspec"]
+    notes = []
+    for chain in (r for r in ours if r.get("drafter") == "chain" and r["tokens_per_s"]):
+        for model in (r for r in ours if r.get("drafter") == "model" and r["gamma"] == chain["gamma"]):
+            span = interval_text(paired_interval(model["per_reply"], chain["per_reply"]))
+            within = f" ({INTERVAL:.0%} interval {span})" if span else ""
+            notes.append(f"{model['scenario']} (trees where they pay) / {chain['scenario']}: "
+                         f"{model['tokens_per_s'] / chain['tokens_per_s']:.2f}x{within}")
+    return notes
+
+
 def pace_notes(rows: list[dict]) -> list[str]:
     """Each localspec scenario's one-row decode (one_row_ms) beside target-only's, in the same process:
     a scenario that mostly decodes plain runs at its pace, so a ratio near 1.0x moves with it as
@@ -1032,7 +1048,7 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
     args.out.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
     notes = (runs.notes + order_notes(len(runs.results), len(runs.prompt_tokens) * args.rounds)
-             + empty_baseline_notes(rows) + best_part_notes(rows) + pace_notes(rows)
+             + empty_baseline_notes(rows) + best_part_notes(rows) + tree_notes(rows) + pace_notes(rows)
              + stall_notes(rows, len(runs.prompt_tokens))
              + ([plots] if isinstance(plots, str) else []))
     text = "\n".join([title, "", markdown(rows), *([""] + [f"- {n}" for n in notes] if notes else [])])

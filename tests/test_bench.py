@@ -418,6 +418,20 @@ def test_the_report_gives_each_ratio_its_interval_and_the_hybrid_against_its_bes
                                            "0.90x (90% interval 0.90-0.90x)"]
 
 
+def test_the_report_sets_the_model_drafter_beside_the_chain_at_the_same_gamma():
+    # The model drafter (trees where they pay) 1.1 times the chain's speed at auto, reply by reply;
+    # a model run at a fixed γ has no chain beside it and gets no note.
+    scenarios = bench.parse_scenarios("plain,model:auto,chain:auto,model:4")
+    plain = [10.0, 20.0, 10.0, 20.0]
+    runs = bench.Runs({"target-only": replies_at(plain), "model gamma=auto": replies_at([1.32 * v for v in plain]),
+                       "chain gamma=auto": replies_at([1.2 * v for v in plain]),
+                       "model gamma=4": replies_at([1.5 * v for v in plain])})
+    rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+    assert bench.tree_notes(rows) == ["model gamma=auto (trees where they pay) / chain gamma=auto: "
+                                      "1.10x (90% interval 1.10-1.10x)"]
+    assert bench.tree_notes([r for r in rows if r["scenario"] != "chain gamma=auto"]) == []
+
+
 def test_each_mostly_plain_scenarios_one_row_decode_is_set_beside_target_onlys():
     # Two replies each: target-only's plain steps at 30 ms; the hybrid's at 31.5 ms, 90 of its 95 steps
     # (its 4-row verifies do not count); the model's one-row steps 20 of 95, taken where the machine
