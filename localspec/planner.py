@@ -343,8 +343,8 @@ class Planner(Recording, Probes):
         does not pay). That rule weighs each next guess by its own confidence, looking ahead over the
         whole offer, where the estimate's γ rests on acceptance per position pooled over every
         confidence: capped by it, drafts of sure guesses were cut where they paid, and the probes
-        that drafted on beat the known steps they were priced against (README, Performance: "The
-        model's known step drafts up to its offer")."""
+        that drafted on beat the known steps they were priced against (scripts/results/HISTORY.md:
+        "The model's known step drafts up to its offer")."""
         drafter, tracker = self.sources[source]
         return drafter.name == "model" and self.p_min is None and self.config.gamma is None and tracker.stop_trusted()
 
