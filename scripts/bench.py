@@ -138,6 +138,12 @@ def load_prompt_file(path: Path, n: int) -> list[str]:
         sys.exit(f"{Path(sys.argv[0]).name}: {e}")
 
 
+def uses_chat(args) -> bool:
+    """Whether the prompts go through the chat template: --chat, and always for the edit, copy and
+    mixed sets, whose prompts are instructions to a chat model."""
+    return args.chat or args.prompt_set in ("edit", "copy", "mixed")
+
+
 def load_prompts(path: Path | None, n: int, prompt_set: str = "humaneval") -> list[str]:
     """The prompt set: a JSONL file, the first HumanEval prompts, or code-editing prompts made from them."""
     if path is not None:
@@ -341,7 +347,7 @@ def run_all(pair: Pair, texts: list[str], scenarios: list[Scenario], args, paths
     """Every prompt, every scenario in turn (alternating, in an order that changes: see
     reply_order), after one untimed warm-up of each engine, and, where learnt_on holds prompts
     (--warm), after each localspec scenario learnt its plans on them (warm_plans)."""
-    chat = args.chat or args.prompt_set in ("edit", "copy", "mixed")
+    chat = uses_chat(args)
     prompts = [pair.prompt_tokens(t, chat) for t in texts]
     runs = Runs({sc.label: [] for sc in scenarios}, prompt_tokens=[len(p) for p in prompts],
                 placement=dict(pair.placement))

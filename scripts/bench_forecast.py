@@ -24,6 +24,7 @@ import contextlib
 import sys
 from pathlib import Path
 from typing import NamedTuple, Sequence
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets and the one-process pair)
@@ -36,6 +37,7 @@ from localspec.stats import GenerationStats  # noqa: E402
 # "plain, unpriced": a process's first steps, before a plain step is measured, and steps where no drafter offered
 # a guess (the draft model resting between pricings counts: Planner._quiet)
 KINDS = ("known", "known, catching up", "probe", "plain, measured again", "plain, priced", "plain, unpriced")
+UNPRICED = ("plain, unpriced", "plain", 0.0)  # (kind, drafter, forecast) of a plan that prices nothing
 
 
 class Step(NamedTuple):
@@ -64,10 +66,9 @@ def kind_of(planner: Planner, choice) -> tuple[str, str]:
 def forecasts(steps: list[Step]):
     """While open, every step any Planner plans is appended to steps with its forecast."""
     plan, choose, record = Planner.plan, Planner._choose, Planner.record
-    own = {name: Planner.__dict__.get(name) for name in ("plan", "_choose", "record")}  # record is Recording's
 
     def planned(self, tokens, room):
-        self._forecast = ("plain, unpriced", "plain", 0.0)  # a plan that prices nothing (nothing offered, a fixed γ)
+        self._forecast = UNPRICED  # until _choose prices the step (it does not where nothing is offered, or at a fixed γ)
         return plan(self, tokens, room)
 
     def chosen(self, offers):
@@ -76,19 +77,14 @@ def forecasts(steps: list[Step]):
         return choice
 
     def recorded(self, plan_, proposal, n_accepted, draft_s, verify_s, overhead_s, path=(), emitted=()):
-        kind, drafter, rate = getattr(self, "_forecast", ("plain, unpriced", "plain", 0.0))
+        kind, drafter, rate = getattr(self, "_forecast", UNPRICED)
         steps.append(Step(kind, drafter, rate, len(emitted), draft_s + verify_s + overhead_s, len(proposal.ids)))
         return record(self, plan_, proposal, n_accepted, draft_s, verify_s, overhead_s, path, emitted)
 
-    Planner.plan, Planner._choose, Planner.record = planned, chosen, recorded
-    try:
+    # patch.object puts back what each name was, an inherited one (record is Recording's) by removing the patch
+    with mock.patch.object(Planner, "plan", planned), mock.patch.object(Planner, "_choose", chosen), \
+            mock.patch.object(Planner, "record", recorded):
         yield steps
-    finally:
-        for name, attr in own.items():
-            if attr is None:
-                delattr(Planner, name)
-            else:
-                setattr(Planner, name, attr)
 
 
 def summary(steps: Sequence[Step]) -> list[dict]:
@@ -130,8 +126,7 @@ def run(args, pair) -> tuple[list[Step], list[GenerationStats]]:
     """Every prompt in turn, args.rounds times, through one pair (one process's planner measurements):
     the steps, and each reply's stats."""
     texts = bench.load_prompts(args.prompts, args.n_prompts, args.prompt_set)
-    chat = args.chat or args.prompt_set in ("edit", "copy", "mixed")  # as bench.py: these sets are chat prompts
-    prompts = [pair.prompt_tokens(text, chat) for text in texts]
+    prompts = [pair.prompt_tokens(text, bench.uses_chat(args)) for text in texts]
     steps: list[Step] = []
     stats = []
     with forecasts(steps):
