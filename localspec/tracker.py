@@ -105,6 +105,7 @@ class CostTracker:
     plain_last: float | None = None  # the latest plain step's seconds, verify and overhead (this process) ...
     plain_age: int = 0  # ... and the drafting steps since it (Planner._plain_again)
     proposals: int = 0    # proposals whose acceptance it counts, over every process that saved it (from_dict)
+    steps: int = 0        # steps it has seen verified, its own and other sources' (optimistic_acceptance)
 
     def confirmed(self) -> bool:
         """Whether the point estimate rests on this process's own measurements: loaded ones may be
@@ -151,8 +152,14 @@ class CostTracker:
         """Add a verify of `width` rows and the step's overhead (all that a plain step measures)."""
         self.verify.add(width, verify_s)
         self.overhead_s.add(overhead_s)
+        self.steps += 1
         if width == 1:
             self.plain_last, self.plain_age = verify_s + overhead_s, 0
+
+    def record_width(self, width: int, verify_s: float) -> None:
+        """Add the verify of another source's draft, `width` rows: the target's cost, whoever drafted."""
+        self.verify.add(width, verify_s)
+        self.steps += 1
 
     def record_acceptance(self, n_drafted: int, n_accepted: int, bucket: int = 0, offset: int = 0) -> None:
         """Count n_drafted guesses in bucket, the first n_accepted accepted: a step's own (record), or
@@ -269,12 +276,16 @@ class CostTracker:
     def optimistic_acceptance(self, bucket: int | None = None) -> list[float]:
         """Per-position conditional acceptance as high as the counts still allow: each position's
         rate (smoothed towards its bucket's, that towards 1) plus a UCB1-style bonus, which shrinks
-        with the position's own count and grows slowly with the tracker's total. So a bucket that a
-        few unlucky rejections made look bad is tried again, ever more rarely (Auer et al. 2002)."""
+        with the position's own count and grows slowly with the rounds played: the guesses the
+        tracker has had judged, or the steps it has seen, if more (UCB1's t counts every round,
+        whichever arm played it; Auer et al. 2002). So a bucket that a few unlucky rejections made
+        look bad is tried again, ever more rarely, and so is a draft model whose first probes were
+        all rejected: nothing judges its guesses while it does not draft, and counted by its own
+        guesses alone its bonus would never grow again."""
         counts = self.positions if bucket is None else self.buckets.get(bucket)
         if counts is None:
             return [1.0]
-        w, total = self.prior_weight, math.log(sum(self.positions.judged) + 2)
+        w, total = self.prior_weight, math.log(max(sum(self.positions.judged), self.steps) + 2)
         rates = counts.rates(overall(counts, 1.0, w), w)
         bonus = [math.sqrt(self.ucb_scale * total / (j + w)) for j in counts.judged]
         # a text whose first drafts fared worse than the texts' mean may yet fare as well as it: its

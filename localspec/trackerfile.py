@@ -35,7 +35,7 @@ def saved_data(t: CostTracker) -> dict:
             "stops": t.stops.to_rows(), "first_stops": [t.stops.asked, t.stops.declined],
             "confidence": [t.conf_judged, t.conf_accepted], "first_looks": list(t.looks.counts),
             "texts": t.texts.to_rows(),
-            "proposals": t.proposals, "pricings": list(t.pricings), "first_row": t.first_row}
+            "proposals": t.proposals, "steps": t.steps, "pricings": list(t.pricings), "first_row": t.first_row}
 
 
 def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> CostTracker:
@@ -79,6 +79,9 @@ def _load_counts(t: CostTracker, data: dict, max_count: int) -> None:
     for name in ("draft_s", "step_tokens", "step_s"):
         _load_ema(getattr(t, name), data[name])
     t.positions = PositionAcceptance.from_rows(_scaled(data["positions"], max_count))
+    # the steps seen, scaled as the counts are: the optimistic estimate's rounds keep their ratio to
+    # the guesses judged (older files: none kept)
+    t.steps = round(_count(data.get("steps", 0)) * _factor(data["positions"], max_count))
     t.buckets = {int(b): PositionAcceptance.from_rows(_scaled(rows, max_count))
                  for b, rows in data.get("buckets", {}).items()}
     t.stops = DraftStops.from_rows(_scaled(data.get("stops", [[]] * 4), max_count),  # older files: none
@@ -110,8 +113,18 @@ def _measured(value) -> float:
 
 def _scaled(rows: Sequence[Sequence[int]], max_count: int) -> list[list[int]]:
     """Count rows (the first the denominators) scaled down together so no denominator exceeds max_count."""
-    if any(int(n) < 0 for r in rows for n in r):
-        raise ValueError("a saved count must not be negative")
-    top = max((max(r, default=0) for r in rows), default=0)
-    f = min(1.0, max_count / top) if top else 1.0
+    f = _factor(rows, max_count)
     return [[round(int(n) * f) for n in r] for r in rows]
+
+
+def _factor(rows: Sequence[Sequence[int]], max_count: int) -> float:
+    """What _scaled multiplies count rows by: at most 1, so that none exceeds max_count."""
+    top = max((max((_count(n) for n in r), default=0) for r in rows), default=0)
+    return min(1.0, max_count / top) if top else 1.0
+
+
+def _count(n) -> int:
+    """A saved count as an int; a negative one is refused (ValueError), and the whole file with it."""
+    if int(n) < 0:
+        raise ValueError("a saved count must not be negative")
+    return int(n)

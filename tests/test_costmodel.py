@@ -87,6 +87,36 @@ def test_tracker_keeps_hope_where_cheap_drafts_have_been_unlucky():
     assert CostTracker().choose(0) == 0
 
 
+def unlucky_on_f16() -> CostTracker:
+    """A draft model on the F16 target's costs (a second verify row costs half a plain step, a draft
+    row an eighth: only several guesses in a row pay) whose first two one-guess probes were rejected,
+    and a lookup's probe that measured a 3-row verify."""
+    t = CostTracker()
+    for _ in range(3):
+        t.record(0, 0, 0.0, 0.0784, 0.0)
+    for verify_s in (0.122, 0.117):
+        t.record(1, 0, draft_s=0.0096, verify_s=verify_s, overhead_s=0.0, confidences=(0.5,), cap=8, rows=1,
+                 first_look=0.5)
+    t.record_width(3, 0.1441)
+    return t
+
+
+def test_a_draft_whose_first_probes_were_all_rejected_is_hoped_for_again_as_steps_pass():
+    # Its optimistic estimate cannot beat plain decoding now; nothing judges its guesses while it does
+    # not draft, so counted by its own judged guesses alone its bonus would never grow, and the planner
+    # would never probe it again (as in 2-3 of 40 simulated F16 prose sets). UCB1 counts every round.
+    t = unlucky_on_f16()
+    assert not t.could_pay(8)
+    for _ in range(10):
+        t.record(0, 0, 0.0, 0.0784, 0.0)
+    assert not t.could_pay(8)  # ever more rarely: not at once
+    hoped = t.optimistic_acceptance()[0]
+    for _ in range(200):
+        t.record(0, 0, 0.0, 0.0784, 0.0)
+    assert t.optimistic_acceptance()[0] > hoped and t.could_pay(8)
+    assert t.acceptance()[0] == pytest.approx(unlucky_on_f16().acceptance()[0])  # the point estimate: as it was
+
+
 def test_tracker_switches_on_when_drafting_pays():
     t = CostTracker()
     t.record(3, 3, draft_s=3 * 0.001, verify_s=0.0105, overhead_s=0.0)

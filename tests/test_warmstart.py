@@ -48,6 +48,26 @@ def test_a_tracker_round_trips_with_its_counts_capped():
     assert max(back.stops.could) == 64
 
 
+def test_the_steps_a_tracker_has_seen_are_saved_scaled_as_its_counts_are():
+    # The optimistic estimate's rounds (CostTracker.steps) keep their ratio to the guesses judged: a
+    # draft whose two probes were rejected keeps every step it has seen, so its hope grows across
+    # processes as within one; a well-measured one loads them scaled down with its counts.
+    few = CostTracker()
+    few.record(1, 0, 0.01, 0.12, 0.0)
+    few.record(1, 0, 0.01, 0.12, 0.0)
+    for _ in range(500):
+        few.record(0, 0, 0.0, 0.08, 0.0)
+    back = CostTracker.from_dict(json.loads(json.dumps(few.to_dict())))
+    assert few.steps == 502 and back.steps == 502
+    assert back.optimistic_acceptance() == pytest.approx(few.optimistic_acceptance())
+    many = measured()
+    back = CostTracker.from_dict(json.loads(json.dumps(many.to_dict())), max_count=64)
+    assert back.steps == round(many.steps * 64 / max(many.positions.drafted))
+    data = many.to_dict()
+    del data["steps"]  # files from before: none kept
+    assert CostTracker.from_dict(data).steps == 0
+
+
 def test_a_draft_models_cost_per_row_is_saved_as_such_and_older_files_load_per_token():
     # A draft model's cost is kept per row it decoded, and its steps priced a row more (Estimate.first_s);
     # a file from before holds a mean per token, that row in: read as a row, a step would pay it twice.

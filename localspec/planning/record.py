@@ -204,7 +204,7 @@ class Recording:
             elif not n:  # a step its stop rule let draft nothing: a plain step's verify for the others
                 tracker.record_verify(1, verify_s, overhead_s)
             else:
-                tracker.verify.add(width, verify_s)
+                tracker.record_width(width, verify_s)
 
     def _charged(self, plan: Plan, proposal: Proposal, n_accepted: int, timed: tuple[float, float, float],
                  emitted: int, chain: bool, copied: int) -> tuple[int, float]:
