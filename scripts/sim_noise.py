@@ -5,13 +5,15 @@ far apart two runs of ONE planner land when only that noise differs.
 Each verify takes its curve's seconds times a lognormal factor (--sd, 8% by default, as one verify
 varies on a quiet 2-core CPU) and, with probability --stall-p, a further --stall-f (a stall). Each
 seed is a set of --replies replies with trackers kept across them (a process answering a prompt set).
-For every seed the lookup runs twice, each with its own noise stream (A and B), and the hybrid once
-with a third: hybrid / A shows what the hybrid's choices cost, A / B what the noise alone moves a
-planner's result by. Ratios are plain decoding's seconds (the curve's one-row cost a token, times the
-noise's mean factor, as plain steps under the same noise take on average) over the simulated seconds.
+For every seed one of the hybrid's parts (--part: the lookup by default, or the draft model) runs
+twice, each with its own noise stream (A and B), and the hybrid once with a third: hybrid / A shows
+what the hybrid's choices cost, A / B what the noise alone moves a planner's result by. Ratios are
+plain decoding's seconds (the curve's one-row cost a token, times the noise's mean factor, as plain
+steps under the same noise take on average) over the simulated seconds.
 
     python scripts/sim_noise.py --curve h200 --set copy --seeds 40
     python scripts/sim_noise.py --curve epyc --set prose --sd 0 --stall-p 0
+    python scripts/sim_noise.py --curve f16 --set sure-prose --draft-ratio 0.13 --part model
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from plannersim import COPY, EDIT, EPYC_TILED, H200_LIGHT, PROSE, curve, generate  # noqa: E402
+from plannersim import COPY, CPU_F16, EDIT, EPYC_TILED, H200_LIGHT, PROSE, Region, curve, generate  # noqa: E402
 from script_args import Parser  # noqa: E402
 
-CURVES = {"epyc": EPYC_TILED, "h200": H200_LIGHT}
-SETS = {"copy": COPY, "edit": EDIT, "prose": PROSE}
+CURVES = {"epyc": EPYC_TILED, "h200": H200_LIGHT, "f16": CPU_F16}
+# prose where the draft model is sure (0.97) over 60% of the positions, in runs, and its other
+# guesses taken half the time: with the Q4_0 draft on the F16 target (--draft-ratio 0.13) it pays
+SETS = {"copy": COPY, "edit": EDIT, "prose": PROSE, "sure-prose": [Region(96, 4, 2, False, 0.3, 0.5, 0.6)]}
 
 
 def noisy(verify, rng: np.random.Generator, sd: float, stall_p: float, stall_f: float):
@@ -70,20 +74,23 @@ def main() -> None:
     parser.add_argument("--stall-p", type=float, default=0.05, help="chance of a stall a verify (default 0.05)")
     parser.add_argument("--stall-f", type=float, default=1.35, help="a stall's factor (default 1.35)")
     parser.add_argument("--draft-ratio", type=float, default=0.5, help="a draft token / a plain step (default 0.5)")
+    parser.add_argument("--part", choices=["ngram", "model"], default="ngram",
+                        help="the hybrid's part run alone beside it (default ngram: the lookup)")
     args = parser.parse_args()
     verify, regions = curve(CURVES[args.curve]), SETS[args.set]
     a, b, h = [], [], []
     for s in range(args.seeds):
-        a.append(run_set(regions, ["ngram"], verify, args, s, 1 + s))
-        b.append(run_set(regions, ["ngram"], verify, args, s, 5000 + s))
+        a.append(run_set(regions, [args.part], verify, args, s, 1 + s))
+        b.append(run_set(regions, [args.part], verify, args, s, 5000 + s))
         h.append(run_set(regions, ["ngram", "model"], verify, args, s, 9000 + s))
     a, b, h = map(np.asarray, (a, b, h))
+    part = {"ngram": "lookup", "model": "model"}[args.part]
     print(f"{args.curve} curve, {args.set} set, {args.seeds} seeds x {args.replies} replies, noise sd {args.sd}, "
           f"stalls {args.stall_p:.0%} x {args.stall_f}")
     print("| per seed | mean | 10th percentile | least | below 0.99 |")
     print("|---|---|---|---|---|")
-    for name, values in (("lookup A vs plain", a), ("hybrid vs plain", h), ("hybrid / lookup A", h / a),
-                         ("lookup A / lookup B (noise alone)", a / b)):
+    for name, values in ((f"{part} A vs plain", a), ("hybrid vs plain", h), (f"hybrid / {part} A", h / a),
+                         (f"{part} A / {part} B (noise alone)", a / b)):
         print(summary(name, values))
 
 

@@ -31,3 +31,13 @@ def test_without_noise_two_runs_of_one_planner_agree_and_with_it_they_do_not(mon
     sim.main()
     noisy = rows(capsys.readouterr().out)
     assert noisy["lookup A / lookup B (noise alone)"][2] != 1.0
+
+
+def test_the_hybrid_can_be_set_beside_its_draft_model(monkeypatch, capsys):
+    # F16 prose with a cheap draft: the model pays, and the table names it where it named the lookup
+    monkeypatch.setattr(sys, "argv", ["sim_noise.py", "--curve", "f16", "--set", "sure-prose", "--draft-ratio", "0.13",
+                                      "--part", "model", "--seeds", "2", "--replies", "3", "--sd", "0", "--stall-p", "0"])
+    load().main()
+    table = rows(capsys.readouterr().out)
+    assert table["model A / model B (noise alone)"] == [1.0, 1.0, 1.0]
+    assert table["model A vs plain"][0] > 1.1 and "lookup A vs plain" not in table
