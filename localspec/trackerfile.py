@@ -44,7 +44,8 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
     bin, so that this run's own steps soon outweigh them. A drafter whose acceptance was counted
     over fewer than CONFIRM_STEPS proposals, over every process that saved it, is learnt afresh, as
     a new one is: only what its drafts do not measure is loaded (the verify curve, the overhead, its
-    load and catch-up costs; its draft cost only as saved_draft_s, for may_pay), so that one rejected
+    load and catch-up costs, the steps it has seen; its draft cost only as saved_draft_s, for
+    may_pay), so that one rejected
     first guess cannot keep the draft out of every later process. Files from before the count was
     kept load as they did."""
     _load_ema(t.overhead_s, data["overhead_s"])
@@ -68,6 +69,7 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
     # files from before a draft model's cost was kept per row hold a mean per token, first decode in
     t.first_row = bool(data.get("first_row", False))
     t.proposals = int(data.get("proposals", CONFIRM_STEPS))
+    t.steps = _count(data.get("steps", 0))  # older files: none kept
     if t.proposals >= CONFIRM_STEPS:
         _load_counts(t, data, max_count)
     return t
@@ -80,8 +82,8 @@ def _load_counts(t: CostTracker, data: dict, max_count: int) -> None:
         _load_ema(getattr(t, name), data[name])
     t.positions = PositionAcceptance.from_rows(_scaled(data["positions"], max_count))
     # the steps seen, scaled as the counts are: the optimistic estimate's rounds keep their ratio to
-    # the guesses judged (older files: none kept)
-    t.steps = round(_count(data.get("steps", 0)) * _factor(data["positions"], max_count))
+    # the guesses judged
+    t.steps = round(t.steps * _factor(data["positions"], max_count))
     t.buckets = {int(b): PositionAcceptance.from_rows(_scaled(rows, max_count))
                  for b, rows in data.get("buckets", {}).items()}
     t.stops = DraftStops.from_rows(_scaled(data.get("stops", [[]] * 4), max_count),  # older files: none
