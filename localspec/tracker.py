@@ -150,14 +150,14 @@ class CostTracker:
 
     def record_verify(self, width: int, verify_s: float, overhead_s: float) -> None:
         """Add a verify of `width` rows and the step's overhead (all that a plain step measures)."""
-        self.verify.add(width, verify_s)
+        self.record_width(width, verify_s)
         self.overhead_s.add(overhead_s)
-        self.steps += 1
         if width == 1:
             self.plain_last, self.plain_age = verify_s + overhead_s, 0
 
     def record_width(self, width: int, verify_s: float) -> None:
-        """Add the verify of another source's draft, `width` rows: the target's cost, whoever drafted."""
+        """Add a verify of `width` rows, another source's draft's or this one's: the target's cost,
+        whoever drafted, and one more step seen."""
         self.verify.add(width, verify_s)
         self.steps += 1
 

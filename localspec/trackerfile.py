@@ -45,9 +45,8 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
     over fewer than CONFIRM_STEPS proposals, over every process that saved it, is learnt afresh, as
     a new one is: only what its drafts do not measure is loaded (the verify curve, the overhead, its
     load and catch-up costs, the steps it has seen; its draft cost only as saved_draft_s, for
-    may_pay), so that one rejected
-    first guess cannot keep the draft out of every later process. Files from before the count was
-    kept load as they did."""
+    may_pay), so that one rejected first guess cannot keep the draft out of every later process.
+    Files from before the count was kept load as they did."""
     _load_ema(t.overhead_s, data["overhead_s"])
     _load_ema(t.load_s, data.get("load_s", [None, 0]))  # files from before lazy drafts: unmeasured
     _load_ema(t.prefill_s, data.get("prefill_s", [None, 0]))
