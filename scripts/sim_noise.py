@@ -7,7 +7,10 @@ varies on a quiet 2-core CPU) and, with probability --stall-p, a further --stall
 seed is a set of --replies replies with trackers kept across them (a process answering a prompt set).
 For every seed one of the hybrid's parts (--part: the lookup by default, or the draft model) runs
 twice, each with its own noise stream (A and B), and the hybrid once with a third: hybrid / A shows
-what the hybrid's choices cost, A / B what the noise alone moves a planner's result by. Ratios are
+what the hybrid's choices cost in one set, A / B what the noise alone moves a planner's result by. The
+line below the table sets the hybrid beside both runs of its part (per seed, over their geometric
+mean), with a 90% interval over the seeds: one run of the part is as noisy as the hybrid's, and a
+hybrid / A over a few dozen seeds leans by however lucky A's noise was. Ratios are
 plain decoding's seconds (the curve's one-row cost a token, times the noise's mean factor, as plain
 steps under the same noise take on average) over the simulated seconds.
 
@@ -64,6 +67,14 @@ def summary(name: str, values) -> str:
             f"{(x < 0.99).mean():.0%} |")
 
 
+def beside_both(h, a, b) -> tuple[float, float, float]:
+    """The hybrid over its part, per seed against the geometric mean of the part's two runs: the mean
+    over the seeds (geometric) and a 90% interval of it (normal, on the log ratios)."""
+    d = np.log(h) - (np.log(a) + np.log(b)) / 2
+    half = 1.645 * d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+    return float(np.exp(d.mean())), float(np.exp(d.mean() - half)), float(np.exp(d.mean() + half))
+
+
 def main() -> None:
     parser = Parser(description=__doc__.split("\n\n")[0])  # its first paragraph, rewrapped
     parser.add_argument("--curve", choices=sorted(CURVES), default="epyc")
@@ -92,6 +103,8 @@ def main() -> None:
     for name, values in ((f"{part} A vs plain", a), ("hybrid vs plain", h), (f"hybrid / {part} A", h / a),
                          (f"{part} A / {part} B (noise alone)", a / b)):
         print(summary(name, values))
+    mean, lo, hi = beside_both(h, a, b)
+    print(f"\nhybrid / {part} over both its runs (A and B): {mean:.3f} (90% interval {lo:.3f}-{hi:.3f})")
 
 
 if __name__ == "__main__":

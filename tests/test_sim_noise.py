@@ -41,3 +41,19 @@ def test_the_hybrid_can_be_set_beside_its_draft_model(monkeypatch, capsys):
     table = rows(capsys.readouterr().out)
     assert table["model A / model B (noise alone)"] == [1.0, 1.0, 1.0]
     assert table["model A vs plain"][0] > 1.1 and "lookup A vs plain" not in table
+
+
+def test_the_hybrid_is_set_beside_both_runs_of_its_part(monkeypatch, capsys):
+    # per seed over the geometric mean of the part's two runs: a lucky run A alone does not pass for
+    # the hybrid's cost, and the interval narrows as the seeds agree
+    import numpy as np
+    sim = load()
+    a, b = np.array([1.2, 1.0, 1.5]), np.array([1.0, 1.0, 1.4])
+    mean, lo, hi = sim.beside_both(a, a, b)
+    assert 1.0 < mean < 1.05 and lo < 1.0 < hi  # the hybrid even with A, whose noise was luckier than B's
+    mean, lo, hi = sim.beside_both(1.1 * np.sqrt(a * b), a, b)
+    assert abs(mean - 1.1) < 1e-12 and abs(lo - 1.1) < 1e-12 and abs(hi - 1.1) < 1e-12
+    monkeypatch.setattr(sys, "argv", ["sim_noise.py", "--seeds", "2", "--replies", "2", "--sd", "0", "--stall-p", "0"])
+    sim.main()
+    line = [s for s in capsys.readouterr().out.splitlines() if s.startswith("hybrid / lookup over both")]
+    assert len(line) == 1 and "90% interval" in line[0]
