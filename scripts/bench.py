@@ -38,11 +38,13 @@ predict for the draft lengths it used, with no controller overhead; best γ, the
 γ of the family's pooled measurements (Leviathan et al. 2022; localspec.costmodel.expected_tokens);
 controller = share of the decode loop spent outside the draft and the target's llama_decode. Below
 the table, each auto hybrid against the faster of its parts at auto in the run, with the same paired
-interval; the model drafter (token trees where they pay) against the chain at the same γ, likewise;
-the one-row target decode, in ms, of each localspec scenario that decoded one row at
-90% of its steps or more, beside target-only's (the pace the machine gave it); and any reply that ran
-below 0.6 of its scenario's median speed on the same prompt (a
-stall, or a first reply's learning: from three rounds), with every ratio over the pairs without it;
+interval; every two auto scenarios of one drafter, one against the other (two caps, or one planner
+twice: ngram:auto:8 is ngram:auto under another name), which shows what one run resolves; the
+model drafter (token trees where they pay) against the chain at the same γ, likewise; the one-row
+target decode, in ms, of each localspec scenario that decoded one row at 90% of its steps or more,
+beside target-only's (the pace the machine gave it); and any reply that ran below 0.6 of its
+scenario's median speed on the same prompt (a stall, or a first reply's learning: from three
+rounds), with every ratio over the pairs without it;
 and a note where prompts x rounds does not fill the balanced order of the replies (reply_order).
 """
 
@@ -626,6 +628,25 @@ def best_part_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
+def twin_notes(rows: list[dict]) -> list[str]:
+    """Every two auto scenarios of one drafter (model:auto beside model:auto:16, or ngram:auto beside
+    ngram:auto:8, which the cap leaves the same planner under another name), the later over the
+    earlier, with the paired interval. Two runs of one planner in one process, each learning from
+    nothing, land apart by what one run's noise and its own decisions move a ratio: the resolution
+    of every other ratio of the run, and the bias of judging a scenario against the faster of two."""
+    auto = [r for r in rows if r["engine"] == "localspec" and r["gamma"] == "auto"]
+    notes = []
+    for i, first in enumerate(auto):
+        for later in (r for r in auto[i + 1:] if r.get("drafter") == first.get("drafter")):
+            if not first["tokens_per_s"]:
+                continue
+            span = interval_text(paired_interval(later["per_reply"], first["per_reply"]))
+            within = f" ({INTERVAL:.0%} interval {span})" if span else ""
+            notes.append(f"{later['scenario']} / {first['scenario']}, one drafter twice: "
+                         f"{later['tokens_per_s'] / first['tokens_per_s']:.2f}x{within}")
+    return notes
+
+
 def tree_notes(rows: list[dict]) -> list[str]:
     """The model drafter (token trees where the planner finds they pay) against the same drafter
     with trees off (chain), each at the same γ, with the paired interval: what "trees over the
@@ -1054,7 +1075,8 @@ def write_report(args, paths, scenarios, runs: Runs, rows: list[dict], costs: Co
     args.out.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, costs, args.out) if rows else "plots skipped: nothing ran"
     notes = (runs.notes + order_notes(len(runs.results), len(runs.prompt_tokens) * args.rounds)
-             + empty_baseline_notes(rows) + best_part_notes(rows) + tree_notes(rows) + pace_notes(rows)
+             + empty_baseline_notes(rows) + best_part_notes(rows) + twin_notes(rows) + tree_notes(rows)
+             + pace_notes(rows)
              + stall_notes(rows, len(runs.prompt_tokens))
              + ([plots] if isinstance(plots, str) else []))
     text = "\n".join([title, "", markdown(rows), *([""] + [f"- {n}" for n in notes] if notes else [])])

@@ -418,6 +418,22 @@ def test_the_report_gives_each_ratio_its_interval_and_the_hybrid_against_its_bes
                                            "0.90x (90% interval 0.90-0.90x)"]
 
 
+def test_the_report_sets_one_drafter_run_twice_beside_itself():
+    # ngram:auto:8 is the lookup under another name (the cap bounds a draft model only): the two land
+    # 1.05x apart reply by reply, and the note says so; a drafter run once, or the hybrid beside its
+    # parts, gets no such note
+    scenarios = bench.parse_scenarios("plain,ngram:auto,ngram:auto:8,model:auto,hybrid:auto")
+    plain = [10.0, 20.0, 10.0, 20.0]
+    runs = bench.Runs({"target-only": replies_at(plain), "ngram gamma=auto": replies_at([2.0 * v for v in plain]),
+                       "ngram gamma=auto cap=8": replies_at([2.1 * v for v in plain]),
+                       "model gamma=auto": replies_at([1.0 * v for v in plain]),
+                       "hybrid gamma=auto": replies_at([2.0 * v for v in plain])})
+    rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+    assert bench.twin_notes(rows) == ["ngram gamma=auto cap=8 / ngram gamma=auto, one drafter twice: "
+                                      "1.05x (90% interval 1.05-1.05x)"]
+    assert bench.twin_notes([r for r in rows if r["scenario"] != "ngram gamma=auto"]) == []
+
+
 def test_the_report_sets_the_model_drafter_beside_the_chain_at_the_same_gamma():
     # The model drafter (trees where they pay) 1.1 times the chain's speed at auto, reply by reply;
     # a model run at a fixed γ has no chain beside it and gets no note.
