@@ -35,9 +35,12 @@ from plannersim import COPY, CPU_F16, EDIT, EPYC_TILED, H200_LIGHT, PROSE, Regio
 from script_args import Parser  # noqa: E402
 
 CURVES = {"epyc": EPYC_TILED, "h200": H200_LIGHT, "f16": CPU_F16}
-# prose where the draft model is sure (0.97) over 60% of the positions, in runs, and its other
-# guesses taken half the time: with the Q4_0 draft on the F16 target (--draft-ratio 0.13) it pays
-SETS = {"copy": COPY, "edit": EDIT, "prose": PROSE, "sure-prose": [Region(96, 4, 2, False, 0.3, 0.5, 0.6)]}
+# sure-prose: prose where the draft model is sure (0.97) over 60% of the positions, in runs, and its
+# other guesses taken half the time: with the Q4_0 draft on the F16 target (--draft-ratio 0.13) it
+# pays; exact-copy: the copy set's copy taken whole every time, as the real copy set's replies take
+# theirs (COPY's guesses are taken 98% of the time each)
+SETS = {"copy": COPY, "edit": EDIT, "prose": PROSE, "sure-prose": [Region(96, 4, 2, False, 0.3, 0.5, 0.6)],
+        "exact-copy": [COPY[0], COPY[1]._replace(ngram_accept=1.0)]}
 
 
 def noisy(verify, rng: np.random.Generator, sd: float, stall_p: float, stall_f: float):

@@ -57,3 +57,15 @@ def test_the_hybrid_is_set_beside_both_runs_of_its_part(monkeypatch, capsys):
     sim.main()
     line = [s for s in capsys.readouterr().out.splitlines() if s.startswith("hybrid / lookup over both")]
     assert len(line) == 1 and "90% interval" in line[0]
+
+
+def test_a_copy_taken_whole_every_time_pays_more_than_one_taken_at_98_percent(monkeypatch, capsys):
+    # exact-copy is the copy set with its copy's guesses always taken, as the real copy set's replies
+    # take theirs: with the noise off, the lookup gains more there than on the copy set
+    sim, gains = load(), {}
+    for name in ("copy", "exact-copy"):
+        monkeypatch.setattr(sys, "argv", ["sim_noise.py", "--set", name, "--seeds", "2", "--replies", "2",
+                                          "--sd", "0", "--stall-p", "0"])
+        sim.main()
+        gains[name] = rows(capsys.readouterr().out)["lookup A vs plain"][0]
+    assert gains["exact-copy"] > gains["copy"] > 1.1
