@@ -70,6 +70,17 @@ EPYC_TILED = {k: ms / 1e3 for k, ms in {1: 31, 2: 58, 3: 84, 4: 102, 5: 123, 8: 
 H200_LIGHT = {k: ms / 1e3 for k, ms in {1: 1.81, 2: 5.0, 4: 5.5, 8: 5.6, 16: 8.0, 40: 9.4, 80: 15.6, 112: 19.8}.items()}
 
 
+def rejected_first_probes(t: CostTracker) -> CostTracker:
+    """t after a draft model's first two probes on the F16 target's costs (a second verify row costs
+    half a plain step, a draft row an eighth: only several guesses in a row pay), one-guess drafts
+    both rejected, and a lookup's probe that measured a 3-row verify."""
+    for verify_s in (0.122, 0.117):
+        t.record(1, 0, draft_s=0.0096, verify_s=verify_s, overhead_s=0.0, confidences=(0.5,), cap=8, rows=1,
+                 first_look=0.5)
+    t.record_width(3, 0.1441)
+    return t
+
+
 class Region(NamedTuple):
     """A stretch of the reply. ngram_every: the lookup has a match at one position in this many (0:
     never); match: how far the match reaches back at the region's start (a copy: it grows by one per

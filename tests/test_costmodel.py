@@ -12,6 +12,8 @@ from localspec.draftstop import FALLBACK_P_MIN, LOOKS_LEAST, DraftStop, DraftSto
 from localspec.timings import Ema
 from localspec.tracker import CostTracker
 
+from plannersim import rejected_first_probes
+
 # Target verify time for a batch of k tokens on a 2-core CPU (a Python probe), in ms.
 CPU_VERIFY_MS = {1: 27.6, 2: 45.0, 4: 73.5, 5: 92.8, 8: 135.0, 16: 157.0}
 
@@ -88,17 +90,12 @@ def test_tracker_keeps_hope_where_cheap_drafts_have_been_unlucky():
 
 
 def unlucky_on_f16() -> CostTracker:
-    """A draft model on the F16 target's costs (a second verify row costs half a plain step, a draft
-    row an eighth: only several guesses in a row pay) whose first two one-guess probes were rejected,
-    and a lookup's probe that measured a 3-row verify."""
+    """Three plain steps of the F16 target measured, then a draft model's first two probes rejected
+    (plannersim.rejected_first_probes)."""
     t = CostTracker()
     for _ in range(3):
         t.record(0, 0, 0.0, 0.0784, 0.0)
-    for verify_s in (0.122, 0.117):
-        t.record(1, 0, draft_s=0.0096, verify_s=verify_s, overhead_s=0.0, confidences=(0.5,), cap=8, rows=1,
-                 first_look=0.5)
-    t.record_width(3, 0.1441)
-    return t
+    return rejected_first_probes(t)
 
 
 def test_a_draft_whose_first_probes_were_all_rejected_is_hoped_for_again_as_steps_pass():

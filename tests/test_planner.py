@@ -24,7 +24,7 @@ from localspec.tracker import CostTracker
 from localspec.sampling import SamplingParams
 from test_costmodel import texts_of
 from plannersim import (COPY, CPU_F16, CPU_LIGHT, EPYC_TILED, FALSE_COPY, GPU_FLAT, H200_LIGHT, PROSE, XEON_F16, XEON_LIGHT,
-                        Region, curve, generate, run_set, set_ratio)
+                        Region, curve, generate, rejected_first_probes, run_set, set_ratio)
 
 SEEDS = [100 * s for s in range(6)]
 GREEDY = SamplingParams(temperature=0)
@@ -210,12 +210,7 @@ def test_a_draft_whose_first_probes_were_all_rejected_drafts_again_once_its_hope
     # grows with every step the tracker sees (CostTracker.optimistic_acceptance), ever more slowly.
     prose, ratios, lifted = [Region(96, 0, 0, False, 0.0, 0.5, 0.6)], [], 0
     for seed in range(8):
-        model = CostTracker()
-        for verify_s in (0.122, 0.117):
-            model.record(1, 0, draft_s=0.0096, verify_s=verify_s, overhead_s=0.0, confidences=(0.5,), cap=8,
-                         rows=1, first_look=0.5)
-        model.record_width(3, 0.1441)
-        trackers = {"model": model}
+        trackers = {"model": rejected_first_probes(CostTracker())}
         gens = [generate(prose, ["model"], trackers, curve(CPU_F16), 0.13, 100 * seed + i) for i in range(8)]
         ratios.append(set_ratio(gens))
         lifted += sum(max(g.gammas) >= 4 for g in gens[-4:]) >= 3  # drafting several guesses by its last replies
