@@ -637,9 +637,9 @@ def twin_notes(rows: list[dict]) -> list[str]:
     auto = [r for r in rows if r["engine"] == "localspec" and r["gamma"] == "auto"]
     notes = []
     for i, first in enumerate(auto):
+        if not first["tokens_per_s"]:  # generated nothing: no ratio to it
+            continue
         for later in (r for r in auto[i + 1:] if r.get("drafter") == first.get("drafter")):
-            if not first["tokens_per_s"]:
-                continue
             span = interval_text(paired_interval(later["per_reply"], first["per_reply"]))
             within = f" ({INTERVAL:.0%} interval {span})" if span else ""
             notes.append(f"{later['scenario']} / {first['scenario']}, one drafter twice: "
