@@ -279,10 +279,14 @@ class NGramDrafter:
     the n-gram that agree too, up to match_cap): a copy being repeated matches far back, a phrase that
     merely recurs does not, and the planner keeps acceptance per match length to tell them apart.
 
-    A proposal ends at the first end-of-generation token it copies (`ends`: the target's, e.g. the
-    chat template's end of a turn): generation stops there if the target takes it, so a draft beyond
-    it could never be used, and a copy of a prompt's last line would otherwise run on into the chat
-    template's turn markers, a wide verify's rows spent on guesses never kept.
+    A proposal ends before the first end-of-generation token it would copy (`ends`: the target's,
+    e.g. the chat template's end of a turn): a copy of a prompt's last line would otherwise run on
+    into the chat template's turn markers, a wide verify's rows spent on guesses never kept. The end
+    token itself is not guessed either: where the target would take it, the token the step draws from
+    the target's row after the draft is that token anyway (generation ends the same, one verify row
+    narrower), and where it would not (a reply that copies its prompt's code and closes a fence the
+    prompt did not have), the guess is a rejection that teaches the planner that long copies fail
+    near their start, one in each reply that ends a copy.
     """
 
     name = "ngram"
@@ -342,12 +346,12 @@ class NGramDrafter:
         return [], 0, 0, 0
 
     def _copy(self, start: int, k: int) -> list[int]:
-        """Up to k indexed tokens from position start, ending at the first end-of-generation token
-        among them; they may run into the end of the context."""
+        """Up to k indexed tokens from position start, ending before the first end-of-generation
+        token among them (see the class); they may run into the end of the context."""
         end = start + k
         i = bisect.bisect_left(self.ends_at, start)
         if i < len(self.ends_at):
-            end = min(end, self.ends_at[i] + 1)
+            end = min(end, self.ends_at[i])
         return self.tokens[start:end]
 
     def _reach(self, pos: int, n: int, extra: Sequence[int] = ()) -> int:

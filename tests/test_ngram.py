@@ -29,19 +29,23 @@ def test_match_running_into_the_end_of_the_context():
     assert d.propose([9, 5, 6, 5, 6], 8)[0] == [5, 6]
 
 
-def test_a_copy_ends_at_the_first_end_of_generation_token_it_copies():
+def test_a_copy_stops_before_the_first_end_of_generation_token_it_would_copy():
     # A prompt whose last line the reply repeats, then a turn's end (99) and the next turn's header:
-    # the copy stops at the end token, which it keeps (generation ends there if the target takes it).
+    # the copy stops before the end token, which it does not guess (where the reply ends there, the
+    # target's token after the draft is the end token anyway).
     ends = {99}.__contains__
     prompt = [5, 1, 2, 3, 4, 99, 7, 8, 1, 2]
-    assert NGramDrafter(n_min=2, n_max=2, ends=ends).propose(prompt, 8).ids == [3, 4, 99]
+    assert NGramDrafter(n_min=2, n_max=2, ends=ends).propose(prompt, 8).ids == [3, 4]
     assert NGramDrafter(n_min=2, n_max=2).propose(prompt, 8).ids == [3, 4, 99, 7, 8, 1, 2]
     # an end token before the match's occurrence does not cut it; one generated later is indexed too
     d = NGramDrafter(n_min=1, n_max=1, ends=ends)
     assert d.propose([99, 6, 1, 2, 3, 1], 2).ids == [2, 3]
-    assert d.propose([99, 6, 1, 2, 3, 99, 4, 1], 8).ids == [2, 3, 99]
+    assert d.propose([99, 6, 1, 2, 3, 99, 4, 1], 8).ids == [2, 3]
     # ... and a continuation after a draft is cut as a proposal is
-    assert d.continuation([99, 6, 1, 2, 3, 99, 4], [1], 8)[0] == [2, 3, 99]
+    assert d.continuation([99, 6, 1, 2, 3, 99, 4], [1], 8)[0] == [2, 3]
+    # a match whose next token is the end offers nothing (a plain step draws the end, if it comes)
+    assert d.propose([99, 6, 1, 2, 3, 99, 4, 3], 8).ids == []
+    assert d.offer([99, 6, 1, 2, 3, 99, 4, 3], 8) == 0
     d.prefill([4, 5, 6, 4])  # a new prompt: the old end positions are gone with the old index
     assert d.propose([4, 5, 6, 4], 8).ids == [5, 6, 4]
 
@@ -204,9 +208,9 @@ def test_a_continuation_reads_into_a_draft_without_indexing_it():
     assert d.propose(context + [5], 2).ids == []                      # "4 5" never occurred
 
 
-def test_a_pair_s_copies_end_at_its_target_s_end_of_generation_token():
+def test_a_pair_s_copies_end_before_its_target_s_end_of_generation_token():
     from fakes import EOS, IM_START, fake_pair
 
     pair = fake_pair(draft=False)
     prompt = [IM_START, 5, 6, 7, 8, EOS, IM_START, 9, 5, 6]  # a turn that ends, then one that repeats it
-    assert pair.ngram.propose(prompt, 8).ids == [7, 8, EOS]
+    assert pair.ngram.propose(prompt, 8).ids == [7, 8]  # up to the end token, not it
