@@ -304,7 +304,8 @@ class NGramDrafter:
         self.last_n = 0                               # n-gram size of the last proposal ...
         self.last_ids: list[int] = []                 # ... and its tokens
         self.last_match = 0                           # tokens the last match agrees on, ≤ match_cap
-        self.last_at = 0                              # where the last match's occurrence ends (a position)
+        self.last_at = 0                              # where the last match's occurrence ends (a position) ...
+        self.last_end = 0                             # ... in the context that ended here (its length)
 
     def propose(self, context: Sequence[int], k: int, rng: np.random.Generator | None = None,
                 stop: StopRule | None = None, branch: BranchRule | None = None,
@@ -316,7 +317,7 @@ class NGramDrafter:
         """The lookup of propose() and offer(): up to k tokens, the match's n, reach and end kept."""
         self._sync(context)
         ids, self.last_n, self.last_match, self.last_at = self._lookup((), k)
-        self.last_ids = ids
+        self.last_ids, self.last_end = ids, len(self.tokens)
         return ids
 
     def continuation(self, context: Sequence[int], draft: Sequence[int], k: int) -> tuple[list[int], int, int]:
@@ -330,8 +331,9 @@ class NGramDrafter:
 
     def _lookup(self, extra: Sequence[int], k: int) -> tuple[list[int], int, int, int]:
         """(up to k tokens that followed the latest earlier occurrence of the longest n-gram ending
-        the indexed tokens + extra, n, how far the match reaches back, the position the occurrence
-        ends at); ([], 0, 0, 0) without a match."""
+        the indexed tokens + extra, or the occurrence the last match's copy goes on at (_followed),
+        n, how far the match reaches back, the position the occurrence ends at); ([], 0, 0, 0)
+        without a match."""
         end = len(self.tokens) + len(extra)
         tail = tuple((self.tokens[-self.n_max:] + list(extra))[-self.n_max:] if extra else self.tokens[-self.n_max:])
         self.probes += 1  # a longer n-gram found implies its n_min-token tail is indexed: where that is
@@ -342,8 +344,23 @@ class NGramDrafter:
             self.probes += 1
             pos = self.index.get(tail[len(tail) - n:])
             if pos is not None:
-                return self._copy(pos + 1, k), n, self._reach(pos, n, extra), pos
+                pos, n, reach = self._followed(pos, n, self._reach(pos, n, extra), end, extra)
+                return self._copy(pos + 1, k), n, reach, pos
         return [], 0, 0, 0
+
+    def _followed(self, pos: int, n: int, reach: int, end: int, extra: Sequence[int]) -> tuple[int, int, int]:
+        """(occurrence, n, reach): the one the last match's copy goes on at, where the tokens since
+        agree with that copy and it reaches back at least as far as the latest occurrence pos; else
+        pos's. In a copy of code a line that recurs makes its latest occurrence (the line's earlier
+        instance, often in the reply itself) the n-gram's, and following it the copy would jump to
+        what came after that instance, a long draft rejected within a few tokens, where the source
+        it was copying still agrees as far back as the copy goes. One comparison where the copy
+        broke off (its first token disagrees)."""
+        at = self.last_at + end - self.last_end
+        if not self.last_ids or at == pos or not 0 <= at < len(self.tokens) - 1:
+            return pos, n, reach
+        agrees = self._reach(at, 0, extra)
+        return (at, min(agrees, self.n_max), agrees) if agrees >= max(reach, self.n_min) else (pos, n, reach)
 
     def _copy(self, start: int, k: int) -> list[int]:
         """Up to k indexed tokens from position start, ending before the first end-of-generation
@@ -373,6 +390,7 @@ class NGramDrafter:
         same = len(context) >= n_old and (not n_old or context[n_old - 1] == self.tokens[-1])
         if not same or (full_check and self.tokens != list(context[:n_old])):
             self.tokens, self.index, self.ends_at, self.long_to, n_old = [], {}, [], 0, 0
+            self.last_ids = []  # no copy to follow (_followed) into another text
         tokens, index, n_min = self.tokens, self.index, self.n_min
         for t in context[n_old:]:
             tokens.append(t)

@@ -96,33 +96,82 @@ def test_text_that_does_not_repeat_costs_one_probe_a_lookup():
     assert d.propose(context, 3).ids == [7, 8, 9] and d.last_n == 4
 
 
-def latest_longest_match(context: list[int], n_min: int, n_max: int, k: int, draft: list[int] = ()) -> list[int]:
+def agreeing(tokens: list[int], at: int, cap: int) -> int:
+    """How many tokens ending at position `at` agree with the end of tokens, at most cap."""
+    n = 0
+    while n < cap and at - n >= 0 and tokens[at - n] == tokens[len(tokens) - 1 - n]:
+        n += 1
+    return n
+
+
+def latest_longest_match(context: list[int], n_min: int, n_max: int, k: int, draft: list[int] = (),
+                         followed: int | None = None, cap: int = 64) -> tuple[list[int], int | None]:
     """The lookup by brute force: up to k tokens of the context after the latest earlier occurrence
-    in it of the longest n-gram (n_min..n_max) ending context + draft."""
+    in it of the longest n-gram (n_min..n_max) ending context + draft, or after `followed` (where the
+    last match's copy goes on) if that agrees with their end at least as far back; and where the
+    tokens came from (None: no match)."""
     tokens = context + list(draft)
     for n in range(min(n_max, len(tokens) - 1), n_min - 1, -1):
         tail = tokens[len(tokens) - n:]
         for end in range(len(context) - 2, n - 2, -1):  # an occurrence ending at `end` has a next token
             if tokens[end - n + 1: end + 1] == tail:
-                return context[end + 1: end + 1 + k]
-    return []
+                if (followed is not None and followed != end and 0 <= followed < len(context) - 1
+                        and agreeing(tokens, followed, cap) >= max(agreeing(tokens, end, cap), n_min)):
+                    end = followed
+                return context[end + 1: end + 1 + k], end
+    return [], None
 
 
 def test_the_lookup_matches_a_brute_force_search_token_by_token():
     # Text over a small vocabulary repeats at every n-gram size: each step's proposal and each
-    # continuation into a draft agree with the brute-force search, however the index caught up.
+    # continuation into a draft agree with the brute-force search, however the index caught up,
+    # the copy the last proposal began followed where it agrees as far back as the latest occurrence.
     rng = np.random.default_rng(1)
     phrases = [rng.integers(0, 6, size=int(rng.integers(3, 12))).tolist() for _ in range(5)]
     text = [t for _ in range(40) for t in (phrases[int(rng.integers(0, 5))] if rng.random() < 0.6
                                            else rng.integers(0, 30, size=3).tolist())]
     d = NGramDrafter(n_min=2, n_max=6, match_cap=16)
     d.prefill(text[:10])
+    last, followed_used = (None, 0), 0  # (where the last proposal's occurrence ended, the context's length then)
+    # where the last proposal's copy goes on after `length` tokens of context and draft
+    followed = lambda length: None if last[0] is None else last[0] + length - last[1]  # noqa: E731
     for i in range(10, len(text)):
         context = text[:i]
         if i % 3:
-            assert d.propose(context, 5).ids == latest_longest_match(context, 2, 6, 5), i
+            ids, at = latest_longest_match(context, 2, 6, 5, followed=followed(i), cap=16)
+            assert d.propose(context, 5).ids == ids, i
+            followed_used += at is not None and at == followed(i) and at != latest_longest_match(context, 2, 6, 5)[1]
+            last = (at, i)
         draft = text[i: i + 2]
-        assert d.continuation(context, draft, 4)[0] == latest_longest_match(context, 2, 6, 4, draft), i
+        ids, _ = latest_longest_match(context, 2, 6, 4, draft, followed(i + 2), cap=16)
+        assert d.continuation(context, draft, 4)[0] == ids, i
+    assert followed_used > 0  # the text made the followed copy and the latest occurrence differ
+
+
+def test_a_copy_is_followed_past_a_line_that_recurs():
+    # The reply copies a source whose line L (longer than n_max) recurs, followed by 30 the first
+    # time and by 8 the second. Inside the second instance the latest occurrence of the last n_max
+    # tokens is the reply's own copy of the first, which goes on with 30; the source, which the copy
+    # was following, goes on with 8 and agrees much further back.
+    line = [1, 2, 3, 4, 5, 6]
+    source = [20, *line, 30, 21, 22, *line, 8, 9]
+    prompt = [0, *source, 99]
+    context = prompt + source[:10]  # the reply so far: up to the second instance of the line
+    d = NGramDrafter(n_min=2, n_max=4, match_cap=16)
+    d.prefill(context)
+    assert d.propose(context, 4).ids == [1, 2, 3, 4]  # the second instance, from the source
+    context += [1, 2, 3, 4]
+    assert d.propose(context, 4).ids == [5, 6, 8, 9]  # the copy followed ...
+    assert d.last_at == len([0, *source[:14]]) - 1 and d.last_match > 4
+    # ... where the latest occurrence of the line, the reply's first instance, goes on with 30
+    fresh = NGramDrafter(n_min=2, n_max=4, match_cap=16)
+    fresh.prefill(context)
+    assert fresh.propose(context, 4).ids == [5, 6, 30, 21] and fresh.last_at >= len(prompt)
+    # ... and the copy is followed into a draft (the hybrid's handoff) as into the context
+    assert d.continuation(context, [5], 3)[0] == [6, 8, 9]
+    # where the reply broke off from the copy, the latest occurrence is taken again
+    context += [5, 6, 30]
+    assert d.propose(context, 2).ids == [21, 22] and d.last_at >= len(prompt)
 
 
 class FakeModelDrafter(NGramDrafter):
