@@ -609,6 +609,14 @@ def interval_text(span: tuple[float, float] | None) -> str:
     return f"{span[0]:.2f}-{span[1]:.2f}x" if span else ""
 
 
+def ratio_note(label: str, num: dict, den: dict) -> str:
+    """'label: num over den' as the notes below print it: the ratio of their speeds and, where one
+    exists, its paired interval over their replies (den must have generated something)."""
+    span = interval_text(paired_interval(num["per_reply"], den["per_reply"]))
+    within = f" ({INTERVAL:.0%} interval {span})" if span else ""
+    return f"{label}: {num['tokens_per_s'] / den['tokens_per_s']:.2f}x{within}"
+
+
 def best_part_notes(rows: list[dict]) -> list[str]:
     """Each auto hybrid against the faster of its parts at auto (model, n-gram) in this run, with
     the paired interval: what "the hybrid is as good as its best part" is judged by."""
@@ -619,13 +627,8 @@ def best_part_notes(rows: list[dict]) -> list[str]:
     best = max(parts, key=lambda r: r["tokens_per_s"])
     if not best["tokens_per_s"]:  # every part generated nothing: no ratio to it
         return []
-    notes = []
-    for hybrid in (r for r in auto if r.get("drafter") == "hybrid"):
-        span = interval_text(paired_interval(hybrid["per_reply"], best["per_reply"]))
-        within = f" ({INTERVAL:.0%} interval {span})" if span else ""
-        notes.append(f"{hybrid['scenario']} / its best part here, {best['scenario']}: "
-                     f"{hybrid['tokens_per_s'] / best['tokens_per_s']:.2f}x{within}")
-    return notes
+    return [ratio_note(f"{hybrid['scenario']} / its best part here, {best['scenario']}", hybrid, best)
+            for hybrid in auto if hybrid.get("drafter") == "hybrid"]
 
 
 def twin_notes(rows: list[dict]) -> list[str]:
@@ -639,11 +642,8 @@ def twin_notes(rows: list[dict]) -> list[str]:
     for i, first in enumerate(auto):
         if not first["tokens_per_s"]:  # generated nothing: no ratio to it
             continue
-        for later in (r for r in auto[i + 1:] if r.get("drafter") == first.get("drafter")):
-            span = interval_text(paired_interval(later["per_reply"], first["per_reply"]))
-            within = f" ({INTERVAL:.0%} interval {span})" if span else ""
-            notes.append(f"{later['scenario']} / {first['scenario']}, one drafter twice: "
-                         f"{later['tokens_per_s'] / first['tokens_per_s']:.2f}x{within}")
+        notes += [ratio_note(f"{later['scenario']} / {first['scenario']}, one drafter twice", later, first)
+                  for later in auto[i + 1:] if later.get("drafter") == first.get("drafter")]
     return notes
 
 
@@ -654,11 +654,8 @@ def tree_notes(rows: list[dict]) -> list[str]:
     ours = [r for r in rows if r["engine"] == "localspec"]
     notes = []
     for chain in (r for r in ours if r.get("drafter") == "chain" and r["tokens_per_s"]):
-        for model in (r for r in ours if r.get("drafter") == "model" and r["gamma"] == chain["gamma"]):
-            span = interval_text(paired_interval(model["per_reply"], chain["per_reply"]))
-            within = f" ({INTERVAL:.0%} interval {span})" if span else ""
-            notes.append(f"{model['scenario']} (trees where they pay) / {chain['scenario']}: "
-                         f"{model['tokens_per_s'] / chain['tokens_per_s']:.2f}x{within}")
+        notes += [ratio_note(f"{model['scenario']} (trees where they pay) / {chain['scenario']}", model, chain)
+                  for model in ours if model.get("drafter") == "model" and model["gamma"] == chain["gamma"]]
     return notes
 
 
