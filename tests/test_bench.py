@@ -403,13 +403,18 @@ def replies_at(speeds: list[float]) -> list[GenerationStats]:
     return out
 
 
+def rows_beside_plain(spec: str, factors: dict[str, float]) -> list[dict]:
+    """bench.summarise's rows for the scenarios of spec, target-only's four replies at 10, 20, 10 and
+    20 tok/s and each other scenario's (by label) at its factor times those."""
+    scenarios, plain = bench.parse_scenarios(spec), [10.0, 20.0, 10.0, 20.0]
+    runs = bench.Runs({"target-only": replies_at(plain),
+                       **{label: replies_at([f * v for v in plain]) for label, f in factors.items()}})
+    return bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+
+
 def test_the_report_gives_each_ratio_its_interval_and_the_hybrid_against_its_best_part():
-    scenarios = bench.parse_scenarios("plain,model:auto,ngram:auto,hybrid:auto")
-    plain = [10.0, 20.0, 10.0, 20.0]
-    runs = bench.Runs({"target-only": replies_at(plain), "model gamma=auto": replies_at([1.2 * v for v in plain]),
-                       "ngram gamma=auto": replies_at([1.0 * v for v in plain]),
-                       "hybrid gamma=auto": replies_at([1.2 * 0.9 * v for v in plain])})
-    rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+    rows = rows_beside_plain("plain,model:auto,ngram:auto,hybrid:auto",
+                             {"model gamma=auto": 1.2, "ngram gamma=auto": 1.0, "hybrid gamma=auto": 1.2 * 0.9})
     by = {r["scenario"]: r for r in rows}
     assert by["target-only"]["ratio_interval"] is None
     assert by["model gamma=auto"]["ratio_interval"] == (pytest.approx(1.2), pytest.approx(1.2))
@@ -422,13 +427,9 @@ def test_the_report_sets_one_drafter_run_twice_beside_itself():
     # ngram:auto:8 is the lookup under another name (the cap bounds a draft model only): the two land
     # 1.05x apart reply by reply, and the note says so; a drafter run once, or the hybrid beside its
     # parts, gets no such note
-    scenarios = bench.parse_scenarios("plain,ngram:auto,ngram:auto:8,model:auto,hybrid:auto")
-    plain = [10.0, 20.0, 10.0, 20.0]
-    runs = bench.Runs({"target-only": replies_at(plain), "ngram gamma=auto": replies_at([2.0 * v for v in plain]),
-                       "ngram gamma=auto cap=8": replies_at([2.1 * v for v in plain]),
-                       "model gamma=auto": replies_at([1.0 * v for v in plain]),
-                       "hybrid gamma=auto": replies_at([2.0 * v for v in plain])})
-    rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+    rows = rows_beside_plain("plain,ngram:auto,ngram:auto:8,model:auto,hybrid:auto",
+                             {"ngram gamma=auto": 2.0, "ngram gamma=auto cap=8": 2.1, "model gamma=auto": 1.0,
+                              "hybrid gamma=auto": 2.0})
     assert bench.twin_notes(rows) == ["ngram gamma=auto cap=8 / ngram gamma=auto, one drafter twice: "
                                       "1.05x (90% interval 1.05-1.05x)"]
     assert bench.twin_notes([r for r in rows if r["scenario"] != "ngram gamma=auto"]) == []
@@ -437,12 +438,8 @@ def test_the_report_sets_one_drafter_run_twice_beside_itself():
 def test_the_report_sets_the_model_drafter_beside_the_chain_at_the_same_gamma():
     # The model drafter (trees where they pay) 1.1 times the chain's speed at auto, reply by reply;
     # a model run at a fixed γ has no chain beside it and gets no note.
-    scenarios = bench.parse_scenarios("plain,model:auto,chain:auto,model:4")
-    plain = [10.0, 20.0, 10.0, 20.0]
-    runs = bench.Runs({"target-only": replies_at(plain), "model gamma=auto": replies_at([1.32 * v for v in plain]),
-                       "chain gamma=auto": replies_at([1.2 * v for v in plain]),
-                       "model gamma=4": replies_at([1.5 * v for v in plain])})
-    rows = bench.summarise(scenarios, runs, bench.pooled_costs(scenarios, runs))
+    rows = rows_beside_plain("plain,model:auto,chain:auto,model:4",
+                             {"model gamma=auto": 1.32, "chain gamma=auto": 1.2, "model gamma=4": 1.5})
     assert bench.tree_notes(rows) == ["model gamma=auto (trees where they pay) / chain gamma=auto: "
                                       "1.10x (90% interval 1.10-1.10x)"]
     assert bench.tree_notes([r for r in rows if r["scenario"] != "chain gamma=auto"]) == []
