@@ -49,7 +49,7 @@ def timed(ctx, width: int, rows: str) -> float:
     for r in range(width if rows == "all" else 1):
         ctx.logits(r).max()
     seconds = time.perf_counter() - t0
-    ctx.truncate(n + 1)
+    ctx.truncate(n)  # (the context stays at the prompt: every width at every repetition fits --ctx)
     return seconds
 
 
@@ -68,7 +68,7 @@ def drafted(draft, n: int) -> None:
     for _ in range(n):
         draft.decode([1234], logits="last")
         draft.logits(-1).argmax()
-    draft.truncate(start + 1)
+    draft.truncate(start)
 
 
 def overlap_ms(target, draft, gamma: int, reps: int) -> tuple[float, float]:
