@@ -175,13 +175,16 @@ def curve_seconds(points: Sequence[tuple[int, float]], rows: int) -> float:
 class TimedRows(RowsContext):
     """A RowsContext whose decode lasts as long as a model's would: base_s a decode and row_s more
     per row of logits asked for, or a measured curve's seconds for that many rows (curve: see
-    curve_seconds), spent in a busy wait (exact to microseconds, unlike a sleep). Decode seconds are
-    added up in decode_s, for the controller's share (wall time less them)."""
+    curve_seconds), spent in a busy wait (exact to microseconds, unlike a sleep). after_wide: seconds
+    the first, second, ... one-token decode after a decode of more tokens lasts longer (as a GPU's
+    one-row decodes do after a verify: timings.ReturnCost). Decode seconds are added up in
+    decode_s, for the controller's share (wall time less them)."""
 
     def __init__(self, model: Model, seed: int, base_s: float, row_s: float = 0.0,
-                 curve: Sequence[tuple[int, float]] | None = None, **kwargs):
+                 curve: Sequence[tuple[int, float]] | None = None, after_wide: Sequence[float] = (), **kwargs):
         super().__init__(model, seed, **kwargs)
         self.base_s, self.row_s, self.curve, self.decode_s = base_s, row_s, curve, 0.0
+        self.after_wide, self.since_wide = list(after_wide), len(after_wide)  # one-token decodes since a wider one
 
     def seconds(self, rows: int) -> float:
         """How long a decode asking for `rows` rows of logits lasts."""
@@ -194,6 +197,11 @@ class TimedRows(RowsContext):
         super().decode(tokens, logits, sampled)
         rows = len(tokens) if logits == "all" else int(logits == "last")
         end = t0 + self.seconds(rows)
+        if len(tokens) > 1:
+            self.since_wide = 0
+        elif self.since_wide < len(self.after_wide):
+            end += self.after_wide[self.since_wide]
+            self.since_wide += 1
         while time.perf_counter() < end:
             pass
         self.decode_s += time.perf_counter() - t0

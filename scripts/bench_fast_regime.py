@@ -71,7 +71,8 @@ def contexts(vocab: Model, args, draft_ms: float) -> tuple[TimedRows, TimedRows,
         sys.exit(f"--text {args.text}: {len(script)} tokens, {need} needed for {args.rounds} rounds of "
                  f"{args.tokens} tokens; give a longer text, or fewer --rounds or --tokens")
     draft_script = [t if i % 2 else t + 1 for i, t in enumerate(script)]
-    target = TimedRows(vocab, 0, args.plain_ms / 1e3, args.row_ms / 1e3, curve=args.curve, script=script)
+    target = TimedRows(vocab, 0, args.plain_ms / 1e3, args.row_ms / 1e3, curve=args.curve, script=script,
+                       after_wide=[ms / 1e3 for ms in args.after_wide_ms])
     draft = TimedRows(vocab, 1, draft_ms / 1e3, script=draft_script)
     return target, draft, script
 
@@ -133,12 +134,26 @@ def curve_arg(text: str) -> list[tuple[int, float]]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def ms_list(text: str) -> list[float]:
+    """--after-wide-ms's value, or argparse's one-line error naming it."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(not v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give milliseconds not below 0, comma-separated (e.g. 1.2,1.0)")
+    return values
+
+
 def main() -> None:
     parser = Parser(description=__doc__.split("\n\n")[0])  # its first paragraph, rewrapped
     parser.add_argument("--plain-ms", type=float, default=1.0, help="a target decode (default 1.0)")
     parser.add_argument("--row-ms", type=float, default=0.1, help="more per verify row (default 0.1)")
     parser.add_argument("--curve", type=curve_arg, help="the target's decode ms by rows, ROWS:MS,... "
                         "(e.g. 1:1.9,2:5.4,36:10.3; replaces --plain-ms and --row-ms)")
+    parser.add_argument("--after-wide-ms", type=ms_list, default=[],
+                        help="ms the first, second, ... one-token decode after a wider one takes longer, "
+                             "comma-separated (a GPU's: see timings.ReturnCost; default none)")
     parser.add_argument("--draft-ms", default="1.2,0.5", help="draft decode(s), comma-separated (default 1.2,0.5)")
     parser.add_argument("--tokens", type=int, default=300, help="tokens per reply (default 300)")
     parser.add_argument("--rounds", type=int, default=5, help="replies per scenario (default 5)")
@@ -152,6 +167,9 @@ def main() -> None:
     kinds = args.scenarios.split(",")
     costs = (", ".join(f"{rows} rows {ms * 1e3:g} ms" for rows, ms in args.curve) if args.curve
              else f"plain decode {args.plain_ms} ms + {args.row_ms} ms a verify row")
+    if args.after_wide_ms:
+        slower = ", ".join(f"+{ms:g}" for ms in args.after_wide_ms)
+        costs += f"; after a wider decode the next one-token decodes {slower} ms"
     print(f"{costs}; {args.tokens} tokens x {args.rounds}"
           f"{'; trackers kept across rounds' if args.keep else ''}")
     counted = " localspec calls / token |" * args.calls + " pricings / reply |" * args.pricings

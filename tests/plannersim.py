@@ -68,6 +68,13 @@ EPYC_TILED = {k: ms / 1e3 for k, ms in {1: 31, 2: 58, 3: 84, 4: 102, 5: 123, 8: 
 # The light target on the H200, every layer on the GPU, as bench.py measured it on prose and copies
 # (scripts/results/HISTORY.md, "The H200 again"): a 2-row verify costs 2.8 plain steps, and a row beyond costs little.
 H200_LIGHT = {k: ms / 1e3 for k, ms in {1: 1.81, 2: 5.0, 4: 5.5, 8: 5.6, 16: 8.0, 40: 9.4, 80: 15.6, 112: 19.8}.items()}
+# The same on the H200 a week later, with the output buffer sized at load (bench_rpc_costs.py --local:
+# each width's decode alternating with one-row decodes, as verifies come between plain steps), and
+# the seconds the first and second one-row decodes after a wider one took beyond a steady one there
+# (about 2.2 ms together: bench.py's one-row decodes, scripts/results/HISTORY.md, "The H200 a third time").
+H200_ALTERNATING = {k: ms / 1e3 for k, ms in {1: 1.78, 2: 3.5, 3: 4.7, 4: 3.9, 6: 4.0, 8: 6.6, 12: 5.7, 16: 6.1,
+                                              24: 6.9, 32: 7.5, 40: 8.3}.items()}
+H200_AFTER_WIDE = (1.2e-3, 1.0e-3)
 
 
 def rejected_first_probes(t: CostTracker) -> CostTracker:
@@ -219,11 +226,14 @@ class Result(NamedTuple):
 
 def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, verify: Callable[[int], float],
              draft_ratio: float, seed: int, config: GenerationConfig = GREEDY,
-             stall: tuple[int, float] = (1, 1.0), slow_plain: tuple[int, float] = (0, 1.0)) -> Result:
+             stall: tuple[int, float] = (1, 1.0), slow_plain: tuple[int, float] = (0, 1.0),
+             after_wide: Sequence[float] = ()) -> Result:
     """One simulated generation of the whole scenario by the real Planner over drafters `kinds`
     (trackers: kept across generations, by kind, as a Pair keeps them). stall: (n, f): the
     generation's n-th drafting step takes f times its drafting seconds (the machine stalled);
-    slow_plain: (n, f): its first n plain steps take f times their verify seconds."""
+    slow_plain: (n, f): its first n plain steps take f times their verify seconds; after_wide: the
+    seconds the first, second, ... plain step after a drafting step takes beyond verify(1) (a GPU's
+    one-row decodes after a verify, timings.ReturnCost)."""
     world, rng = World(regions), np.random.default_rng(seed)
     n_tokens = sum(r.length for r in regions)
     luck = rng.random(n_tokens + 64)  # drafts may reach past the reply's end
@@ -232,7 +242,7 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
                 trackers.setdefault(k, CostTracker())) for k in kinds]
     planner = Planner(sources, config, ExploreBudget())
     planner.clock = lambda: 0.0  # no clocks: pricing takes no simulated time (Planner._rests)
-    seconds, gammas, worst, drafting, plain = 0.0, [], -np.inf, 0, 0
+    seconds, gammas, worst, drafting, plain, since_wide = 0.0, [], -np.inf, 0, 0, len(after_wide)
     while world.pos < n_tokens:
         plan = planner.plan([], n_tokens - world.pos - 1)
         drafter = sources[plan.source][0] if plan.source is not None else None
@@ -248,6 +258,10 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         if not proposal.ids:
             plain += 1
             verify_s *= slow_plain[1] if plain <= slow_plain[0] else 1.0
+            verify_s += after_wide[since_wide] if since_wide < len(after_wide) else 0.0
+            since_wide += 1
+        else:
+            since_wide = 0
         planner.record(plan, proposal, n_accepted, draft_s, verify_s, 0.0, emitted=_emitted(world, luck, n_accepted + 1))
         b = planner.budget
         worst = max([worst] + [spent - b.allowance(verify(1)) for spent in b.spent.values()])
@@ -277,10 +291,11 @@ def _accepted(n: int, drafter: SimDrafter | None, world: World, luck: np.ndarray
 
 
 def run_set(regions: Sequence[Region], kinds: Sequence[str], verify: Callable[[int], float],
-            draft_ratio: float = 0.5, n: int = 4, seed: int = 0) -> list[Result]:
-    """n generations in a row with the same trackers (a prompt set in one process)."""
+            draft_ratio: float = 0.5, n: int = 4, seed: int = 0, **kwargs) -> list[Result]:
+    """n generations in a row with the same trackers (a prompt set in one process); kwargs:
+    generate's."""
     trackers: dict = {}
-    return [generate(regions, kinds, trackers, verify, draft_ratio, seed + i) for i in range(n)]
+    return [generate(regions, kinds, trackers, verify, draft_ratio, seed + i, **kwargs) for i in range(n)]
 
 
 def set_ratio(results: Sequence[Result]) -> float:
