@@ -1,5 +1,6 @@
-"""Measured seconds: a moving average that a stall cannot set (Ema), and the one verify-cost curve
-(VerifyCurve: seconds to verify a batch of k tokens, measured per k, estimated between and beyond).
+"""Measured seconds: a moving average that a stall cannot set (Ema), the one verify-cost curve
+(VerifyCurve: seconds to verify a batch of k tokens, measured per k, estimated between and beyond),
+and what a wider decode costs the one-row decodes after it (ReturnCost).
 """
 
 from __future__ import annotations
@@ -198,6 +199,58 @@ class VerifyCurve:
                 if start <= w < len(table) and point.n >= TRUSTED_SAMPLES:
                     table[w] = point.value
         return table[k]
+
+
+RETURN_ROWS = 2  # the one-row decodes after a wider one whose extra seconds are the wider one's (ReturnCost)
+
+
+class ReturnCost:
+    """What a decode wider than one row (a verify of drafts) costs the one-row decodes after it,
+    beyond a steady one-row decode. A backend may keep state for the shape it last ran that another
+    shape resets: ggml's CUDA backend replays a captured graph for each one-row decode, and after a
+    decode of another shape runs the next one-row decode without it and captures it again at the
+    one after (it waits for two calls of one shape); llama.cpp rebuilds its own graph at each change
+    of shape. Those decodes are plain steps, but their extra seconds are the drafting step's doing.
+
+    Measured by position after a wider decode (the first RETURN_ROWS one-row decodes), as each
+    decode's seconds beyond the steady one-row cost, and charged to every wider decode at the share
+    of them that such a decode followed (a copy's drafting steps often follow each other, each paying
+    its own change of shape inside its verify). The one-row curve takes those decodes less their
+    position's measured extra, so that it stays the steady cost and a plain step measured again
+    after drafting (planner.Planner._plain_again) still counts."""
+
+    __slots__ = ("extra", "followed", "wide", "age")
+
+    def __init__(self):
+        self.extra = [Ema() for _ in range(RETURN_ROWS)]  # seconds beyond steady, by position after a wider decode
+        self.followed = [0] * RETURN_ROWS  # wider decodes that a one-row decode at that position followed
+        self.wide = 0                      # wider decodes seen
+        self.age = RETURN_ROWS             # one-row decodes since the latest wider decode, up to RETURN_ROWS
+
+    def wider(self) -> None:
+        """A decode wider than one row."""
+        self.wide += 1
+        self.age = 0
+
+    def one_row(self, seconds: float, steady: float | None) -> float:
+        """A one-row decode of `seconds`, the steady one-row cost `steady` (None: none measured yet);
+        returns its seconds as the steady curve takes them."""
+        i = self.age
+        if i >= RETURN_ROWS:
+            return seconds
+        self.age = i + 1
+        self.followed[i] += 1
+        if steady is None:
+            return seconds
+        extra = self.extra[i]
+        extra.add(seconds - steady)
+        return seconds - max(extra.value, 0.0)
+
+    def seconds(self) -> float:
+        """What a wider decode adds to the one-row decodes after it, over the wider decodes seen."""
+        if not self.wide:
+            return 0.0
+        return sum(max(e.value or 0.0, 0.0) * n for e, n in zip(self.extra, self.followed)) / self.wide
 
 
 class Widths:

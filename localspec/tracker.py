@@ -1,7 +1,8 @@
 """CostTracker: the live measurements of one drafter on one pair and machine, and the two estimates
 the planner reads from them.
 
-Measured: the target's verify seconds per batch size (VerifyCurve), the draft's seconds per token
+Measured: the target's verify seconds per batch size (VerifyCurve) and what a verify costs the
+one-row decodes after it (ReturnCost), the draft's seconds per token
 (a draft model's per row it decodes: draft_s), the controller's overhead, and acceptance per draft
 position, kept separately per acceptance bucket (an n-gram drafter's match length, and whether the
 match lies in the prompt or the output: see costmodel.match_bucket; 0 for a draft model), per draft
@@ -37,7 +38,7 @@ from .acceptance import (PositionAcceptance, TextAcceptance, overall, pooling_we
                          spliced)
 from .costmodel import Estimate
 from .draftstop import CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, DraftStops, FirstLooks, FixedStop, confidence_bin
-from .timings import STALL_FACTOR, TRUSTED_SAMPLES, Ema, VerifyCurve, Widths
+from .timings import RETURN_ROWS, STALL_FACTOR, TRUSTED_SAMPLES, Ema, ReturnCost, VerifyCurve, Widths
 from .lookupruns import LookupRuns
 from .trackerfile import CONFIRM_STEPS, WARM_MAX_COUNT
 from .treeplan import SiblingAcceptance
@@ -62,6 +63,8 @@ class CostTracker:
     first_row: bool = False
     overhead_s: Ema = field(default_factory=Ema)
     verify: VerifyCurve = field(default_factory=VerifyCurve)
+    # what a verify wider than one row costs the one-row decodes after it (priced with every drafting step)
+    after_wide: ReturnCost = field(default_factory=ReturnCost, repr=False, compare=False)
     positions: PositionAcceptance = field(default_factory=PositionAcceptance)  # all buckets together
     buckets: dict[int, PositionAcceptance] = field(default_factory=dict)
     conf_judged: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
@@ -157,7 +160,12 @@ class CostTracker:
 
     def record_width(self, width: int, verify_s: float) -> None:
         """Add a verify of `width` rows, another source's draft's or this one's: the target's cost,
-        whoever drafted, and one more step seen."""
+        whoever drafted, and one more step seen. A one-row decode right after a wider one also
+        measures what the wider one left behind (ReturnCost)."""
+        if width == 1 and self.after_wide.age < RETURN_ROWS:
+            verify_s = self.after_wide.one_row(verify_s, self.verify.seconds(1) if 1 in self.verify else None)
+        elif width > 1:
+            self.after_wide.wider()
         self.verify.add(width, verify_s)
         self.steps += 1
 
@@ -318,6 +326,9 @@ class CostTracker:
     def estimate(self, bucket: int | None = None, optimistic: bool = False, switch: bool = False,
                  curve: VerifyCurve | None = None, probe: bool = False, followed: int = 0) -> Estimate:
         """The point or the optimistic estimate for a proposal in this bucket (needs verify(1) measured);
+        a point estimate's drafting step also costs what its verify leaves the one-row decodes after
+        it (ReturnCost), an optimistic one's not: a probe is charged that as it is measured (record's
+        _returned), so a GPU's first short probes do not keep the lookup from ever finding a copy;
         switch: a drafting step also costs switch_s (a hybrid's other drafter catching up later);
         curve: the verify costs to read instead of this process's (not the optimistic estimate's);
         probe: the point estimate with the first width beyond the widest measured read as no dearer
@@ -330,7 +341,8 @@ class CostTracker:
         if optimistic:
             verify, draft = Widths(self.verify, 1, extra), self.optimistic_draft_s()
         else:
-            verify = Widths(self.verify if curve is None else curve, 2 if probe else 0, extra)
+            verify = Widths(self.verify if curve is None else curve, 2 if probe else 0,
+                            extra + self.after_wide.seconds())
         accept = self.optimistic_acceptance(bucket) if optimistic else self.acceptance(bucket)
         if optimistic and followed:
             accept = spliced(self.acceptance(bucket), accept, followed)

@@ -35,7 +35,11 @@ def saved_data(t: CostTracker) -> dict:
             "stops": t.stops.to_rows(), "first_stops": [t.stops.asked, t.stops.declined],
             "confidence": [t.conf_judged, t.conf_accepted], "first_looks": list(t.looks.counts),
             "texts": t.texts.to_rows(),
-            "proposals": t.proposals, "steps": t.steps, "pricings": list(t.pricings), "first_row": t.first_row}
+            "proposals": t.proposals, "steps": t.steps, "pricings": list(t.pricings), "first_row": t.first_row,
+            # (an extra below nothing is priced as none: saved so, a measurement is never negative)
+            "after_wide": {"extra": [[max(e.value, 0.0) if e.value is not None else None, e.n]
+                                     for e in t.after_wide.extra], "followed": list(t.after_wide.followed),
+                           "wide": t.after_wide.wide}}
 
 
 def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> CostTracker:
@@ -55,6 +59,7 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
     _load_ema(t.catchup_s, data.get("catchup_s", [None, 0]))
     t.idle_s = _measured(data.get("idle_s", 0.0))
     t.pricings = [_measured(s) for s in data.get("pricings", [])]  # older files: none
+    _load_after_wide(t, data.get("after_wide"))
     # The plain step is measured afresh by the first steps of each process: while drafting pays,
     # nothing else measures it, and a saved one from a busier moment would keep drafting paying.
     # Only the decision to load a draft at all reads it (saved_verify, may_pay).
@@ -72,6 +77,18 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
     if t.proposals >= CONFIRM_STEPS:
         _load_counts(t, data, max_count)
     return t
+
+
+def _load_after_wide(t: CostTracker, saved: dict | None) -> None:
+    """Load what a wider decode cost the one-row decodes after it (timings.ReturnCost), its counts
+    scaled down to weigh as one wider decode; older files, or another number of positions: none."""
+    if not saved or len(saved["extra"]) != len(t.after_wide.extra):
+        return
+    wide = _count(saved["wide"])
+    for e, value in zip(t.after_wide.extra, saved["extra"]):
+        _load_ema(e, value)
+    t.after_wide.followed = [min(_measured(n), wide) / max(wide, 1) for n in saved["followed"]]
+    t.after_wide.wide = 1 if wide else 0
 
 
 def _load_counts(t: CostTracker, data: dict, max_count: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from ..drafters import STEP_DECODE, Proposal
+from ..timings import RETURN_ROWS
 from ..treeplan import tree_outcome
 from .plans import Choice, Plan
 
@@ -157,6 +158,7 @@ class Recording:
         if self._explored is not None:  # (asked before the trackers below record its draft cost)
             charged = self._charged(plan, proposal, n_accepted, (seconds, verify_s, own_s), emitted, chain, copied)
         self.budget.charge(seconds, charged)
+        self._probe_wide = (self._explored.source, 0) if self._explored is not None and n else None
         self._record_costs(plan, proposal, n_accepted, (own_s, verify_s, overhead_s), width, emitted, cap)
         if caught_up:  # after the step's own draft cost is in: a catch-up is priced beyond it
             batch = caught_up - int(proposal.first_apart)  # the tokens its batch decoded
@@ -169,8 +171,21 @@ class Recording:
         # plain decoding measured again in place of a drafting choice (_plain_again) is its source's probe
         loss = None if explored is None else (explored.source, seconds - 1.0 / explored.r_best)
         self.budget.charge(seconds, loss)
+        self._returned(verify_s)
         for _, tracker in self.sources:
             tracker.record_verify(1, verify_s, overhead_s)
+
+    def _returned(self, verify_s: float) -> None:
+        """Charge an exploratory drafting step's source what its verify cost the one-row decodes
+        after it (timings.ReturnCost), as each is measured: verify_s beyond the steady one-row cost.
+        A probe that drafted on into a copy leaves none behind, and is charged none."""
+        if self._probe_wide is None:
+            return
+        source, after = self._probe_wide
+        curve = self.sources[0][1].verify
+        if 1 in curve:
+            self.budget.charge(0.0, (source, verify_s - curve.seconds(1)))
+        self._probe_wide = (source, after + 1) if after + 1 < RETURN_ROWS else None
 
     def _record_catch_up(self, plan: Plan, proposal: Proposal, n_accepted: int, emitted: int,
                          copied: int) -> tuple[int, float]:
