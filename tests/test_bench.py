@@ -875,3 +875,18 @@ def test_the_title_says_where_the_layers_ran_not_what_gpu_asked():
     assert bench.where_text(rpc, {"target": "RPC0[h:1]", "draft": "CPU"}) == "target over RPC (h:1), draft on the CPU"
     assert bench.where_text(rpc, {"target": "RPC0[h:1]", "draft": "CUDA0"}) == \
         "target over RPC (h:1), draft on the GPU"
+
+
+def test_the_gpu_floor_script_runs_every_part_when_one_fails(tmp_path):
+    # A lent GPU's minutes are few: a part that fails (here every one, their python exiting 1) does not
+    # keep the others from running, and the script names those that failed.
+    calls = tmp_path / "calls.txt"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$1" >> {calls}\nexit 1\n')
+    python.chmod(0o755)
+    out = subprocess.run(["bash", str(ROOT / "scripts/bench_gpu_floor.sh")], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHON": str(python), "OUT": str(tmp_path / "out")})
+    assert out.returncode == 1
+    assert calls.read_text().split() == ["scripts/bench_rpc_costs.py", "scripts/bench.py", "scripts/bench.py",
+                                         "scripts/bench_fresh.py"]
+    assert "these parts failed: costs prose-t0 prose-t1 fresh simulator" in out.stderr
