@@ -36,7 +36,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets, the reply order and the paired interval)
 import numpy as np  # noqa: E402
-from scipy.stats import t as scipy_t  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec import config as this_config, sampling as this_sampling, session as this_session  # noqa: E402
 
@@ -142,6 +141,7 @@ def process_lines(results: dict[str, list[tuple[int, float, float, int]]], proce
     ratios = [bench.speed_of([(r[0], r[1]) for r in results["this"][p * size:(p + 1) * size]])
               / max(bench.speed_of([(r[0], r[1]) for r in results["other"][p * size:(p + 1) * size]]), 1e-300)
               for p in range(processes)]
+    from scipy.stats import t as scipy_t  # (here: a GPU machine without scipy runs one process)
     logs = np.log(np.maximum(ratios, 1e-300))
     half = scipy_t.ppf(0.95, processes - 1) * logs.std(ddof=1) / math.sqrt(processes)
     mean = logs.mean()

@@ -65,3 +65,13 @@ def test_processes_must_be_at_least_one(capsys):
     with pytest.raises(SystemExit):
         load().parse_args(["--other", str(ROOT), "--quick", "--processes", "0"])
     assert "--processes 0: give 1 or more" in capsys.readouterr().err
+
+
+def test_one_process_needs_no_scipy(monkeypatch):
+    # a GPU machine lent for minutes has numpy and no scipy: a run of one process reports without it
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)
+    bp = load()
+    reply = (10, 1.0, 1.0, 0)
+    table = bp.report({"target-only": [reply], "other": [reply], "this": [reply]}, 1)
+    assert "| this / other | 1.000x" in table
