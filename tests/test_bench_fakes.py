@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from scripttools import load_script
@@ -40,12 +41,30 @@ def test_a_curve_is_linear_between_points_and_along_the_last_segment_beyond():
     assert f.curve_seconds(f.parse_curve("1:2"), 40) == pytest.approx(0.002)  # one point: flat
 
 
-def test_the_bench_refuses_a_bad_curve_in_one_line():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_fast_regime.py"), "--curve", "2:5"],
+@pytest.mark.parametrize("args, says", [
+    (["--curve", "2:5"], "argument --curve: bad curve '2:5': it needs a point at 1 row"),
+    (["--after-wide-ms", "1,x"], "argument --after-wide-ms: '1,x': give milliseconds not below 0"),
+    (["--after-wide-ms", "-1"], "argument --after-wide-ms: '-1': give milliseconds not below 0"),
+])
+def test_the_bench_refuses_a_bad_value_in_one_line(args, says):
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_fast_regime.py"), *args],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
-    assert "argument --curve: bad curve '2:5': it needs a point at 1 row" in out.stderr
+    assert says in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_timed_fake_slows_the_one_token_decodes_after_a_wider_one():
+    # as a GPU's one-row decodes run after a verify (timings.ReturnCost)
+    vocab = SimpleNamespace(n_vocab=64)  # (all the fake reads of a model, given a script)
+    ctx = fakes().TimedRows(vocab, 0, 0.001, script=list(range(40)), after_wide=[0.004, 0.002])
+    times = []
+    for tokens in ([5, 6, 7], [8], [9], [10]):
+        before = ctx.decode_s
+        ctx.decode(tokens, logits="last")
+        times.append(ctx.decode_s - before)
+    assert times[1] == pytest.approx(0.005, abs=5e-4) and times[2] == pytest.approx(0.003, abs=5e-4)
+    assert times[3] == pytest.approx(0.001, abs=5e-4)
 
 
 def test_the_bench_counts_the_planners_calls_and_pricings(real_pair, real_store):

@@ -4,10 +4,6 @@ drafting step, charged to the probes that leave it behind, kept across processes
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -20,7 +16,6 @@ from localspec.timings import RETURN_ROWS, ReturnCost
 from localspec.tracker import CostTracker
 from plannersim import H200_AFTER_WIDE, H200_ALTERNATING, PROSE, curve, generate
 
-ROOT = Path(__file__).resolve().parent.parent
 MS = 1e-3
 
 
@@ -120,25 +115,3 @@ def test_the_ledger_charges_a_probe_what_its_verify_left_behind():
         planner._record_plain(0.0, ms * MS, 0.0)
     assert planner.budget.spent[0] == pytest.approx((1.2 + 1.0) * MS, rel=0.02)
     assert planner._probe_wide is None
-
-
-def test_the_timed_fake_slows_the_one_token_decodes_after_a_wider_one():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import bench_fakes  # noqa: E402
-    vocab = SimpleNamespace(n_vocab=64)  # (all the fake reads of a model, given a script)
-    ctx = bench_fakes.TimedRows(vocab, 0, 0.001, script=list(range(40)), after_wide=[0.004, 0.002])
-    times = []
-    for tokens in ([5, 6, 7], [8], [9], [10]):
-        before = ctx.decode_s
-        ctx.decode(tokens, logits="last")
-        times.append(ctx.decode_s - before)
-    assert times[1] == pytest.approx(0.005, abs=5e-4) and times[2] == pytest.approx(0.003, abs=5e-4)
-    assert times[3] == pytest.approx(0.001, abs=5e-4)
-
-
-def test_the_bench_refuses_a_bad_after_wide_value_in_one_line():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_fast_regime.py"), "--after-wide-ms", "1,x"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2
-    assert "argument --after-wide-ms: '1,x': give milliseconds not below 0" in out.stderr
-    assert "Traceback" not in out.stderr
