@@ -33,6 +33,7 @@ verify cost 2.5-3 plain steps and a 36-row one 5 (README, the H200 run).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -140,7 +141,7 @@ def ms_list(text: str) -> list[float]:
         values = [float(x) for x in text.split(",")]
     except ValueError:
         values = []
-    if not values or any(not v >= 0 for v in values):
+    if not values or any(not 0 <= v < math.inf for v in values):  # (nan and inf too: a wait without end)
         raise argparse.ArgumentTypeError(f"{text!r}: give milliseconds not below 0, comma-separated (e.g. 1.2,1.0)")
     return values
 
