@@ -98,8 +98,8 @@ class Planner(Recording, Probes):
         self.budget = budget if budget is not None else ExploreBudget()
         self.explored = 0                 # exploratory steps taken (stats and tests read it)
         self._explored: Exploration | None = None  # if the last step explored
-        # the source of the last drafting step, where it explored, and the plain steps since (record's _returned)
-        self._probe_wide: tuple[int, int] | None = None
+        # the source of the last drafting step, where it explored (record's _returned)
+        self._probe_wide: int | None = None
         self._seen: dict[int, int] = {}    # source -> context length it last drafted after (or was prefilled to)
         self._prefilled: set[int] = set()
         self._length = 0                   # the context length at the last plan

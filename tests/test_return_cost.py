@@ -110,7 +110,7 @@ def test_the_ledger_charges_a_probe_what_its_verify_left_behind():
     decodes(tracker, [(1, 1.0)], 12)
     planner = planner_module.Planner([(NGramDrafter(), tracker)], GenerationConfig(max_tokens=64), ExploreBudget())
     tracker.record_width(5, 3.0 * MS)  # source 0's exploratory drafting step: its verify ...
-    planner._probe_wide = (0, 0)  # ... as record leaves it after that step
+    planner._probe_wide = 0  # ... as record leaves it after that step
     for ms in (2.2, 2.0, 1.5):
         planner._record_plain(0.0, ms * MS, 0.0)
     assert planner.budget.spent[0] == pytest.approx((1.2 + 1.0) * MS, rel=0.02)

@@ -158,7 +158,7 @@ class Recording:
         if self._explored is not None:  # (asked before the trackers below record its draft cost)
             charged = self._charged(plan, proposal, n_accepted, (seconds, verify_s, own_s), emitted, chain, copied)
         self.budget.charge(seconds, charged)
-        self._probe_wide = (self._explored.source, 0) if self._explored is not None and n else None
+        self._probe_wide = self._explored.source if self._explored is not None and n else None
         self._record_costs(plan, proposal, n_accepted, (own_s, verify_s, overhead_s), width, emitted, cap)
         if caught_up:  # after the step's own draft cost is in: a catch-up is priced beyond it
             batch = caught_up - int(proposal.first_apart)  # the tokens its batch decoded
@@ -181,11 +181,11 @@ class Recording:
         A probe that drafted on into a copy leaves none behind, and is charged none."""
         if self._probe_wide is None:
             return
-        source, after = self._probe_wide
-        curve = self.sources[0][1].verify
-        if 1 in curve:
-            self.budget.charge(0.0, (source, verify_s - curve.seconds(1)))
-        self._probe_wide = (source, after + 1) if after + 1 < RETURN_ROWS else None
+        tracker = self.sources[0][1]  # (its after_wide counts the one-row decodes since the probe's verify)
+        if tracker.after_wide.age >= RETURN_ROWS:
+            self._probe_wide = None
+        elif 1 in tracker.verify:
+            self.budget.charge(0.0, (self._probe_wide, verify_s - tracker.verify.seconds(1)))
 
     def _record_catch_up(self, plan: Plan, proposal: Proposal, n_accepted: int, emitted: int,
                          copied: int) -> tuple[int, float]:
