@@ -136,7 +136,7 @@ def curve_arg(text: str) -> list[tuple[int, float]]:
 
 
 def ms_list(text: str) -> list[float]:
-    """--after-wide-ms's value, or argparse's one-line error naming it."""
+    """A list of milliseconds (--draft-ms, --after-wide-ms), or argparse's one-line error naming it."""
     try:
         values = [float(x) for x in text.split(",")]
     except ValueError:
@@ -155,7 +155,8 @@ def main() -> None:
     parser.add_argument("--after-wide-ms", type=ms_list, default=[],
                         help="ms the first, second, ... one-token decode after a wider one takes longer, "
                              "comma-separated (a GPU's: see timings.ReturnCost; default none)")
-    parser.add_argument("--draft-ms", default="1.2,0.5", help="draft decode(s), comma-separated (default 1.2,0.5)")
+    parser.add_argument("--draft-ms", type=ms_list, default="1.2,0.5",
+                        help="draft decode(s), comma-separated (default 1.2,0.5)")
     parser.add_argument("--tokens", type=int, default=300, help="tokens per reply (default 300)")
     parser.add_argument("--rounds", type=int, default=5, help="replies per scenario (default 5)")
     parser.add_argument("--scenarios", default="plain,ngram,model,hybrid,plain")
@@ -178,7 +179,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|" + "---|" * (args.calls + args.pricings))
     if args.pricings:
         count_pricings()
-    for draft_ms in (float(x) for x in args.draft_ms.split(",")):
+    for draft_ms in args.draft_ms:
         target, draft, script = contexts(vocab, args, draft_ms)
         results: dict[str, list[tuple[float, ...]]] = {k: [] for k in kinds}  # run()'s rows
         kept: dict[str, dict] = {k: {} for k in kinds}

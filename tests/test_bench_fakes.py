@@ -46,6 +46,7 @@ def test_a_curve_is_linear_between_points_and_along_the_last_segment_beyond():
     (["--after-wide-ms", "1,x"], "argument --after-wide-ms: '1,x': give milliseconds not below 0"),
     (["--after-wide-ms", "-1"], "argument --after-wide-ms: '-1': give milliseconds not below 0"),
     (["--after-wide-ms", "inf"], "argument --after-wide-ms: 'inf': give milliseconds not below 0"),
+    (["--draft-ms", "1.2,fast"], "argument --draft-ms: '1.2,fast': give milliseconds not below 0"),
 ])
 def test_the_bench_refuses_a_bad_value_in_one_line(args, says):
     out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_fast_regime.py"), *args],
