@@ -195,13 +195,18 @@ class TimedRows(RowsContext):
     def decode(self, tokens: Sequence[int], logits: str = "last", sampled: bool = False) -> None:
         t0 = time.perf_counter()
         super().decode(tokens, logits, sampled)
-        rows = len(tokens) if logits == "all" else int(logits == "last")
-        end = t0 + self.seconds(rows)
-        if len(tokens) > 1:
-            self.since_wide = 0
-        elif self.since_wide < len(self.after_wide):
-            end += self.after_wide[self.since_wide]
-            self.since_wide += 1
+        end = t0 + self.lasts(tokens, logits)
         while time.perf_counter() < end:
             pass
         self.decode_s += time.perf_counter() - t0
+
+    def lasts(self, tokens: Sequence[int], logits: str) -> float:
+        """How long the decode of tokens, asking for logits' rows, lasts: seconds(rows), and a
+        one-token decode's after_wide share by its place after the last wider decode (kept here)."""
+        seconds = self.seconds(len(tokens) if logits == "all" else int(logits == "last"))
+        if len(tokens) > 1:
+            self.since_wide = 0
+        elif self.since_wide < len(self.after_wide):
+            seconds += self.after_wide[self.since_wide]
+            self.since_wide += 1
+        return seconds
