@@ -134,6 +134,7 @@ class SpeculativeDecoder:
     def _prefill(self, prompt: Sequence[int], stats: GenerationStats, planner: Planner) -> None:
         stats.reused_tokens = self.target.reuse_prefix(prompt[:-1])
         self.target.decode(prompt[stats.reused_tokens : -1], logits="none")
+        planner.note_intake(len(prompt) - 1 - stats.reused_tokens)
         for i, (drafter, _) in enumerate(self.sources):
             if planner.wants_prefill(i, prompt):
                 with Stopwatch(stats, "draft_prefill_s"):

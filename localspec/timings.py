@@ -204,6 +204,9 @@ class VerifyCurve:
 RETURN_ROWS = 2  # the one-row decodes after a wider one whose extra seconds are the wider one's (ReturnCost)
 
 
+OWN, OTHER, INTAKE = 0, 1, 2  # whose wider decode the one-row decodes after it follow (ReturnCost)
+
+
 class ReturnCost:
     """What a decode wider than one row (a verify of drafts) costs the one-row decodes after it,
     beyond a steady one-row decode. A backend may keep state for the shape it last ran that another
@@ -219,30 +222,47 @@ class ReturnCost:
     position's measured extra, so that it stays the steady cost and a plain step measured again
     after drafting (planner.Planner._plain_again) still counts."""
 
-    __slots__ = ("extra", "followed", "wide", "age")
+    __slots__ = ("extra", "followed", "wide", "age", "after")
 
     def __init__(self):
         self.extra = [Ema() for _ in range(RETURN_ROWS)]  # seconds beyond steady, by position after a wider decode
-        self.followed = [0] * RETURN_ROWS  # wider decodes that a one-row decode at that position followed
-        self.wide = 0                      # wider decodes seen
+        self.followed = [0] * RETURN_ROWS  # own wider decodes that a one-row decode at that position followed
+        self.wide = 0                      # own wider decodes seen
         self.age = RETURN_ROWS             # one-row decodes since the latest wider decode, up to RETURN_ROWS
+        self.after = OWN                   # whose that decode was: OWN, OTHER's or the prompt's INTAKE
 
-    def wider(self) -> None:
-        """A decode wider than one row."""
-        self.wide += 1
-        self.age = 0
+    def wider(self, own: bool = True) -> None:
+        """A decode wider than one row: a verify of this tracker's drafter's own draft, or of another
+        drafter's. Both measure the extra of the one-row decodes after them (the target's, whoever
+        drafted); a drafter's share of verifies they follow is its own verifies' (a copy's follow
+        each other, a draft model's seldom), so that a hybrid's draft model, whose verifies plain
+        steps follow, does not price the lookup's copies at its share (the lookup's first probe of a
+        copy was priced out of a GPU's budget in plannersim)."""
+        self.age, self.after = 0, OWN if own else OTHER
+        self.wide += own
 
-    def one_row(self, seconds: float, steady: float | None) -> float:
+    def intake(self) -> None:
+        """The prompt's intake in one decode wider than one row: no drafting step's. The one-row
+        decodes after it leave the steady curve as those after a verify do (one_row), less the
+        extra measured after verifies, and measure nothing of it: an intake is no drafting step's
+        cost, and its batch, far wider than a verify's, may cost them more."""
+        self.age, self.after = 0, INTAKE
+
+    def one_row(self, seconds: float, steady: float | None) -> float | None:
         """A one-row decode of `seconds`, the steady one-row cost `steady` (None: none measured yet);
-        returns its seconds as the steady curve takes them."""
+        returns its seconds as the steady curve takes them, or None where it is no sample of it: one
+        right after the prompt's intake whose extra is not known (a GPU's first decodes of a reply
+        would otherwise set the plain step of a process's first plans: timings.Ema's median)."""
         i = self.age
         if i >= RETURN_ROWS:
             return seconds
         self.age = i + 1
-        self.followed[i] += 1
+        extra = self.extra[i]
+        if self.after == INTAKE:
+            return None if steady is None or extra.value is None else seconds - max(extra.value, 0.0)
+        self.followed[i] += self.after == OWN
         if steady is None:
             return seconds
-        extra = self.extra[i]
         extra.add(seconds - steady)
         return seconds - max(extra.value, 0.0)
 

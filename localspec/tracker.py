@@ -1,15 +1,14 @@
 """CostTracker: the live measurements of one drafter on one pair and machine, and the two estimates
 the planner reads from them.
 
-Measured: the target's verify seconds per batch size (VerifyCurve) and what a verify costs the
-one-row decodes after it (ReturnCost), the draft's seconds per token
-(a draft model's per row it decodes: draft_s), the controller's overhead, and acceptance per draft
-position, kept separately per acceptance bucket (an n-gram drafter's match length, and whether the
-match lies in the prompt or the output: see costmodel.match_bucket; 0 for a draft model), per draft
-confidence (the draft model's stop rule reads that), per text (acceptance.TextAcceptance: how far
-the text at hand lies from the texts measured moves every acceptance estimate, text_shift), and where
-the draft model's stop rule ended its drafts (draftstop.DraftStops: a step's γ is a cap, priced by
-where the draft is likely to end within it).
+Measured: the target's verify seconds per batch size (VerifyCurve), what a verify costs the one-row
+decodes after it (ReturnCost), the draft's seconds per token (a draft model's per row: draft_s), the
+controller's overhead, and acceptance per draft position, per acceptance bucket (an n-gram drafter's
+match length, and whether the match lies in the prompt or the output: costmodel.match_bucket; 0 for a
+draft model), per draft confidence (the draft model's stop rule reads that), per text
+(acceptance.TextAcceptance: how far the text at hand lies from the texts measured moves every
+acceptance estimate, text_shift), and where the draft model's stop rule ended its drafts
+(draftstop.DraftStops: a step's γ is a cap, priced by where the draft is likely to end within it).
 
 The point estimate is what the planner expects of a known choice: a bucket's counts smoothed towards
 all buckets' counts, those towards `prior_accept` (0: a choice is known by its counts, and few
@@ -158,16 +157,17 @@ class CostTracker:
         if width == 1:
             self.plain_last, self.plain_age = verify_s + overhead_s, 0
 
-    def record_width(self, width: int, verify_s: float) -> None:
-        """Add a verify of `width` rows, another source's draft's or this one's: the target's cost,
-        whoever drafted, and one more step seen. A one-row decode right after a wider one also
-        measures what the wider one left behind (ReturnCost)."""
+    def record_width(self, width: int, verify_s: float, own: bool = True) -> None:
+        """Add a verify of `width` rows, this source's draft's (own) or another's (the target's cost), one
+        step seen; a one-row decode after a wider one measures what that left behind (ReturnCost)."""
+        self.steps += 1
         if width == 1 and self.after_wide.age < RETURN_ROWS:
             verify_s = self.after_wide.one_row(verify_s, self.verify.seconds(1) if 1 in self.verify else None)
+            if verify_s is None:
+                return  # (right after the prompt's intake: no sample)
         elif width > 1:
-            self.after_wide.wider()
+            self.after_wide.wider(own)
         self.verify.add(width, verify_s)
-        self.steps += 1
 
     def record_acceptance(self, n_drafted: int, n_accepted: int, bucket: int = 0, offset: int = 0) -> None:
         """Count n_drafted guesses in bucket, the first n_accepted accepted: a step's own (record), or

@@ -227,13 +227,14 @@ class Result(NamedTuple):
 def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, verify: Callable[[int], float],
              draft_ratio: float, seed: int, config: GenerationConfig = GREEDY,
              stall: tuple[int, float] = (1, 1.0), slow_plain: tuple[int, float] = (0, 1.0),
-             after_wide: Sequence[float] = ()) -> Result:
+             after_wide: Sequence[float] = (), intake_wide: bool = False) -> Result:
     """One simulated generation of the whole scenario by the real Planner over drafters `kinds`
     (trackers: kept across generations, by kind, as a Pair keeps them). stall: (n, f): the
     generation's n-th drafting step takes f times its drafting seconds (the machine stalled);
     slow_plain: (n, f): its first n plain steps take f times their verify seconds; after_wide: the
     seconds the first, second, ... plain step after a drafting step takes beyond verify(1) (a GPU's
-    one-row decodes after a verify, timings.ReturnCost)."""
+    one-row decodes after a verify, timings.ReturnCost); intake_wide: the first of those follow the
+    prompt's intake too (a wide decode before the reply's first step)."""
     world, rng = World(regions), np.random.default_rng(seed)
     n_tokens = sum(r.length for r in regions)
     luck = rng.random(n_tokens + 64)  # drafts may reach past the reply's end
@@ -242,7 +243,9 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
                 trackers.setdefault(k, CostTracker())) for k in kinds]
     planner = Planner(sources, config, ExploreBudget())
     planner.clock = lambda: 0.0  # no clocks: pricing takes no simulated time (Planner._rests)
-    seconds, gammas, worst, drafting, plain, since_wide = 0.0, [], -np.inf, 0, 0, len(after_wide)
+    if intake_wide:
+        planner.note_intake(40)  # (as SpeculativeDecoder._prefill tells it: a prompt of 41 tokens)
+    seconds, gammas, worst, drafting, plain, since_wide = 0.0, [], -np.inf, 0, 0, 0 if intake_wide else len(after_wide)
     while world.pos < n_tokens:
         plan = planner.plan([], n_tokens - world.pos - 1)
         drafter = sources[plan.source][0] if plan.source is not None else None
@@ -269,7 +272,8 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         gammas.append(len(proposal.ids))
         world.pos += n_accepted + 1
     spent = sum(planner.budget.spent.values())
-    return Result(world.pos, seconds, world.pos * verify(1), gammas, planner.explored, spent, worst)
+    plain_s = world.pos * verify(1) + (sum(after_wide) if intake_wide else 0.0)  # (plain pays the intake's too)
+    return Result(world.pos, seconds, plain_s, gammas, planner.explored, spent, worst)
 
 
 def _emitted(world: World, luck: np.ndarray, n: int) -> list[int]:

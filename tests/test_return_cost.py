@@ -12,8 +12,11 @@ from localspec import timings
 from localspec.config import GenerationConfig
 from localspec.drafters import NGramDrafter
 from localspec.planning.budget import ExploreBudget
+from localspec.sampling import SamplingParams
+from localspec.speculative import SpeculativeDecoder
 from localspec.timings import RETURN_ROWS, ReturnCost
 from localspec.tracker import CostTracker
+from fakes import fake_contexts
 from plannersim import H200_AFTER_WIDE, H200_ALTERNATING, PROSE, curve, generate
 
 MS = 1e-3
@@ -93,10 +96,11 @@ def test_on_a_gpu_the_cost_a_verify_leaves_behind_keeps_losing_drafts_out(kinds,
     # On the H200 the one-row decodes after a verify took 2.2 ms more together, more than a plain
     # step: read as the plain steps' cost, short drafts on prose looked nearly free. Priced with the
     # drafting step (and charged to the probe that left it), they keep the floor; with it priced as
-    # nothing (the planner before it), the same replies lose more.
+    # nothing (the planner before it), the same replies lose more. Each drafter of the set costs a
+    # probe or so a reply (the hybrid learns each part as the part alone would): half a per cent each.
     seeds = range(6)
     priced = [prose_on_the_gpu(kinds, s).ratio for s in seeds]
-    assert min(priced) >= 0.99, priced
+    assert min(priced) >= 0.995 - 0.005 * len(kinds), priced
     monkeypatch.setattr(timings.ReturnCost, "seconds", lambda self: 0.0)
     monkeypatch.setattr(planner_module.Planner, "_returned", lambda self, verify_s: None)
     unpriced = [prose_on_the_gpu(kinds, s).ratio for s in seeds]
@@ -115,3 +119,71 @@ def test_the_ledger_charges_a_probe_what_its_verify_left_behind():
         planner._record_plain(0.0, ms * MS, 0.0)
     assert planner.budget.spent[0] == pytest.approx((1.2 + 1.0) * MS, rel=0.02)
     assert planner._probe_wide is None
+
+
+def test_a_drafters_share_counts_its_own_verifies_only():
+    # A hybrid's trackers each see every verify. The extra of the decodes after one is the target's,
+    # whoever drafted, and each measures it; the share of verifies it follows is the drafter's own
+    # (a draft model's verifies are followed by plain steps, a copy's by more of the copy). Counted
+    # from the draft model's, the lookup's first probe of a copy was priced out of a GPU's budget.
+    t = CostTracker()
+    decodes(t, [(1, 1.0)] * 12, 1)
+    decodes(t, [(2, 3.5), (1, 2.2), (1, 2.0)] + [(1, 1.0)] * 3, 10)
+    for width, ms in [(2, 3.5), (1, 2.2), (1, 2.0)] * 10 + [(1, 1.0)] * 3:
+        t.record_width(width, ms * MS, own=False)
+    assert t.after_wide.extra[0].value == pytest.approx(1.2 * MS, rel=0.02)  # measured from both
+    assert t.after_wide.wide == 10 and t.after_wide.followed == [10, 10]  # counted from its own
+    other = CostTracker()
+    decodes(other, [(1, 1.0)] * 12, 1)
+    for width, ms in [(2, 3.5), (1, 2.2), (1, 2.0)] * 10:
+        other.record_width(width, ms * MS, own=False)
+    assert other.after_wide.seconds() == 0.0 and other.verify_seconds(1) == pytest.approx(1.0 * MS, rel=0.02)
+
+
+def test_the_decodes_after_the_prompts_intake_are_no_samples_of_the_plain_step():
+    # After the prompt's intake (one decode of many rows) a GPU's first one-row decodes run slow as
+    # after a verify. A process's first plain steps are the median its plain cost starts from: read
+    # whole, 2.98 and 2.78 ms made a 1.78 ms step 2.78. Where the extra is not known they are not
+    # samples; where it is, they are taken less it. Neither moves the drafting steps' share.
+    cold = CostTracker()
+    cold.after_wide.intake()
+    decodes(cold, [(1, 2.98), (1, 2.78), (1, 1.78), (1, 1.78), (1, 1.78)], 1)
+    assert cold.verify.samples(1) == 3 and cold.verify_seconds(1) == pytest.approx(1.78 * MS)
+    assert cold.steps == 5 and cold.after_wide.wide == 0 and cold.after_wide.followed == [0, 0]
+    warm = CostTracker()
+    decodes(warm, [(1, 1.78)] * 12 + [(2, 3.5), (1, 2.98), (1, 2.78)] * 5, 1)
+    before = (list(warm.after_wide.followed), warm.after_wide.wide, warm.after_wide.extra[0].value)
+    samples = warm.verify.samples(1)
+    warm.after_wide.intake()
+    decodes(warm, [(1, 2.98), (1, 2.78), (1, 1.78)], 1)
+    assert warm.verify_seconds(1) == pytest.approx(1.78 * MS, rel=0.01) and warm.verify.samples(1) == samples + 3
+    assert (list(warm.after_wide.followed), warm.after_wide.wide, warm.after_wide.extra[0].value) == before
+
+
+def test_the_controller_tells_the_planner_how_wide_the_prompts_intake_was(monkeypatch):
+    target, _ = fake_contexts(draft=False)
+    told = []
+    monkeypatch.setattr(planner_module.Planner, "note_intake", lambda self, rows: told.append(rows))
+    tracker = CostTracker()
+    config = GenerationConfig(max_tokens=4, sampling=SamplingParams(temperature=0))
+    for prompt in ([5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 10]):  # the second reuses the first's cache
+        list(SpeculativeDecoder(target, [(NGramDrafter(), tracker)]).generate(prompt, config))
+    assert told[0] == 4 and told[1] < 4
+    monkeypatch.undo()
+    planner = planner_module.Planner([(NGramDrafter(), tracker)], config)
+    planner.note_intake(1)  # a one-row intake is a plain step's shape: nothing follows from it
+    assert tracker.after_wide.age == RETURN_ROWS
+    planner.note_intake(4)
+    assert tracker.after_wide.age == 0
+
+
+def test_a_fresh_process_on_a_gpu_does_not_take_its_first_decodes_for_its_plain_step():
+    # Every reply begins after the prompt's intake; on the H200 the first two one-row decodes after
+    # it are slower by 1.2 and 1.0 ms. A fresh process's plain cost was the median of its first
+    # three (2.78 ms for 1.78), short drafts looked cheap, and each drafter drafted more than a
+    # probe. Kept out, a fresh process's reply runs as one whose plain step was measured steady.
+    for kinds in (["model"], ["ngram", "model"]):
+        replies = [generate(PROSE, kinds, {}, curve(H200_ALTERNATING), 0.7, s, after_wide=H200_AFTER_WIDE,
+                            intake_wide=True) for s in range(20)]
+        assert sum(r.ratio for r in replies) / len(replies) >= 0.975, kinds
+        assert max(sum(1 for g in r.gammas if g) for r in replies) <= len(kinds), kinds

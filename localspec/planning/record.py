@@ -42,6 +42,14 @@ class Recording:
             tracker.load_s.add(seconds)
         return seconds
 
+    def note_intake(self, rows: int) -> None:
+        """The target took in `rows` of the prompt in one decode before the first step: where wider
+        than one row, the one-row decodes right after it are the return from it, not steady ones
+        (timings.ReturnCost.intake)."""
+        if rows > 1:
+            for _, tracker in self.sources:
+                tracker.after_wide.intake()
+
     def note_prefill(self, i: int) -> None:
         """Keep what source i's prefill took and, apart, a load it made (a drafter that has no model
         to load reports neither)."""
@@ -219,7 +227,7 @@ class Recording:
             elif not n:  # a step its stop rule let draft nothing: a plain step's verify for the others
                 tracker.record_verify(1, verify_s, overhead_s)
             else:
-                tracker.record_width(width, verify_s)
+                tracker.record_width(width, verify_s, own=False)
 
     def _charged(self, plan: Plan, proposal: Proposal, n_accepted: int, timed: tuple[float, float, float],
                  emitted: int, chain: bool, copied: int) -> tuple[int, float]:
