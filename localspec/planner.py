@@ -12,7 +12,7 @@ The n-gram lookup's acceptance is also learnt along the steps it does not draft,
 Planner is one class in several files: this one plans a step and prices the known choice; its parts
 are in planning/ (plans: Plan and Choice; budget: ExploreBudget; probes: pricing a probe, and the
 rests of the sources that lost; record: learning from what a step measured; handoff: the hybrid's
-Handoff within a model draft).
+Handoff within a model draft; baseline: measuring the plain step again).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .config import GenerationConfig
 from .costmodel import Prediction, ngram_bucket, step_seconds
 from .draftstop import FALLBACK_P_MIN, FixedStop
 from .drafters import STEP_DECODE, Drafter, StopRule
+from .planning.baseline import PLAIN_SAMPLES, Baseline
 from .planning.budget import GRACE_STEPS, Exploration, ExploreBudget, retry_due, worth_preparing
 from .planning.handoff import Handoff
 from .planning.plans import PLAIN, Choice, Plan, cap_of
@@ -35,11 +36,6 @@ from .lookupruns import LookupRuns
 from .tracker import CostTracker
 from .treeplan import BranchRule, branch_rule
 
-# Plain steps that measure the baseline before any drafting. Every choice is priced against the plain
-# step, and while drafting pays nothing measures it again: a process's first target decode can cost
-# several times the next ones (its weights still faulting in), and the median of three drops it.
-PLAIN_SAMPLES = 3
-PLAIN_AGE = 32  # drafting steps after which plain decoding is measured again, as a probe (Planner._plain_again)
 SOURCES = {"model": ("model",), "ngram": ("ngram",), "hybrid": ("ngram", "model")}  # tried in this order
 
 
@@ -65,7 +61,7 @@ def p_min_of(config: GenerationConfig) -> float | None:
     return config.p_min
 
 
-class Planner(Recording, Probes):
+class Planner(Recording, Probes, Baseline):
     """Decides every step of one generation over its sources (drafter, tracker), tried in order.
 
     Auto γ, per step: each source offers what it could draft now (an n-gram drafter: its match, whose
@@ -270,7 +266,7 @@ class Planner(Recording, Probes):
 
     def _choose(self, offers: Sequence[Choice]) -> Choice:
         """The best known choice, or the exploratory one where it beats it and the budget allows."""
-        if not offers or self.sources[0][1].verify.samples(1) < PLAIN_SAMPLES:
+        if not offers or self.sources[0][1].verify.samples(1) < PLAIN_SAMPLES or self._plain_doubted():
             return Choice(None, 0, 0, 0.0)  # plain decoding measures a one-token verify first
         self._text()  # (read by pricing only: a step plain at once, or with every offer resting, has none)
         plain_s = self.sources[0][1].plain_seconds()
@@ -307,25 +303,6 @@ class Planner(Recording, Probes):
         elif best.source is not None and self._plain_again(best, plain_s):
             return plain
         return chosen
-
-    def _plain_again(self, best: Choice, plain_s: float) -> bool:
-        """Whether a plain step is taken in place of best, the drafting choice the point estimate puts
-        ahead of plain decoding (plain_s a step), to measure plain decoding again: a winning choice
-        stops plain steps and nothing else measures them, so a slow plain measurement (a stall, the
-        machine's pace at its start) would leave drafting chosen for good (scripts/results/HISTORY.md,
-        "Plain decoding measured again"). Plain is taken where the latest plain step beat best by best's
-        min_gain (a step the estimate lags, not a probe), and where none was measured for PLAIN_AGE
-        drafting steps, as best's source's probe under its budget (predicted to lose plain_s against
-        best's rate; record charges what it lost): where drafting pays, a step in PLAIN_AGE at most."""
-        tracker = self.sources[0][1]
-        last = tracker.plain_last
-        if last is not None and 1.0 / max(last, 1e-300) > best.rate * (1 + self.sources[best.source][1].min_gain):
-            return True
-        if tracker.plain_age < PLAIN_AGE or not self.budget.allows(best.source, plain_s - 1.0 / best.rate, plain_s):
-            return False
-        self._explored = Exploration(best.source, best.rate, None)
-        self.explored += 1
-        return True
 
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step: by the point estimate, or where a draft model is
