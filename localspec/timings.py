@@ -216,11 +216,11 @@ class ReturnCost:
     of shape. Those decodes are plain steps, but their extra seconds are the drafting step's doing.
 
     Measured by position after a wider decode (the first RETURN_ROWS one-row decodes), as each
-    decode's seconds beyond the steady one-row cost, and charged to every wider decode at the share
-    of them that such a decode followed (a copy's drafting steps often follow each other, each paying
-    its own change of shape inside its verify). The one-row curve takes those decodes less their
-    position's measured extra, so that it stays the steady cost and a plain step measured again
-    after drafting (planner.Planner._plain_again) still counts."""
+    decode's seconds beyond the steady one-row cost, and charged to each of the drafter's own wider
+    decodes at the share of them that such a decode followed (a copy's drafting steps often follow
+    each other, each paying its own change of shape inside its verify). The one-row curve takes
+    those decodes less their position's measured extra, so that it stays the steady cost and a plain
+    step measured again after drafting (planning/baseline.py) still counts."""
 
     __slots__ = ("extra", "followed", "wide", "age", "after")
 
