@@ -41,6 +41,11 @@ class Ema:
             sample = min(x, STALL_FACTOR * self.value) if self.value > 0.0 else x
             self.value += self.weight * (sample - self.value)
 
+    def first(self) -> bool:
+        """Whether the value is still the median of the first samples (at most 1/weight of them; add
+        reads the same inline, a call a sample being dearer there)."""
+        return self.n * self.weight <= 1.0
+
     def load(self, value: float | None, n: int) -> None:
         """Start from a saved average that weighs as n samples (at most one)."""
         self.n = 0 if value is None else min(n, 1)

@@ -34,7 +34,7 @@ class Baseline:
         tracker = self.sources[0][1]
         points = tracker.verify.points
         one = points[1]  # (measured: _choose asks after PLAIN_SAMPLES)
-        if one.n * one.weight > 1.0 or not any(k > 1 and e.value < one.value for k, e in points.items()):
+        if not one.first() or not any(k > 1 and e.value < one.value for k, e in points.items()):
             return False
         falling = tracker.plain_last is not None and tracker.plain_last < FALLING * one.value
         if tracker.plain_age == 0:  # the latest step was plain
