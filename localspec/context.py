@@ -24,6 +24,10 @@ from .sampling import SamplingParams
 # draft makes (config.ngram_gamma_max + 1) among them.
 SAMPLED_ROWS_MAX = 128
 MAX_THREADS = 512  # GGML_MAX_N_THREADS
+# The decode widths whose kernels differ on llama.cpp's CUDA backend: a matrix-vector kernel per
+# width up to 8 (ggml-cuda/mmvq.cuh, MMVQ_MAX_BATCH_SIZE), then one tile width J per multiple of 8
+# (ggml-cuda/mmq.cuh: the least J covering the batch) up to SAMPLED_ROWS_MAX.
+WARM_WIDTHS = tuple(range(1, 9)) + tuple(range(16, SAMPLED_ROWS_MAX + 1, 8))
 
 
 class Context:
@@ -239,19 +243,22 @@ class Context:
                              "speculative decoding needs a transformer model")
         del self.tokens[n:]
 
-    def reserve_outputs(self, n_rows: int) -> None:
-        """Make llama.cpp size its output buffer for a verify of n_rows rows now, on an empty cache. It
-        grows that buffer only when a decode asks for more rows than ever before, and each growth
-        allocates the whole new size (with a backend chain, four vocabulary-sized arrays a row; page-
-        locked memory where rows come from a GPU, whose allocation takes time in proportion). A verify
-        that grows it would pay that once-only cost inside the step and the planner would read it as
-        the width's cost. One decode of n_rows tokens, every row out, with the greedy chain installed
-        so that its arrays are counted; then the cache is emptied and no chain is left installed."""
-        assert not self.tokens, "reserve_outputs() runs on an empty context"
-        n = min(n_rows, self.n_batch, self.n_ctx)
-        sampled = self.sample_on_backend(SamplingParams(temperature=0.0))
-        self.decode([0] * n, logits="all", sampled=sampled)  # any token: only the rows count
-        self.truncate(0)
+    def warm_up(self, widths: Sequence[int] = WARM_WIDTHS, logits: str = "all") -> None:
+        """Decode one batch of each width on an empty cache, the widest first, then empty it: what a
+        decode pays only the first time, paid at load, not inside a step whose seconds the planner
+        reads as that width's cost. A GPU backend loads each kernel at its first launch (CUDA's lazy
+        module loading), and llama.cpp's CUDA backend picks its matrix kernels by batch width (one
+        matrix-vector kernel per width up to 8, one tile width per multiple of 8 up to 128: the
+        widths of WARM_WIDTHS). And llama.cpp grows its output buffer only when a decode asks for
+        more rows than ever before, allocating the whole new size (with a backend chain four
+        vocabulary-sized arrays a row, page-locked where rows come from a GPU): the widest decode
+        sizes it. With logits "all" each row is judged by the greedy chain where the rows are made on
+        a GPU (rows_offloaded), as a verify's are; no chain is left installed."""
+        assert not self.tokens, "warm_up() runs on an empty context"
+        sampled = logits == "all" and self.rows_offloaded and self.sample_on_backend(SamplingParams(temperature=0.0))
+        for n in sorted({min(w, self.n_batch, self.n_ctx) for w in widths}, reverse=True):
+            self.decode([0] * n, logits=logits, sampled=sampled)  # any token: only the shapes count
+            self.truncate(0)
         self._install(None)
 
     def reuse_prefix(self, tokens: Sequence[int]) -> int:

@@ -14,7 +14,7 @@ from .compat import check_compatible
 from .config import GenerationConfig, GenerationError, check_fits, literal
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .devices import keep_alive, local_devices, rpc_endpoints
-from .context import SAMPLED_ROWS_MAX, Context, LazyContext
+from .context import Context, LazyContext
 from .llama import LlamaError, Model, NoChatTemplate, common_prefix_len, gpu_offload_supported, threads_of
 from .placement import Placement, place_pair
 from .planner import source_names
@@ -69,6 +69,13 @@ def rows_on_gpu(placed: Placement, n_gpu_layers: int, n_layer: int) -> bool:
     return placed.where != "CPU" and not placed.remote and n_gpu_layers > n_layer
 
 
+def on_local_gpu(placed: Placement) -> bool:
+    """Whether some of a model's layers run on a GPU of this machine, whose backend loads a kernel
+    at its first launch (Context.warm_up). Not over RPC: a server may be a CPU, where the widest
+    warm decodes cost seconds, and each decode there costs round trips."""
+    return placed.where != "CPU" and not placed.remote
+
+
 def token_ids(prompt: Sequence[int], n_vocab: int) -> bool:
     """Whether every entry of prompt is a whole number in 0..n_vocab-1: each type once, then the least
     and the greatest, in C (not a Python test per token, which is slow on a long prompt)."""
@@ -90,8 +97,8 @@ class Pair:
         # A model draft's trees are verified in one decode, a branch per sequence of the target's cache.
         target_ctx = Context(target_model, options.n_ctx, options.threads, n_seq_max=MAX_BRANCHES if draft else 1)
         target_ctx.rows_offloaded = rows_on_gpu(where_t, o.ngl_target, target_model.n_layer)
-        if target_ctx.rows_offloaded:  # its output buffer is page-locked: sized once, here, not by a verify
-            target_ctx.reserve_outputs(SAMPLED_ROWS_MAX)
+        if on_local_gpu(where_t):  # a GPU's first decode at a width loads its kernels: here, not in a verify
+            target_ctx.warm_up()
         draft_ctx = None
         if draft:
             # the draft's context as long as the target's (--ctx 0: the target model's own length)
@@ -113,6 +120,8 @@ class Pair:
                 raise
         ctx = Context(model, self.target_ctx.n_ctx, o.threads)
         ctx.rows_offloaded = rows_on_gpu(where_d, o.ngl_draft, model.n_layer)
+        if on_local_gpu(where_d):  # (its catch-ups after a copy decode up to the lookup's widest draft)
+            ctx.warm_up(logits="last")
         return ctx
 
     def draft_deferred(self) -> bool:

@@ -111,37 +111,86 @@ def test_reuse_prefix_keeps_only_the_shared_tokens(model, ctx):
 
 
 @pytest.mark.slow
-def test_reserving_output_rows_leaves_an_empty_cache_and_the_same_logits(model):
-    """The one decode that sizes llama.cpp's output buffer leaves nothing behind: no tokens, no cells,
-    no chain; and what the context computes next is what a context that never reserved computes."""
-    reserved, fresh = Context(model, n_ctx=256, n_threads=1), Context(model, n_ctx=256, n_threads=1)
-    assert lc.llama_get_sampled_token_ith(reserved.ptr, 127) < 0  # no decode yet: no row 127
-    reserved.reserve_outputs(128)
-    assert lc.llama_get_sampled_token_ith(reserved.ptr, 127) >= 0  # one decode made 128 rows, sampled
-    assert reserved.tokens == [] and reserved.chain_key is None
-    assert lc.llama_memory_seq_pos_max(reserved.memory, 0) == -1
+def test_warming_up_decodes_each_width_once_and_leaves_an_empty_cache_and_the_same_logits(model, monkeypatch):
+    """The decodes that load a GPU's kernels for each verify width, and size llama.cpp's output buffer
+    with the widest, leave nothing behind: no tokens, no cells, no chain; and what the context
+    computes next is what a context that never warmed up computes."""
+    from localspec.context import SAMPLED_ROWS_MAX, WARM_WIDTHS
+
+    warmed, fresh = Context(model, n_ctx=256, n_threads=1), Context(model, n_ctx=256, n_threads=1)
+    warmed.rows_offloaded = True  # (rows judged by the greedy chain, as a GPU's verifies are)
+    assert lc.llama_get_sampled_token_ith(warmed.ptr, SAMPLED_ROWS_MAX - 1) < 0  # no decode yet: no row 127
+    widths, judged = [], []
+    decode = Context.decode
+
+    def counted(self, tokens, *a, **k):
+        decode(self, tokens, *a, **k)
+        widths.append(len(tokens))
+        judged.append(lc.llama_get_sampled_token_ith(self.ptr, len(tokens) - 1) >= 0)  # its last row, sampled
+
+    monkeypatch.setattr(Context, "decode", counted)
+    warmed.warm_up()
+    monkeypatch.undo()
+    assert widths == sorted(WARM_WIDTHS, reverse=True)  # each once, the widest first: one growth of the buffer
+    assert widths[0] == SAMPLED_ROWS_MAX and set(range(1, 9)) | {16, 24, 64, 128} <= set(widths)
+    assert all(judged)  # every row made and judged by the greedy chain, as a verify's on a GPU
+    assert warmed.tokens == [] and warmed.chain_key is None
+    assert lc.llama_memory_seq_pos_max(warmed.memory, 0) == -1
     prompt = model.tokenize("The capital of France is", add_special=True)
-    for c in (reserved, fresh):
+    for c in (warmed, fresh):
         c.decode(prompt, logits="all")
     for i in range(len(prompt)):
-        np.testing.assert_array_equal(reserved.logits(i), fresh.logits(i))
+        np.testing.assert_array_equal(warmed.logits(i), fresh.logits(i))
 
 
 @pytest.mark.slow
-def test_a_pair_reserves_its_targets_output_rows_only_where_they_come_from_a_gpu(smol_path, monkeypatch):
-    """Where the target's rows are made on a GPU its output buffer is page-locked and slow to grow, so
-    the Pair sizes it at load for the widest sampled verify; on the CPU it is left to grow."""
-    from localspec import session
-    from localspec.context import SAMPLED_ROWS_MAX
+def test_warming_up_keeps_within_the_batch_and_the_context(model, monkeypatch):
+    # A context shorter than the widest warm width decodes no wider than it holds.
+    small = Context(model, n_ctx=32, n_threads=1)
+    widths = []
+    decode = Context.decode
+    monkeypatch.setattr(Context, "decode", lambda self, tokens, *a, **k: (widths.append(len(tokens)),
+                                                                          decode(self, tokens, *a, **k))[1])
+    small.warm_up(logits="last")
+    assert widths == [32, 24, 16, 8, 7, 6, 5, 4, 3, 2, 1] and small.tokens == []
 
-    for on_gpu in (False, True):
-        monkeypatch.setattr(session, "rows_on_gpu", lambda *a, on_gpu=on_gpu: on_gpu)
-        pair = session.Pair(smol_path, None, session.LoadOptions(n_ctx=256, threads=1, warm_start=False))
+
+@pytest.mark.slow
+def test_a_pair_warms_up_each_model_only_where_it_runs_off_the_cpu(smol_path, monkeypatch):
+    """Off the CPU (a GPU, an RPC server) a model's first decode at each width loads kernels, and
+    where the target's rows are made on a GPU its page-locked output buffer is slow to grow: the
+    Pair decodes each width once at load, the target's rows all out, the draft's last only. On the
+    CPU it decodes nothing at load."""
+    from localspec import session
+    from localspec.context import WARM_WIDTHS
+    from localspec.placement import Placement
+
+    for where in ("CPU", "CUDA0"):
+        placed = Placement(None, where)
+        monkeypatch.setattr(session, "place_pair", lambda *a, placed=placed: (placed, placed))
+        warmed = []
+        monkeypatch.setattr(Context, "warm_up", lambda self, widths=WARM_WIDTHS, logits="all":
+                            warmed.append((self.model.path == smol_path, logits)))
+        pair = session.Pair(smol_path, smol_path, session.LoadOptions(n_ctx=256, threads=1, warm_start=False))
         try:
-            made = lc.llama_get_sampled_token_ith(pair.target_ctx.ptr, SAMPLED_ROWS_MAX - 1) >= 0
-            assert made == on_gpu and pair.target_ctx.tokens == []
+            pair.draft_ctx.get()
+            assert warmed == ([] if where == "CPU" else [(True, "all"), (True, "last")])
+            assert pair.target_ctx.tokens == []
         finally:
             pair.close()
+
+
+def test_only_a_local_gpu_is_warmed_up():
+    # An RPC server may be a CPU, where the widest warm decodes cost seconds each.
+    from types import SimpleNamespace
+
+    from localspec.placement import Placement
+
+    gpu, rpc = SimpleNamespace(is_rpc=False), SimpleNamespace(is_rpc=True)
+    assert session.on_local_gpu(Placement(None, "CUDA0")) and session.on_local_gpu(Placement((gpu,), "CUDA0"))
+    assert not session.on_local_gpu(Placement(None, "CPU")) and not session.on_local_gpu(Placement((gpu,), "CPU"))
+    assert not session.on_local_gpu(Placement((rpc,), "RPC0[127.0.0.1:50052]"))
+    assert not session.on_local_gpu(Placement((gpu, rpc), "CUDA0,RPC0[127.0.0.1:50052]"))
 
 
 def test_amx_guard_follows_the_build_and_the_override(monkeypatch):
