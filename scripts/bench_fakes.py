@@ -19,7 +19,7 @@ import numpy as np
 
 from localspec import models, naming
 from localspec.config import ModelError
-from localspec.context import SAMPLED_ROWS_MAX
+from localspec.context import SAMPLED_ROWS_MAX, WARM_WIDTHS
 from localspec.llama import Model, common_prefix_len
 from localspec.sampling import SamplingParams, distribution
 
@@ -177,14 +177,25 @@ class TimedRows(RowsContext):
     per row of logits asked for, or a measured curve's seconds for that many rows (curve: see
     curve_seconds), spent in a busy wait (exact to microseconds, unlike a sleep). after_wide: seconds
     the first, second, ... one-token decode after a decode of more tokens lasts longer (as a GPU's
-    one-row decodes do after a verify: timings.ReturnCost). Decode seconds are added up in
-    decode_s, for the controller's share (wall time less them)."""
+    one-row decodes do after a verify: timings.ReturnCost). first_s: what the first decode of
+    each batch width lasts longer (as a GPU's do, loading that width's kernels: Context.warm_up).
+    Decode seconds are added up in decode_s, for the controller's share (wall time less them)."""
 
     def __init__(self, model: Model, seed: int, base_s: float, row_s: float = 0.0,
-                 curve: Sequence[tuple[int, float]] | None = None, after_wide: Sequence[float] = (), **kwargs):
+                 curve: Sequence[tuple[int, float]] | None = None, after_wide: Sequence[float] = (),
+                 first_s: float = 0.0, **kwargs):
         super().__init__(model, seed, **kwargs)
         self.base_s, self.row_s, self.curve, self.decode_s = base_s, row_s, curve, 0.0
         self.after_wide, self.since_wide = list(after_wide), len(after_wide)  # one-token decodes since a wider one
+        self.first_s, self.shapes = first_s, set()  # the first decode of each width lasts first_s longer
+
+    def warm_up(self, widths: Sequence[int] = WARM_WIDTHS, logits: str = "all") -> None:
+        """As Context.warm_up: one decode of each width, the widest first, on an empty cache, then
+        none left (their first decodes' extra, first_s, paid here)."""
+        assert not self.tokens
+        for n in sorted({min(w, self.n_ctx) for w in widths}, reverse=True):
+            self.decode([0] * n, logits=logits)
+            self.truncate(0)
 
     def seconds(self, rows: int) -> float:
         """How long a decode asking for `rows` rows of logits lasts."""
@@ -201,9 +212,13 @@ class TimedRows(RowsContext):
         self.decode_s += time.perf_counter() - t0
 
     def lasts(self, tokens: Sequence[int], logits: str) -> float:
-        """How long the decode of tokens, asking for logits' rows, lasts: seconds(rows), and a
-        one-token decode's after_wide share by its place after the last wider decode (kept here)."""
+        """How long the decode of tokens, asking for logits' rows, lasts: seconds(rows), first_s more
+        for the first decode of its width, and a one-token decode's after_wide share by its place
+        after the last wider decode (kept here)."""
         seconds = self.seconds(len(tokens) if logits == "all" else int(logits == "last"))
+        if len(tokens) not in self.shapes:  # (a GPU loads a batch width's kernels at its first launch)
+            self.shapes.add(len(tokens))
+            seconds += self.first_s
         if len(tokens) > 1:
             self.since_wide = 0
         elif self.since_wide < len(self.after_wide):

@@ -25,6 +25,11 @@ a run without it), and the planner, which times its own pricing, rests a losing 
 --pricings counts the sources priced a reply (Planner._probe: once a source a pricing step) at
 the controller's own pace.
 
+--first-ms makes the first decode of each batch width (the prompt's intake too) that much longer,
+in both contexts, as a GPU's are where a width's kernels load at their first launch; --warm-up
+decodes each verify width once before the first reply, as a Pair does at load on a GPU
+(Context.warm_up). Kernels stay loaded across rounds, as in one process.
+
 --curve gives the target's verify cost as measured, rows to milliseconds (linear between its
 points, along the last segment beyond), for curves no straight line fits: on the H200 a 2-row
 verify cost 2.5-3 plain steps and a 36-row one 5 (README, the H200 run).
@@ -73,8 +78,11 @@ def contexts(vocab: Model, args, draft_ms: float) -> tuple[TimedRows, TimedRows,
                  f"{args.tokens} tokens; give a longer text, or fewer --rounds or --tokens")
     draft_script = [t if i % 2 else t + 1 for i, t in enumerate(script)]
     target = TimedRows(vocab, 0, args.plain_ms / 1e3, args.row_ms / 1e3, curve=args.curve, script=script,
-                       after_wide=[ms / 1e3 for ms in args.after_wide_ms])
-    draft = TimedRows(vocab, 1, draft_ms / 1e3, script=draft_script)
+                       after_wide=[ms / 1e3 for ms in args.after_wide_ms], first_s=args.first_ms / 1e3)
+    draft = TimedRows(vocab, 1, draft_ms / 1e3, script=draft_script, first_s=args.first_ms / 1e3)
+    if args.warm_up:  # as a Pair on a GPU does at load
+        target.warm_up()
+        draft.warm_up(logits="last")
     return target, draft, script
 
 
@@ -135,6 +143,17 @@ def curve_arg(text: str) -> list[tuple[int, float]]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def one_ms(text: str) -> float:
+    """One value in milliseconds (--first-ms), or argparse's one-line error naming it."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one value in milliseconds, not below 0 (e.g. 5)")
+    return value
+
+
 def ms_list(text: str) -> list[float]:
     """A list of milliseconds (--draft-ms, --after-wide-ms), or argparse's one-line error naming it."""
     try:
@@ -155,6 +174,11 @@ def main() -> None:
     parser.add_argument("--after-wide-ms", type=ms_list, default=[],
                         help="ms the first, second, ... one-token decode after a wider one takes longer, "
                              "comma-separated (a GPU's: see timings.ReturnCost; default none)")
+    parser.add_argument("--first-ms", type=one_ms, default=0.0,
+                        help="ms the first decode of each batch width takes longer (a GPU loading its kernels; "
+                             "default 0)")
+    parser.add_argument("--warm-up", action="store_true",
+                        help="decode each verify width once before the first reply, as a Pair on a GPU does")
     parser.add_argument("--draft-ms", type=ms_list, default="1.2,0.5",
                         help="draft decode(s), comma-separated (default 1.2,0.5)")
     parser.add_argument("--tokens", type=int, default=300, help="tokens per reply (default 300)")
@@ -172,6 +196,10 @@ def main() -> None:
     if args.after_wide_ms:
         slower = ", ".join(f"+{ms:g}" for ms in args.after_wide_ms)
         costs += f"; after a wider decode the next one-token decodes {slower} ms"
+    if args.first_ms:
+        costs += f"; the first decode of each width +{args.first_ms:g} ms"
+    if args.warm_up:
+        costs += "; each verify width decoded once before the first reply"
     print(f"{costs}; {args.tokens} tokens x {args.rounds}"
           f"{'; trackers kept across rounds' if args.keep else ''}")
     counted = " localspec calls / token |" * args.calls + " pricings / reply |" * args.pricings

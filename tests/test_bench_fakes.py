@@ -47,6 +47,8 @@ def test_a_curve_is_linear_between_points_and_along_the_last_segment_beyond():
     (["--after-wide-ms", "-1"], "argument --after-wide-ms: '-1': give milliseconds not below 0"),
     (["--after-wide-ms", "inf"], "argument --after-wide-ms: 'inf': give milliseconds not below 0"),
     (["--draft-ms", "1.2,fast"], "argument --draft-ms: '1.2,fast': give milliseconds not below 0"),
+    (["--first-ms", "5,3"], "argument --first-ms: '5,3': give one value in milliseconds, not below 0"),
+    (["--first-ms", "nan"], "argument --first-ms: 'nan': give one value in milliseconds, not below 0"),
 ])
 def test_the_bench_refuses_a_bad_value_in_one_line(args, says):
     out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_fast_regime.py"), *args],
@@ -67,6 +69,17 @@ def test_the_timed_fake_slows_the_one_token_decodes_after_a_wider_one():
     ctx.decode([11, 12], logits="last")
     ctx.decode([13], logits="last")  # the first one-token decode after a wider one lasts its 4 ms more
     assert ctx.decode_s - before >= 0.001 + 0.005
+
+
+def test_the_timed_fake_slows_the_first_decode_of_each_width_until_warmed_up():
+    # as a GPU's first decode of a batch width loads its kernels (Context.warm_up)
+    vocab = SimpleNamespace(n_vocab=64)
+    ctx = fakes().TimedRows(vocab, 0, 0.001, script=list(range(60)), first_s=0.005)
+    assert [ctx.lasts(tokens, "all") for tokens in ([1, 2], [3, 4], [5], [6, 7, 8], [9])] == \
+        pytest.approx([0.006, 0.001, 0.006, 0.006, 0.001])
+    warmed = fakes().TimedRows(vocab, 0, 0.001, script=list(range(60)), first_s=0.005)
+    warmed.warm_up()
+    assert warmed.tokens == [] and all(warmed.lasts([0] * n, "all") == pytest.approx(0.001) for n in (1, 2, 5, 40, 128))
 
 
 def test_the_bench_counts_the_planners_calls_and_pricings(real_pair, real_store):
