@@ -66,7 +66,7 @@ def rows_on_gpu(placed: Placement, n_gpu_layers: int, n_layer: int) -> bool:
     with them (llama.cpp counts it as one past the last). Not on the CPU (numpy reads a row faster
     than the chain runs) and not on an RPC server, where the chain is slower than numpy reading the
     row (scripts/bench_rpc.py), likely because its results are read back in round trips of their own."""
-    return placed.where != "CPU" and not placed.remote and n_gpu_layers > n_layer
+    return on_local_gpu(placed) and n_gpu_layers > n_layer
 
 
 def on_local_gpu(placed: Placement) -> bool:

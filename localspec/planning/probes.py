@@ -248,7 +248,7 @@ class Probes:
         copy whole the lookup drafts on from it, so no one-row decode follows to pay it. Charged
         at every verify, a first look that measured a GPU's once-only cost of its width left plain
         steps behind it, which then set the share at one, and no later probe of a copy ever fitted
-        a generation's budget (scripts/results/HISTORY.md). Zeros for a draft model's probe: its
+        a generation's budget (README, "The H200 a fourth time"). Zeros for a draft model's probe: its
         drafts end at a cap, and the step after may be plain however it went."""
         whole, p = [0.0] * (offer.gamma + 1), 1.0
         if offer.source != self._ngram or not after:
