@@ -65,15 +65,10 @@ def rows_on_gpu(placed: Placement, n_gpu_layers: int, n_layer: int) -> bool:
     sampler chain should judge them (config.rows_on_backend): every layer there, the output layer
     with them (llama.cpp counts it as one past the last). Not on the CPU (numpy reads a row faster
     than the chain runs) and not on an RPC server, where the chain is slower than numpy reading the
-    row (scripts/bench_rpc.py), likely because its results are read back in round trips of their own."""
-    return on_local_gpu(placed) and n_gpu_layers > n_layer
-
-
-def on_local_gpu(placed: Placement) -> bool:
-    """Whether some of a model's layers run on a GPU of this machine, whose backend loads a kernel
-    at its first launch (Context.warm_up). Not over RPC: a server may be a CPU, where the widest
-    warm decodes cost seconds, and each decode there costs round trips."""
-    return placed.where != "CPU" and not placed.remote
+    row (scripts/bench_rpc.py), likely because its results are read back in round trips of their own.
+    Such a model is also warmed up at load (Context.warm_up): partly on the CPU, the warm decodes
+    would cost the CPU's prompt speed over a thousand tokens, and an RPC server may be a CPU."""
+    return placed.where != "CPU" and not placed.remote and n_gpu_layers > n_layer
 
 
 def token_ids(prompt: Sequence[int], n_vocab: int) -> bool:
@@ -97,7 +92,7 @@ class Pair:
         # A model draft's trees are verified in one decode, a branch per sequence of the target's cache.
         target_ctx = Context(target_model, options.n_ctx, options.threads, n_seq_max=MAX_BRANCHES if draft else 1)
         target_ctx.rows_offloaded = rows_on_gpu(where_t, o.ngl_target, target_model.n_layer)
-        if on_local_gpu(where_t):  # a GPU's first decode at a width loads its kernels: here, not in a verify
+        if target_ctx.rows_offloaded:  # a GPU's first decode at a width loads its kernels: here, not in a verify
             target_ctx.warm_up()
         draft_ctx = None
         if draft:
@@ -120,7 +115,7 @@ class Pair:
                 raise
         ctx = Context(model, self.target_ctx.n_ctx, o.threads)
         ctx.rows_offloaded = rows_on_gpu(where_d, o.ngl_draft, model.n_layer)
-        if on_local_gpu(where_d):  # (its catch-ups after a copy decode up to the lookup's widest draft)
+        if ctx.rows_offloaded:  # (its catch-ups after a copy decode up to the lookup's widest draft)
             ctx.warm_up(logits="last")
         return ctx
 

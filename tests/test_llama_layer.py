@@ -156,11 +156,10 @@ def test_warming_up_keeps_within_the_batch_and_the_context(model, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_pair_warms_up_each_model_only_where_it_runs_off_the_cpu(smol_path, monkeypatch):
-    """Off the CPU (a GPU, an RPC server) a model's first decode at each width loads kernels, and
-    where the target's rows are made on a GPU its page-locked output buffer is slow to grow: the
-    Pair decodes each width once at load, the target's rows all out, the draft's last only. On the
-    CPU it decodes nothing at load."""
+def test_a_pair_warms_up_each_model_only_where_it_runs_on_a_gpu(smol_path, monkeypatch):
+    """On a GPU a model's first decode at each width loads kernels, and the target's page-locked
+    output buffer is slow to grow: the Pair decodes each width once at load, the target's rows all
+    out, the draft's last only. On the CPU it decodes nothing at load."""
     from localspec import session
     from localspec.context import WARM_WIDTHS
     from localspec.placement import Placement
@@ -180,17 +179,19 @@ def test_a_pair_warms_up_each_model_only_where_it_runs_off_the_cpu(smol_path, mo
             pair.close()
 
 
-def test_only_a_local_gpu_is_warmed_up():
-    # An RPC server may be a CPU, where the widest warm decodes cost seconds each.
+def test_only_a_model_wholly_on_a_local_gpu_is_warmed_up():
+    # Partly on the CPU the warm decodes (over a thousand tokens) would cost the CPU's prompt speed,
+    # and an RPC server may be a CPU: rows_on_gpu, which the Pair asks, says no to both.
     from types import SimpleNamespace
 
     from localspec.placement import Placement
 
     gpu, rpc = SimpleNamespace(is_rpc=False), SimpleNamespace(is_rpc=True)
-    assert session.on_local_gpu(Placement(None, "CUDA0")) and session.on_local_gpu(Placement((gpu,), "CUDA0"))
-    assert not session.on_local_gpu(Placement(None, "CPU")) and not session.on_local_gpu(Placement((gpu,), "CPU"))
-    assert not session.on_local_gpu(Placement((rpc,), "RPC0[127.0.0.1:50052]"))
-    assert not session.on_local_gpu(Placement((gpu, rpc), "CUDA0,RPC0[127.0.0.1:50052]"))
+    assert session.rows_on_gpu(Placement(None, "CUDA0"), 999, 28) and session.rows_on_gpu(Placement((gpu,), "CUDA0"), 29, 28)
+    assert not session.rows_on_gpu(Placement(None, "CUDA0 (20 layers, the rest on the CPU)"), 20, 28)
+    assert not session.rows_on_gpu(Placement(None, "CPU"), 999, 28)
+    assert not session.rows_on_gpu(Placement((rpc,), "RPC0[127.0.0.1:50052]"), 999, 28)
+    assert not session.rows_on_gpu(Placement((gpu, rpc), "CUDA0,RPC0[127.0.0.1:50052]"), 999, 28)
 
 
 def test_amx_guard_follows_the_build_and_the_override(monkeypatch):
