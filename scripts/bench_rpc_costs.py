@@ -12,7 +12,9 @@ copy's, drafted in no time): k·t / v(k).
 Starts a loopback `localspec rpc-server` behind scripts/delay_proxy.py (the added RTT), loads the
 pair twice (target over RPC, then local; with --local, once and no server) and times each width in
 a steady run and alternating with width 1 (the verify widths a run alternates between), rows read
-for every token (a verify) or the last only (llama-bench's tg), medians of --reps.
+for every token (a verify) or the last only (llama-bench's tg), medians of --reps; and each width's
+first decode in the process, which on a GPU pays its kernels' loading where the Pair's warm-up at
+load did not (--no-warm-up leaves it out).
 
     python scripts/bench_rpc_costs.py --rtt-ms 10 --target T.gguf --draft D.gguf --threads 2
     python scripts/bench_rpc_costs.py --local --target T.gguf --draft D.gguf --widths 1,2,3,4,5,8,12,16,32
@@ -36,6 +38,7 @@ import bench  # noqa: E402  (the one model resolver of its scripts)
 import delay_proxy  # noqa: E402
 from bench_rpc import free_port, wait_listening  # noqa: E402
 from script_args import Parser  # noqa: E402
+from localspec.context import Context  # noqa: E402
 from localspec.session import LoadOptions, Pair  # noqa: E402
 
 PROMPT = list(range(1000, 1060))  # any 60 tokens: costs, not text, are measured
@@ -95,6 +98,8 @@ def measure(pair: Pair, widths: list[int], reps: int) -> dict:
     target.decode(PROMPT, logits="none")
     draft.decode(PROMPT, logits="none")
     out = {"draft": median_ms(draft, [1], "last", reps)[1]}
+    for w in widths:  # each width's first decode in the process, before any other of its width
+        out[("first", w)] = 1000 * timed(target, w, "all")
     for w in widths:
         out[("steady", w)] = median_ms(target, [w], "all", reps)[w]
         out[("alternating", w)] = median_ms(target, [1, w], "all", reps)[w]
@@ -113,7 +118,12 @@ def main() -> None:
     ap.add_argument("--widths", default="1,2,5,9")
     ap.add_argument("--reps", type=int, default=12)
     ap.add_argument("--local", action="store_true", help="the pair local only, no RPC server: this machine's costs")
+    ap.add_argument("--no-warm-up", action="store_true",
+                    help="load without a GPU's warm-up decodes (Context.warm_up): the first decode of each width "
+                         "then pays what loading its kernels takes")
     args = ap.parse_args()
+    if args.no_warm_up:
+        Context.warm_up = lambda self, *a, **k: None
     args.target, args.draft = bench.resolve_models(ap, args.target, args.draft)
     widths = [int(w) for w in args.widths.split(",")]
     results = {"local": measure_pair(args, widths, ())} if args.local else over_rpc(args, widths)
@@ -147,16 +157,18 @@ def over_rpc(args, widths: list[int]) -> dict:
         server.wait(10)
 
 
+KINDS = ("steady", "alternating", "last row", "first")  # the table's columns per placement (measure)
+
+
 def report(results: dict, widths: list[int], rtt_ms: float | None) -> None:
     """The table of ms per decode and, for each placement, the bounds; rtt_ms None: local only."""
     print("\nms per decode, local:\n" if rtt_ms is None else
           f"\nms per decode, target over RPC with {rtt_ms:g} ms added RTT vs local (the server idle beside it):\n")
-    print("| width | " + " | ".join(f"{kind}, {where}" for where in results for kind in ("steady", "alternating", "last row"))
-          + " |")
-    print("|---" * (1 + 3 * len(results)) + "|")
+    print("| width | " + " | ".join(f"{kind}, {where}" for where in results for kind in KINDS) + " |")
+    print("|---" * (1 + len(KINDS) * len(results)) + "|")
     for w in widths:
-        print(f"| {w} | " + " | ".join(f"{results[where][(kind, w)]:.1f}" for where in results
-                                       for kind in ("steady", "alternating", "last row")) + " |")
+        print(f"| {w} | " + " | ".join(f"{results[where][(kind, w)]:.1f}" for where in results for kind in KINDS)
+              + " |")
     for where, r in results.items():
         t, c = r[("steady", 1)], r["draft"]
         bound = {k: k * t / ((k - 1) * c + r[("steady", k)]) for k in widths}

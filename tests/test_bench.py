@@ -761,12 +761,15 @@ def test_bench_rpc_costs_local_prints_both_bounds_from_the_measured_costs(monkey
     monkeypatch.setattr(script.bench, "resolve_models", lambda ap, t, d: (t, d))
     costs = {"draft": 20.0, ("steady", 1): 32.0, ("steady", 4): 96.0, ("steady", 16): 256.0}
     costs.update({(kind, w): 1.0 for kind in ("alternating", "last row") for w in (1, 4, 16)})
+    costs.update({("first", w): 7.5 for w in (1, 4, 16)})  # (each width's first decode: a column of its own)
     costs.update({("overlap", w): (10.0, 5.0) for w in (4, 16)})
     monkeypatch.setattr(script, "measure_pair", lambda args, widths, rpc: rpc == () and costs)
     monkeypatch.setattr(sys, "argv", ["x", "--local", "--target", "t", "--draft", "d", "--widths", "1,4,16"])
     script.main()
     out = capsys.readouterr().out
     assert "ms per decode, local:" in out and "over RPC" not in out
+    assert "| width | steady, local | alternating, local | last row, local | first, local |" in out
+    assert "| 4 | 96.0 | 1.0 | 1.0 | 7.5 |" in out
     assert "k=4 0.82x" in out and "k=16 0.92x" in out  # 128 / (60 + 96), 512 / (300 + 256)
     assert "k·t / v(k): k=4 1.33x, k=16 2.00x" in out  # 128 / 96, 512 / 256
     # the simulator's arguments for these costs (scripts/bench_gpu_floor.sh reads them), which it takes
