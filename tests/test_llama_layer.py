@@ -119,7 +119,7 @@ def test_warming_up_decodes_each_width_once_and_leaves_an_empty_cache_and_the_sa
 
     warmed, fresh = Context(model, n_ctx=256, n_threads=1), Context(model, n_ctx=256, n_threads=1)
     warmed.rows_offloaded = True  # (rows judged by the greedy chain, as a GPU's verifies are)
-    assert lc.llama_get_sampled_token_ith(warmed.ptr, SAMPLED_ROWS_MAX - 1) < 0  # no decode yet: no row 127
+    assert lc.llama_get_sampled_token_ith(warmed.ptr, 23) < 0  # no decode yet: no row 23
     widths, judged = [], []
     decode = Context.decode
 
@@ -129,11 +129,12 @@ def test_warming_up_decodes_each_width_once_and_leaves_an_empty_cache_and_the_sa
         judged.append(lc.llama_get_sampled_token_ith(self.ptr, len(tokens) - 1) >= 0)  # its last row, sampled
 
     monkeypatch.setattr(Context, "decode", counted)
-    warmed.warm_up()
+    warmed.warm_up((3, 1, 24, 2, 8, 16, 2))  # (the defaults, WARM_WIDTHS, decode 1,116 tokens: slow on a CPU)
     monkeypatch.undo()
-    assert widths == sorted(WARM_WIDTHS, reverse=True)  # each once, the widest first: one growth of the buffer
-    assert widths[0] == SAMPLED_ROWS_MAX and set(range(1, 9)) | {16, 24, 64, 128} <= set(widths)
+    assert widths == [24, 16, 8, 3, 2, 1]  # each once, the widest first: one growth of the output buffer
     assert all(judged)  # every row made and judged by the greedy chain, as a verify's on a GPU
+    # the defaults: one width per matrix-vector kernel (1-8), one per tile width (16-128 by 8)
+    assert WARM_WIDTHS == tuple(range(1, 9)) + tuple(range(16, 129, 8)) and max(WARM_WIDTHS) == SAMPLED_ROWS_MAX
     assert warmed.tokens == [] and warmed.chain_key is None
     assert lc.llama_memory_seq_pos_max(warmed.memory, 0) == -1
     prompt = model.tokenize("The capital of France is", add_special=True)
