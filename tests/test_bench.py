@@ -891,5 +891,5 @@ def test_the_gpu_floor_script_runs_every_part_when_one_fails(tmp_path):
                          timeout=120, env={**os.environ, "PYTHON": str(python), "OUT": str(tmp_path / "out")})
     assert out.returncode == 1
     assert calls.read_text().split() == ["scripts/bench_rpc_costs.py", "scripts/bench.py", "scripts/bench.py",
-                                         "scripts/bench_fresh.py"]
-    assert "these parts failed: costs prose-t0 prose-t1 fresh simulator" in out.stderr
+                                         "scripts/bench_fresh.py", "scripts/bench.py", "scripts/bench.py"]
+    assert "these parts failed: costs prose-t0 prose-t1 fresh copy edit simulator" in out.stderr
