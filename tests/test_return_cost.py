@@ -187,27 +187,3 @@ def test_a_fresh_process_on_a_gpu_does_not_take_its_first_decodes_for_its_plain_
                             intake_wide=True) for s in range(20)]
         assert sum(r.ratio for r in replies) / len(replies) >= 0.975, kinds
         assert max(sum(1 for g in r.gammas if g) for r in replies) <= len(kinds), kinds
-
-
-def edit_set_with_a_large_extra(seed: int) -> float:
-    """The lookup alone over six replies of plannersim's edit set at the H200's costs, each verify
-    leaving the two one-row decodes after it 5 and 3 ms slower (more than four plain steps)."""
-    from plannersim import EDIT, run_set, set_ratio
-
-    return set_ratio(run_set(EDIT, ["ngram"], curve(H200_ALTERNATING), 0.7, n=6, seed=seed,
-                             after_wide=(5 * MS, 3 * MS), intake_wide=True))
-
-
-def test_a_copy_taken_whole_is_not_priced_what_a_verify_leaves_behind(monkeypatch):
-    # Where a verify costs the one-row decodes after it more than a few plain steps (an H200 whose
-    # first decode of a width loaded its kernels: the lookup alone drafted nothing of a copy set in
-    # twelve replies), the lookup's first probes were followed by plain steps, which set its share at
-    # one, and every later probe of a copy, priced that whole extra, lost more than a generation's
-    # budget: the edit set's copies were never drafted. A copy the target takes whole is drafted on
-    # from, so a probe's price counts the extra only at the chance that its draft is not taken whole.
-    ratios = [edit_set_with_a_large_extra(s) for s in range(4)]
-    assert min(ratios) >= 1.2, ratios
-    monkeypatch.setattr(planner_module.Planner, "_taken_whole",
-                        lambda self, offer, accept, after: [0.0] * (offer.gamma + 1))
-    whole_priced = [edit_set_with_a_large_extra(s) for s in range(4)]
-    assert max(whole_priced) < 1.05, whole_priced  # (the rule before: the copies left undrafted)

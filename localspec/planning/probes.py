@@ -228,35 +228,14 @@ class Probes:
         step's stop rule drafts (CostTracker.draft_stop): along the measured slope, where two rows
         cost two plain steps, no probe past one token would ever fit the budget's grace; and wider
         ones no cheaper a row than the widest measured (VerifyCurve.next_width), so that the loss the
-        budget admits bounds what the probe may lose. What a verify leaves the one-row decodes after
-        it (ReturnCost) is an n-gram probe's only where a plain step follows it: a copy taken whole
-        goes on as the next step's draft (_taken_whole)."""
+        budget admits bounds what the probe may lose."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
         point = tracker.estimate(offer.bucket, switch=switch, probe=True)
         point = point if draft_s is None else point._replace(draft_s=draft_s)
-        cautious = tracker.cautious_acceptance(offer.bucket)
-        point_tokens = point.tokens(offer.gamma, cautious)
+        point_tokens = point.tokens(offer.gamma, tracker.cautious_acceptance(offer.bucket))
         point_s = point.seconds(offer.gamma)
         catch_up = self._catch_up_s(offer.source)
-        whole = self._taken_whole(offer, cautious, tracker.after_wide.seconds())
-        return lambda gamma: catch_up + point_s[gamma] - whole[gamma] - point_tokens[gamma] / r_best
-
-    def _taken_whole(self, offer: Choice, accept: Sequence[float], after: float) -> list[float]:
-        """By γ up to offer's: what an n-gram probe's verify leaves behind (after, the seconds
-        ReturnCost charges a drafting step) times the chance that its draft is taken whole (by
-        accept, the cautious acceptance), which its price need not count: where the target takes a
-        copy whole the lookup drafts on from it, so no one-row decode follows to pay it. Charged
-        at every verify, a first look that measured a GPU's once-only cost of its width left plain
-        steps behind it, which then set the share at one, and no later probe of a copy ever fitted
-        a generation's budget (README, "The H200 a fourth time"). Zeros for a draft model's probe: its
-        drafts end at a cap, and the step after may be plain however it went."""
-        whole, p = [0.0] * (offer.gamma + 1), 1.0
-        if offer.source != self._ngram or not after:
-            return whole
-        for gamma in range(1, offer.gamma + 1):
-            p *= accept[gamma - 1] if gamma - 1 < len(accept) else accept[-1] if accept else 0.0
-            whole[gamma] = after * p
-        return whole
+        return lambda gamma: catch_up + point_s[gamma] - point_tokens[gamma] / r_best
 
     def _narrow_probe(self, offer: Choice, rates: Sequence[float], known: Choice,
                       loss: Callable[[int], float], plain_s: float) -> int:
