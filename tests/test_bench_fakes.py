@@ -135,3 +135,32 @@ def test_a_light_pair_that_cannot_be_had_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as e:
         fakes().light_models("target")
     assert str(e.value) == "bench_fast_regime.py: Cannot download qwen2.5-coder-1.5b-instruct-q4_k_m; check the network"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--curve", "1:2", "--scenarios", "ngram,hybrid"], "--scenarios ngram,hybrid: give plain and any of"),
+    (["--curve", "1:2", "--scenarios", "plain,tree"], "--scenarios plain,tree: give plain and any of"),
+    (["--curve", "1:2", "--first-ms", "-1"], "argument --first-ms: '-1': give one value in milliseconds"),
+])
+def test_the_replay_refuses_a_bad_value_in_one_line(args, says):
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_replay.py"), "--quick", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_the_replay_answers_each_prompt_then_replays_it_for_each_scenario(tmp_path):
+    # the tiny pair's greedy replies to two prompts, replayed at a GPU's curve: plain is the yardstick,
+    # the lookup drafts from the prompt's text, and each reply has a ratio of its own
+    env = dict(os.environ, LOCALSPEC_MODELS=str(tmp_path / "store"), HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_replay.py"), "--quick", "--prompt-set", "copy",
+                          "--curve", "1:1.8,2:3.9,8:5.5", "--draft-ms", "1.2", "--first-ms", "2", "--warm-up"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    rows = {cells[1].strip(): cells for cells in (line.split("|") for line in out.stdout.splitlines())
+            if len(cells) > 5 and cells[1].strip() in ("plain", "ngram", "hybrid")}
+    assert set(rows) == {"plain", "ngram", "hybrid"}
+    assert rows["plain"][2].strip() == "1.000x" and rows["plain"][4].strip() == "0"
+    assert all(len(r[5].split()) == 2 for r in rows.values())  # 2 prompts x 1 round: a ratio each
+    assert float(rows["ngram"][4]) > 0  # a copy prompt's reply repeats its text: the lookup drafts
+    assert "a width's first decode +2 ms; every verify width decoded once first" in out.stdout
