@@ -49,8 +49,8 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     kinds = args.scenarios.split(",")
     if "plain" not in kinds or any(k not in SCENARIOS for k in kinds):
-        ap.error(f"--scenarios {args.scenarios}: give plain and any of {', '.join(k for k in SCENARIOS if k != 'plain')}, "
-                 "comma-separated")
+        others = ", ".join(k for k in SCENARIOS if k != "plain")
+        ap.error(f"--scenarios {args.scenarios}: give plain and any of {others}, comma-separated")
     bench.one_process_args(ap, args)
     return args
 
