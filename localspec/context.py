@@ -256,7 +256,7 @@ class Context:
         a GPU (rows_offloaded), as a verify's are; no chain is left installed."""
         assert not self.tokens, "warm_up() runs on an empty context"
         sampled = logits == "all" and self.rows_offloaded and self.sample_on_backend(SamplingParams(temperature=0.0))
-        for n in sorted({min(w, self.n_batch, self.n_ctx) for w in widths}, reverse=True):
+        for n in warm_order(widths, min(self.n_batch, self.n_ctx)):
             self.decode([0] * n, logits=logits, sampled=sampled)  # any token: only the shapes count
             self.truncate(0)
         self._install(None)
@@ -266,6 +266,12 @@ class Context:
         n = common_prefix_len(self.tokens, tokens)
         self.truncate(n)
         return n
+
+
+def warm_order(widths: Sequence[int], most: int) -> list[int]:
+    """The widths a warm-up decodes (Context.warm_up), each at most `most` (what a decode holds) and
+    once, the widest first: the output buffer grows once, to its widest."""
+    return sorted({min(w, most) for w in widths}, reverse=True)
 
 
 def _depths(parents: Sequence[int]) -> list[int]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from localspec import models, naming
 from localspec.config import ModelError
-from localspec.context import SAMPLED_ROWS_MAX, WARM_WIDTHS
+from localspec.context import SAMPLED_ROWS_MAX, WARM_WIDTHS, warm_order
 from localspec.llama import Model, common_prefix_len
 from localspec.sampling import SamplingParams, distribution
 
@@ -193,7 +193,7 @@ class TimedRows(RowsContext):
         """As Context.warm_up: one decode of each width, the widest first, on an empty cache, then
         none left (their first decodes' extra, first_s, paid here)."""
         assert not self.tokens
-        for n in sorted({min(w, self.n_ctx) for w in widths}, reverse=True):
+        for n in warm_order(widths, min(self.n_batch, self.n_ctx)):
             self.decode([0] * n, logits=logits)
             self.truncate(0)
 

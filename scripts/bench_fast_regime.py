@@ -76,14 +76,21 @@ def contexts(vocab: Model, args, draft_ms: float) -> tuple[TimedRows, TimedRows,
     if len(script) < need:
         sys.exit(f"--text {args.text}: {len(script)} tokens, {need} needed for {args.rounds} rounds of "
                  f"{args.tokens} tokens; give a longer text, or fewer --rounds or --tokens")
-    draft_script = [t if i % 2 else t + 1 for i, t in enumerate(script)]
-    target = TimedRows(vocab, 0, args.plain_ms / 1e3, args.row_ms / 1e3, curve=args.curve, script=script,
-                       after_wide=[ms / 1e3 for ms in args.after_wide_ms], first_s=args.first_ms / 1e3)
-    draft = TimedRows(vocab, 1, draft_ms / 1e3, script=draft_script, first_s=args.first_ms / 1e3)
+    target, draft = timed_pair(vocab, script, args, draft_ms)
     if args.warm_up:  # as a Pair on a GPU does at load
         target.warm_up()
         draft.warm_up(logits="last")
     return target, draft, script
+
+
+def timed_pair(vocab: Model, script: list[int], args, draft_ms: float) -> tuple[TimedRows, TimedRows]:
+    """A target whose rows follow script, timed as args say (--plain-ms and --row-ms or --curve,
+    --after-wide-ms, --first-ms), and a draft of draft_ms a decode that agrees with every other token."""
+    target = TimedRows(vocab, 0, args.plain_ms / 1e3, args.row_ms / 1e3, curve=args.curve, script=script,
+                       after_wide=[ms / 1e3 for ms in args.after_wide_ms], first_s=args.first_ms / 1e3)
+    draft = TimedRows(vocab, 1, draft_ms / 1e3, script=[t if i % 2 else t + 1 for i, t in enumerate(script)],
+                      first_s=args.first_ms / 1e3)
+    return target, draft
 
 
 class CallCount:

@@ -27,8 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets and the one-process pair)
 import numpy as np  # noqa: E402
-from bench_fakes import TimedRows  # noqa: E402
-from bench_fast_regime import SCENARIOS, curve_arg, ms_list, one_ms, run  # noqa: E402
+from bench_fast_regime import SCENARIOS, curve_arg, ms_list, one_ms, run, timed_pair  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
 from localspec.llama import Model  # noqa: E402
@@ -78,11 +77,7 @@ def replay(model: Model, sets: list[tuple[list[int], list[int]]], args) -> dict[
     shapes: tuple[set, set] = (set(), set())  # each model's widths decoded so far: their first decodes' extra once
     for n in range(args.rounds * len(sets)):
         prompt, reply = sets[n % len(sets)]
-        script = prompt + reply
-        target = TimedRows(model, 0, 0.0, curve=args.curve, script=script, first_s=args.first_ms / 1e3,
-                           after_wide=[ms / 1e3 for ms in args.after_wide_ms])
-        draft = TimedRows(model, 1, args.draft_ms / 1e3, script=[t if i % 2 else t + 1 for i, t in enumerate(script)],
-                          first_s=args.first_ms / 1e3)
+        target, draft = timed_pair(model, prompt + reply, args, args.draft_ms)
         target.shapes, draft.shapes = shapes
         if args.warm_up and n == 0:
             target.warm_up()
@@ -110,6 +105,7 @@ def report(results: dict[str, list[tuple[float, ...]]]) -> str:
 def main() -> None:
     args = parse_args()
     args.calls = args.pricings = False  # (bench_fast_regime.run's counters)
+    args.plain_ms = args.row_ms = 0.0  # (timed_pair's: --curve times every decode)
     model, sets = replies(args)
     print(f"{len(sets)} prompts x {args.rounds} rounds, replies of up to {args.max_tokens} tokens replayed at "
           + ", ".join(f"{rows} rows {ms * 1e3:g} ms" for rows, ms in args.curve)

@@ -110,6 +110,18 @@ def test_reuse_prefix_keeps_only_the_shared_tokens(model, ctx):
     assert ctx.reuse_prefix(b) == 4 and ctx.tokens == a[:4]
 
 
+def count_decodes(monkeypatch) -> list[tuple[int, bool]]:
+    """(width, whether its last row came sampled) of each Context.decode from now on, in order."""
+    decodes, decode = [], Context.decode
+
+    def counted(self, tokens, *a, **k):
+        decode(self, tokens, *a, **k)
+        decodes.append((len(tokens), lc.llama_get_sampled_token_ith(self.ptr, len(tokens) - 1) >= 0))
+
+    monkeypatch.setattr(Context, "decode", counted)
+    return decodes
+
+
 @pytest.mark.slow
 def test_warming_up_decodes_each_width_once_and_leaves_an_empty_cache_and_the_same_logits(model, monkeypatch):
     """The decodes that load a GPU's kernels for each verify width, and size llama.cpp's output buffer
@@ -120,19 +132,11 @@ def test_warming_up_decodes_each_width_once_and_leaves_an_empty_cache_and_the_sa
     warmed, fresh = Context(model, n_ctx=256, n_threads=1), Context(model, n_ctx=256, n_threads=1)
     warmed.rows_offloaded = True  # (rows judged by the greedy chain, as a GPU's verifies are)
     assert lc.llama_get_sampled_token_ith(warmed.ptr, 23) < 0  # no decode yet: no row 23
-    widths, judged = [], []
-    decode = Context.decode
-
-    def counted(self, tokens, *a, **k):
-        decode(self, tokens, *a, **k)
-        widths.append(len(tokens))
-        judged.append(lc.llama_get_sampled_token_ith(self.ptr, len(tokens) - 1) >= 0)  # its last row, sampled
-
-    monkeypatch.setattr(Context, "decode", counted)
+    decodes = count_decodes(monkeypatch)
     warmed.warm_up((3, 1, 24, 2, 8, 16, 2))  # (the defaults, WARM_WIDTHS, decode 1,116 tokens: slow on a CPU)
     monkeypatch.undo()
-    assert widths == [24, 16, 8, 3, 2, 1]  # each once, the widest first: one growth of the output buffer
-    assert all(judged)  # every row made and judged by the greedy chain, as a verify's on a GPU
+    assert [w for w, _ in decodes] == [24, 16, 8, 3, 2, 1]  # each once, the widest first: one growth of the buffer
+    assert all(judged for _, judged in decodes)  # every row made and judged by the greedy chain, as a GPU verify's
     # the defaults: one width per matrix-vector kernel (1-8), one per tile width (16-128 by 8)
     assert WARM_WIDTHS == tuple(range(1, 9)) + tuple(range(16, 129, 8)) and max(WARM_WIDTHS) == SAMPLED_ROWS_MAX
     assert warmed.tokens == [] and warmed.chain_key is None
@@ -148,12 +152,9 @@ def test_warming_up_decodes_each_width_once_and_leaves_an_empty_cache_and_the_sa
 def test_warming_up_keeps_within_the_batch_and_the_context(model, monkeypatch):
     # A context shorter than the widest warm width decodes no wider than it holds.
     small = Context(model, n_ctx=32, n_threads=1)
-    widths = []
-    decode = Context.decode
-    monkeypatch.setattr(Context, "decode", lambda self, tokens, *a, **k: (widths.append(len(tokens)),
-                                                                          decode(self, tokens, *a, **k))[1])
+    decodes = count_decodes(monkeypatch)
     small.warm_up(logits="last")
-    assert widths == [32, 24, 16, 8, 7, 6, 5, 4, 3, 2, 1] and small.tokens == []
+    assert [w for w, _ in decodes] == [32, 24, 16, 8, 7, 6, 5, 4, 3, 2, 1] and small.tokens == []
 
 
 @pytest.mark.slow
@@ -188,7 +189,8 @@ def test_only_a_model_wholly_on_a_local_gpu_is_warmed_up():
     from localspec.placement import Placement
 
     gpu, rpc = SimpleNamespace(is_rpc=False), SimpleNamespace(is_rpc=True)
-    assert session.rows_on_gpu(Placement(None, "CUDA0"), 999, 28) and session.rows_on_gpu(Placement((gpu,), "CUDA0"), 29, 28)
+    assert session.rows_on_gpu(Placement(None, "CUDA0"), 999, 28)
+    assert session.rows_on_gpu(Placement((gpu,), "CUDA0"), 29, 28)
     assert not session.rows_on_gpu(Placement(None, "CUDA0 (20 layers, the rest on the CPU)"), 20, 28)
     assert not session.rows_on_gpu(Placement(None, "CPU"), 999, 28)
     assert not session.rows_on_gpu(Placement((rpc,), "RPC0[127.0.0.1:50052]"), 999, 28)
