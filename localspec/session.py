@@ -44,6 +44,7 @@ class LoadOptions:
     rpc: tuple[str, ...] | None = None  # HOST:PORT of `localspec rpc-server`s; the target goes there
     tensor_split: tuple[float, ...] | None = None  # the target's share per device
     warm_start: bool = True  # plan from the measurements an earlier process saved for this setup
+    warm_up: bool = True  # on a GPU, decode each verify width once at load (Context.warm_up)
 
 
 def make_sources(names: Sequence[str], draft_ctx: Context | None, config: GenerationConfig,
@@ -92,7 +93,7 @@ class Pair:
         # A model draft's trees are verified in one decode, a branch per sequence of the target's cache.
         target_ctx = Context(target_model, options.n_ctx, options.threads, n_seq_max=MAX_BRANCHES if draft else 1)
         target_ctx.rows_offloaded = rows_on_gpu(where_t, o.ngl_target, target_model.n_layer)
-        if target_ctx.rows_offloaded:  # a GPU's first decode at a width loads its kernels: here, not in a verify
+        if o.warm_up and target_ctx.rows_offloaded:  # a GPU's first decode at a width loads its kernels: not in a verify
             target_ctx.warm_up()
         draft_ctx = None
         if draft:
@@ -115,7 +116,7 @@ class Pair:
                 raise
         ctx = Context(model, self.target_ctx.n_ctx, o.threads)
         ctx.rows_offloaded = rows_on_gpu(where_d, o.ngl_draft, model.n_layer)
-        if ctx.rows_offloaded:  # (its catch-ups after a copy decode up to the lookup's widest draft)
+        if o.warm_up and ctx.rows_offloaded:  # (its catch-ups after a copy decode up to the lookup's widest draft)
             ctx.warm_up(logits="last")
         return ctx
 

@@ -38,7 +38,6 @@ import bench  # noqa: E402  (the one model resolver of its scripts)
 import delay_proxy  # noqa: E402
 from bench_rpc import free_port, wait_listening  # noqa: E402
 from script_args import Parser  # noqa: E402
-from localspec.context import Context  # noqa: E402
 from localspec.session import LoadOptions, Pair  # noqa: E402
 
 PROMPT = list(range(1000, 1060))  # any 60 tokens: costs, not text, are measured
@@ -122,8 +121,6 @@ def main() -> None:
                     help="load without a GPU's warm-up decodes (Context.warm_up): the first decode of each width "
                          "then pays what loading its kernels takes")
     args = ap.parse_args()
-    if args.no_warm_up:
-        Context.warm_up = lambda self, *a, **k: None
     args.target, args.draft = bench.resolve_models(ap, args.target, args.draft)
     widths = [int(w) for w in args.widths.split(",")]
     results = {"local": measure_pair(args, widths, ())} if args.local else over_rpc(args, widths)
@@ -132,7 +129,8 @@ def main() -> None:
 
 def measure_pair(args, widths: list[int], rpc: tuple[str, ...]) -> dict:
     """The pair's costs, the target on the RPC servers rpc (none: local)."""
-    pair = Pair(args.target, args.draft, LoadOptions(n_ctx=1024, threads=args.threads, rpc=rpc, warm_start=False))
+    pair = Pair(args.target, args.draft, LoadOptions(n_ctx=1024, threads=args.threads, rpc=rpc, warm_start=False,
+                                                     warm_up=not args.no_warm_up))
     try:
         return measure(pair, widths, args.reps)
     finally:

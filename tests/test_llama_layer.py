@@ -161,21 +161,23 @@ def test_warming_up_keeps_within_the_batch_and_the_context(model, monkeypatch):
 def test_a_pair_warms_up_each_model_only_where_it_runs_on_a_gpu(smol_path, monkeypatch):
     """On a GPU a model's first decode at each width loads kernels, and the target's page-locked
     output buffer is slow to grow: the Pair decodes each width once at load, the target's rows all
-    out, the draft's last only. On the CPU it decodes nothing at load."""
+    out, the draft's last only (unless LoadOptions.warm_up is off: bench_rpc_costs --no-warm-up). On the
+    CPU it decodes nothing at load."""
     from localspec import session
     from localspec.context import WARM_WIDTHS
     from localspec.placement import Placement
 
-    for where in ("CPU", "CUDA0"):
+    for where, warm_up in (("CPU", True), ("CUDA0", True), ("CUDA0", False)):
         placed = Placement(None, where)
         monkeypatch.setattr(session, "place_pair", lambda *a, placed=placed: (placed, placed))
         warmed = []
         monkeypatch.setattr(Context, "warm_up", lambda self, widths=WARM_WIDTHS, logits="all":
                             warmed.append((self.model.path == smol_path, logits)))
-        pair = session.Pair(smol_path, smol_path, session.LoadOptions(n_ctx=256, threads=1, warm_start=False))
+        options = session.LoadOptions(n_ctx=256, threads=1, warm_start=False, warm_up=warm_up)
+        pair = session.Pair(smol_path, smol_path, options)
         try:
             pair.draft_ctx.get()
-            assert warmed == ([] if where == "CPU" else [(True, "all"), (True, "last")])
+            assert warmed == ([(True, "all"), (True, "last")] if where != "CPU" and warm_up else [])
             assert pair.target_ctx.tokens == []
         finally:
             pair.close()
