@@ -98,6 +98,25 @@ def expected_tokens_upto(accept: Sequence[float], gamma_max: int, tokens_on: Seq
     return totals
 
 
+def broken_upto(accept: Sequence[float], gamma_max: int, tokens_on: Sequence[float] = (),
+                first_on: float = 1.0) -> list[float]:
+    """For every γ in 0..gamma_max, the chance that a step capped at γ drafts and the target rejects
+    one of its guesses: P(N ≥ 1) − P(N ≥ 1, every guess accepted), where the draft ends after n
+    guesses all accepted with the chance reach_n (1 − g_n), or at its cap (the module docstring's
+    terms; every a_i where no stop rule ends it). What a verify costs the one-row decodes after it
+    follows such a step (a draft taken whole is drafted on from)."""
+    broken, reach, whole = [0.0], first_on, 0.0
+    n, last, n_on = len(accept), accept[-1], len(tokens_on)
+    for i in range(gamma_max):
+        a = accept[i] if i < n else last
+        if 0 < i <= n_on:
+            whole += reach * (1.0 - tokens_on[i - 1])  # drafts i guesses, all accepted, and stops
+            a *= tokens_on[i - 1]
+        reach *= a
+        broken.append(max(first_on - whole - reach, 0.0))
+    return broken
+
+
 def step_seconds(gamma: int, draft_s: float, verify_s: Callable[[int], float], overhead_s: float,
                  first_s: float = 0.0) -> float:
     """Wall time of one step: gamma draft tokens (and first_s where it drafts: the module docstring),
@@ -137,6 +156,12 @@ def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int]
     has errors, and losing to plain decoding is worse than missing a marginal win."""
     tokens = expected_tokens_upto(accept, gamma_max, tokens_on, first_on)
     seconds = expected_seconds_upto(gamma_max, draft_s, verify_s, overhead_s, draft_on, first_s, first_on)
+    return fastest(tokens, seconds, min_gain)
+
+
+def fastest(tokens: Sequence[float], seconds: Sequence[float], min_gain: float = 0.0) -> tuple[int, float]:
+    """best_gamma's choice from every γ's expected tokens and seconds (γ 0 first)."""
+    gamma_max = len(tokens) - 1
     plain = 1.0 / seconds[0]
     best = (0, plain * (1 + min_gain))
     for gamma in range(1, gamma_max + 1):
@@ -160,6 +185,9 @@ class Estimate(NamedTuple):
     draft_on: Sequence[float] = ()
     first_row: bool = False
     first_on: float = 1.0  # the chance a stop rule lets a step draft its first token (DraftStops.first_on)
+    # what a drafting step costs the one-row decodes after it, given the chance its draft is broken
+    # (broken_upto); None: counted in verify_s at every width, or not at all
+    returned: Callable[[float], float] | None = None
 
     @property
     def first_s(self) -> float:
@@ -168,6 +196,8 @@ class Estimate(NamedTuple):
 
     def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
         """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
+        if self.returned is not None:
+            return fastest(self.tokens(gamma_max), self.seconds(gamma_max), min_gain)
         return best_gamma(self.accept, self.draft_s, self.verify_s, self.overhead_s, gamma_max, min_gain,
                           self.tokens_on, self.draft_on, self.first_s, self.first_on)
 
@@ -178,5 +208,9 @@ class Estimate(NamedTuple):
 
     def seconds(self, gamma_max: int) -> list[float]:
         """Expected seconds of a step capped at each γ in 0..gamma_max."""
-        return expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on,
-                                     self.first_s, self.first_on)
+        seconds = expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on,
+                                        self.first_s, self.first_on)
+        if self.returned is not None:
+            broken = broken_upto(self.accept, gamma_max, self.tokens_on, self.first_on)
+            seconds = [s + self.returned(b) for s, b in zip(seconds, broken)]
+        return seconds

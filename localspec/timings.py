@@ -277,6 +277,15 @@ class ReturnCost:
             return 0.0
         return sum(max(e.value or 0.0, 0.0) * n for e, n in zip(self.extra, self.followed)) / self.wide
 
+    def hoped(self, broken: float) -> float:
+        """What a wider decode may add at least to the one-row decodes after it, where its draft is
+        broken with the chance `broken` (costmodel.broken_upto): a one-row decode follows no more
+        often than that, nor than it followed the wider decodes seen (a draft taken whole is drafted
+        on from). 0 before any: a GPU's first short probes are charged it as it is measured."""
+        if not self.wide:
+            return 0.0
+        return sum(max(e.value or 0.0, 0.0) * min(n / self.wide, broken) for e, n in zip(self.extra, self.followed))
+
 
 class Widths:
     """One of a VerifyCurve's estimates by batch width (mode: 0 seconds, 1 optimistic, 2 next_width),

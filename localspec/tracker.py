@@ -326,9 +326,9 @@ class CostTracker:
     def estimate(self, bucket: int | None = None, optimistic: bool = False, switch: bool = False,
                  curve: VerifyCurve | None = None, probe: bool = False, followed: int = 0) -> Estimate:
         """The point or the optimistic estimate for a proposal in this bucket (needs verify(1) measured);
-        a point estimate's drafting step also costs what its verify leaves the one-row decodes after
-        it (ReturnCost), an optimistic one's not: a probe is charged that as it is measured (record's
-        _returned), so a GPU's first short probes do not keep the lookup from ever finding a copy;
+        a drafting step also costs what its verify leaves the one-row decodes after it (ReturnCost), at
+        the share of its verifies they followed, in the optimistic one at most the chance its draft is
+        broken (ReturnCost.hoped: none before its first verify, lest a GPU's first probes miss a copy);
         switch: a drafting step also costs switch_s (a hybrid's other drafter catching up later);
         curve: the verify costs to read instead of this process's (not the optimistic estimate's);
         probe: the point estimate with the first width beyond the widest measured read as no dearer
@@ -346,8 +346,8 @@ class CostTracker:
         accept = self.optimistic_acceptance(bucket) if optimistic else self.acceptance(bucket)
         if optimistic and followed:
             accept = spliced(self.acceptance(bucket), accept, followed)
-        est = Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight),
-                       first_row=self.first_row, first_on=self.stops.first_on(self.prior_weight))
+        est = Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight), self.first_row,
+                       self.stops.first_on(self.prior_weight), self.after_wide.hoped if optimistic else None)
         return est if optimistic or probe or curve is not None else self.first_kept(est)
 
     def first_kept(self, est: Estimate) -> Estimate:

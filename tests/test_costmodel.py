@@ -7,7 +7,8 @@ import pytest
 
 from localspec.acceptance import (TEXT_LEAST, TEXT_PRIOR_ROWS, TEXTS_KEPT, PositionAcceptance, TextAcceptance, logit,
                                   shifted)
-from localspec.costmodel import best_gamma, expected_seconds_upto, expected_tokens, expected_tokens_upto, step_seconds
+from localspec.costmodel import (best_gamma, broken_upto, expected_seconds_upto, expected_tokens, expected_tokens_upto,
+                                 step_seconds)
 from localspec.draftstop import FALLBACK_P_MIN, LOOKS_LEAST, DraftStop, DraftStops, FirstLooks, FixedStop
 from localspec.timings import Ema
 from localspec.tracker import CostTracker
@@ -391,6 +392,22 @@ def test_a_draft_a_stop_rule_may_end_is_priced_over_where_it_ends():
         assert tokens[gamma] == pytest.approx(sum(pn * expected_tokens(accept, n) for n, pn in enumerate(p, 1)))
         assert seconds[gamma] == pytest.approx(
             sum(pn * step_seconds(n, draft_s, cpu_verify, overhead) for n, pn in enumerate(p, 1)))
+
+
+@pytest.mark.parametrize("first_on", [1.0, 0.7])
+def test_the_chance_a_step_leaves_a_guess_rejected_is_taken_over_where_its_draft_ends(first_on):
+    # As above, a step capped at γ is a mix of drafts of n guesses; one of n is broken unless all n
+    # are accepted, and a step that drafts none (1 − first_on) has no verify wider than one row.
+    accept, on = [0.8, 0.9, 0.6, 0.95], [0.5, 0.7, 0.2, 0.9, 0.4]
+    broken = broken_upto(accept, 6, on, first_on)
+    assert broken[0] == 0.0
+    for gamma in range(1, 7):
+        at_least = [1.0] + list(np.cumprod(on[: gamma - 1]))
+        p = [at_least[n - 1] * ((1 - on[n - 1]) if n < gamma else 1.0) for n in range(1, gamma + 1)]
+        whole = [float(np.prod([accept[min(i, 3)] for i in range(n)])) for n in range(1, gamma + 1)]
+        assert broken[gamma] == pytest.approx(first_on * sum(pn * (1 - w) for pn, w in zip(p, whole)))
+    # without a stop rule every draft runs to its cap: broken unless all γ guesses are taken
+    assert broken_upto([0.5], 3) == pytest.approx([0.0, 0.5, 0.75, 0.875])
 
 
 def test_draft_stops_count_where_the_rule_ended_a_draft_not_where_the_cap_did():

@@ -14,10 +14,11 @@ from localspec.drafters import NGramDrafter
 from localspec.planning.budget import ExploreBudget
 from localspec.sampling import SamplingParams
 from localspec.speculative import SpeculativeDecoder
+from localspec.costmodel import broken_upto
 from localspec.timings import RETURN_ROWS, ReturnCost
 from localspec.tracker import CostTracker
 from fakes import fake_contexts
-from plannersim import H200_AFTER_WIDE, H200_ALTERNATING, PROSE, curve, generate
+from plannersim import H200_AFTER_WIDE, H200_ALTERNATING, PROSE, Region, curve, generate, run_set, set_ratio
 
 MS = 1e-3
 
@@ -105,6 +106,49 @@ def test_on_a_gpu_the_cost_a_verify_leaves_behind_keeps_losing_drafts_out(kinds,
     monkeypatch.setattr(planner_module.Planner, "_returned", lambda self, verify_s: None)
     unpriced = [prose_on_the_gpu(kinds, s).ratio for s in seeds]
     assert sum(priced) / len(priced) >= sum(unpriced) / len(unpriced) + 0.005, (priced, unpriced)
+
+
+def test_the_hope_counts_what_a_broken_draft_leaves_behind_and_nothing_before_the_first_verify():
+    t = CostTracker()
+    decodes(t, [(1, 1.0)] * 12, 1)
+    for width, ms in [(4, 2.6), (1, 2.2), (1, 2.0)] * 5:  # another drafter's verifies measure the extra,
+        t.record_width(width, ms * MS, own=False)        # before any of its own
+    assert t.after_wide.extra[0].value == pytest.approx(1.2 * MS, rel=0.02) and ReturnCost.hoped(t.after_wide, 1.0) == 0
+    assert t.estimate(3, optimistic=True).seconds(4) == t.estimate(3, optimistic=True)._replace(
+        returned=None).seconds(4)  # a GPU's first short probes are not priced out
+    decodes(t, [(4, 2.6), (1, 2.2), (1, 2.0), (1, 1.0)], 20)  # its own verifies, each followed by plain steps
+    assert ReturnCost.hoped(t.after_wide, 1.0) == pytest.approx(t.after_wide.seconds(), rel=0.01)
+    assert ReturnCost.hoped(t.after_wide, 0.25) == pytest.approx(0.25 * 2.2 * MS, rel=0.02)
+    hope = t.estimate(3, optimistic=True)
+    bare = hope._replace(returned=None).seconds(6)
+    for gamma, (with_it, broken) in enumerate(zip(hope.seconds(6), broken_upto(hope.accept, 6)), 0):
+        assert with_it == pytest.approx(bare[gamma] + min(broken, 1.0) * 2.2 * MS, rel=0.02)
+
+
+def repeated_phrases_on_the_gpu(kinds: list[str], seed: int):
+    """Six replies in one process of text whose phrases recur (the lookup's matches taken at 0.7 a
+    guess), on the H200's costs and what a verify leaves the one-row decodes after it there."""
+    text = [Region(256, 3, 4, False, 0.7, 0.5)]
+    return run_set(text, kinds, curve(H200_ALTERNATING), 0.65, n=6, seed=seed, after_wide=H200_AFTER_WIDE,
+                   intake_wide=True)
+
+
+@pytest.mark.parametrize("kinds", [["ngram"], ["ngram", "model"]], ids=["lookup", "hybrid"])
+def test_a_lookup_whose_drafts_seldom_run_whole_stops_probing_what_the_return_makes_lose(kinds, monkeypatch):
+    # Drafts of recurring phrases taken at 0.7 a guess pay before the one-row decodes after their
+    # verify, and lose with them. The point estimate counts those decodes; the hope counted none, so
+    # the lookup probed on, reply after reply, each spending its ε (0.993x). Counted at the chance
+    # a draft is broken (a copy taken whole is drafted on from), it stops once its verifies measured
+    # them, and a process's later replies run at plain decoding's pace less the controller.
+    runs = [repeated_phrases_on_the_gpu(kinds, s) for s in range(4)]
+    later = sum(r.explored for run in runs for r in run[2:])
+    assert later <= 2, [[r.explored for r in run] for run in runs]
+    ratio = sum(map(set_ratio, runs)) / len(runs)
+    assert ratio >= 0.994
+    monkeypatch.setattr(timings.ReturnCost, "hoped", lambda self, broken: 0.0)  # the hope before
+    before = [repeated_phrases_on_the_gpu(kinds, s) for s in range(4)]
+    assert sum(r.explored for run in before for r in run[2:]) >= 20
+    assert ratio >= sum(map(set_ratio, before)) / len(before) + 0.003
 
 
 def test_the_ledger_charges_a_probe_what_its_verify_left_behind():
