@@ -113,7 +113,8 @@ def broken_upto(accept: Sequence[float], gamma_max: int, tokens_on: Sequence[flo
             whole += reach * (1.0 - tokens_on[i - 1])  # drafts i guesses, all accepted, and stops
             a *= tokens_on[i - 1]
         reach *= a
-        broken.append(max(first_on - whole - reach, 0.0))
+        b = first_on - whole - reach
+        broken.append(b if b > 0.0 else 0.0)  # (rounding may leave it a hair below nothing)
     return broken
 
 
@@ -185,9 +186,10 @@ class Estimate(NamedTuple):
     draft_on: Sequence[float] = ()
     first_row: bool = False
     first_on: float = 1.0  # the chance a stop rule lets a step draft its first token (DraftStops.first_on)
-    # what a drafting step costs the one-row decodes after it, given the chance its draft is broken
-    # (broken_upto); None: counted in verify_s at every width, or not at all
-    returned: Callable[[float], float] | None = None
+    # (seconds, share) of the one-row decodes after a verify that a drafting step costs, each at most
+    # at the chance its draft is broken (broken_upto; timings.ReturnCost.shares); none: counted in
+    # verify_s at every width, or not at all
+    returned: Sequence[tuple[float, float]] = ()
 
     @property
     def first_s(self) -> float:
@@ -196,7 +198,7 @@ class Estimate(NamedTuple):
 
     def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
         """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
-        if self.returned is not None:
+        if self.returned:
             return fastest(self.tokens(gamma_max), self.seconds(gamma_max), min_gain)
         return best_gamma(self.accept, self.draft_s, self.verify_s, self.overhead_s, gamma_max, min_gain,
                           self.tokens_on, self.draft_on, self.first_s, self.first_on)
@@ -210,7 +212,8 @@ class Estimate(NamedTuple):
         """Expected seconds of a step capped at each γ in 0..gamma_max."""
         seconds = expected_seconds_upto(gamma_max, self.draft_s, self.verify_s, self.overhead_s, self.draft_on,
                                         self.first_s, self.first_on)
-        if self.returned is not None:
+        if self.returned:
             broken = broken_upto(self.accept, gamma_max, self.tokens_on, self.first_on)
-            seconds = [s + self.returned(b) for s, b in zip(seconds, broken)]
+            for extra, share in self.returned:
+                seconds = [s + extra * (b if b < share else share) for s, b in zip(seconds, broken)]
         return seconds

@@ -277,14 +277,14 @@ class ReturnCost:
             return 0.0
         return sum(max(e.value or 0.0, 0.0) * n for e, n in zip(self.extra, self.followed)) / self.wide
 
-    def hoped(self, broken: float) -> float:
-        """What a wider decode may add at least to the one-row decodes after it, where its draft is
-        broken with the chance `broken` (costmodel.broken_upto): a one-row decode follows no more
-        often than that, nor than it followed the wider decodes seen (a draft taken whole is drafted
-        on from). 0 before any: a GPU's first short probes are charged it as it is measured."""
+    def shares(self) -> list[tuple[float, float]]:
+        """(seconds beyond steady, share of the wider decodes seen it followed) of each position after
+        a wider decode whose extra is above nothing; none before the first wider decode. What the
+        hope counts of them (CostTracker.estimate) is each at most at the chance a step's draft is
+        broken (costmodel.Estimate.returned: a draft taken whole is drafted on from)."""
         if not self.wide:
-            return 0.0
-        return sum(max(e.value or 0.0, 0.0) * min(n / self.wide, broken) for e, n in zip(self.extra, self.followed))
+            return []
+        return [(e.value, n / self.wide) for e, n in zip(self.extra, self.followed) if e.value and e.value > 0.0]
 
 
 class Widths:

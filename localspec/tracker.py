@@ -328,7 +328,7 @@ class CostTracker:
         """The point or the optimistic estimate for a proposal in this bucket (needs verify(1) measured);
         a drafting step also costs what its verify leaves the one-row decodes after it (ReturnCost), at
         the share of its verifies they followed, in the optimistic one at most the chance its draft is
-        broken (ReturnCost.hoped: none before its first verify, lest a GPU's first probes miss a copy);
+        broken (ReturnCost.shares: none before its first verify, lest a GPU's first probes miss a copy);
         switch: a drafting step also costs switch_s (a hybrid's other drafter catching up later);
         curve: the verify costs to read instead of this process's (not the optimistic estimate's);
         probe: the point estimate with the first width beyond the widest measured read as no dearer
@@ -347,7 +347,7 @@ class CostTracker:
         if optimistic and followed:
             accept = spliced(self.acceptance(bucket), accept, followed)
         est = Estimate(accept, draft, verify, overhead, *self.stops.rates(self.prior_weight), self.first_row,
-                       self.stops.first_on(self.prior_weight), self.after_wide.hoped if optimistic else None)
+                       self.stops.first_on(self.prior_weight), self.after_wide.shares() if optimistic else ())
         return est if optimistic or probe or curve is not None else self.first_kept(est)
 
     def first_kept(self, est: Estimate) -> Estimate:

@@ -113,14 +113,15 @@ def test_the_hope_counts_what_a_broken_draft_leaves_behind_and_nothing_before_th
     decodes(t, [(1, 1.0)] * 12, 1)
     for width, ms in [(4, 2.6), (1, 2.2), (1, 2.0)] * 5:  # another drafter's verifies measure the extra,
         t.record_width(width, ms * MS, own=False)        # before any of its own
-    assert t.after_wide.extra[0].value == pytest.approx(1.2 * MS, rel=0.02) and ReturnCost.hoped(t.after_wide, 1.0) == 0
+    assert t.after_wide.extra[0].value == pytest.approx(1.2 * MS, rel=0.02) and t.after_wide.shares() == []
     assert t.estimate(3, optimistic=True).seconds(4) == t.estimate(3, optimistic=True)._replace(
-        returned=None).seconds(4)  # a GPU's first short probes are not priced out
+        returned=()).seconds(4)  # a GPU's first short probes are not priced out
     decodes(t, [(4, 2.6), (1, 2.2), (1, 2.0), (1, 1.0)], 20)  # its own verifies, each followed by plain steps
-    assert ReturnCost.hoped(t.after_wide, 1.0) == pytest.approx(t.after_wide.seconds(), rel=0.01)
-    assert ReturnCost.hoped(t.after_wide, 0.25) == pytest.approx(0.25 * 2.2 * MS, rel=0.02)
+    (first, every), (second, again) = t.after_wide.shares()
+    assert (first, second) == (pytest.approx(1.2 * MS, rel=0.02), pytest.approx(1.0 * MS, rel=0.02))
+    assert every == again == 1.0 and first * every + second * again == pytest.approx(t.after_wide.seconds())
     hope = t.estimate(3, optimistic=True)
-    bare = hope._replace(returned=None).seconds(6)
+    bare = hope._replace(returned=()).seconds(6)
     for gamma, (with_it, broken) in enumerate(zip(hope.seconds(6), broken_upto(hope.accept, 6)), 0):
         assert with_it == pytest.approx(bare[gamma] + min(broken, 1.0) * 2.2 * MS, rel=0.02)
 
@@ -145,7 +146,7 @@ def test_a_lookup_whose_drafts_seldom_run_whole_stops_probing_what_the_return_ma
     assert later <= 2, [[r.explored for r in run] for run in runs]
     ratio = sum(map(set_ratio, runs)) / len(runs)
     assert ratio >= 0.994
-    monkeypatch.setattr(timings.ReturnCost, "hoped", lambda self, broken: 0.0)  # the hope before
+    monkeypatch.setattr(timings.ReturnCost, "shares", lambda self: [])  # the hope before
     before = [repeated_phrases_on_the_gpu(kinds, s) for s in range(4)]
     assert sum(r.explored for run in before for r in run[2:]) >= 20
     assert ratio >= sum(map(set_ratio, before)) / len(before) + 0.003
