@@ -23,7 +23,11 @@ the same on every machine, where a busy machine's timings move more than a chang
 microseconds. Counting slows the controller (the tok/s and µs columns are then not comparable with
 a run without it), and the planner, which times its own pricing, rests a losing choice longer.
 --pricings counts the sources priced a reply (Planner._probe: once a source a pricing step) at
-the controller's own pace.
+the controller's own pace. --parts times where the controller's time goes, µs a token: choosing each
+step (Planner.plan), and within it pricing the offers (Planner._choose) and asking the drafters for
+them (Planner._offers), and teaching the planner what a step measured (Planner.record); the rest of
+the controller's time is reading the rows, the rule, the text and the loop. Each timed call adds
+about a microsecond of its own.
 
 --first-ms makes the first decode of each batch width (the prompt's intake too) that much longer,
 in both contexts, as a GPU's are where a width's kernels load at their first launch; --warm-up
@@ -118,10 +122,32 @@ def count_pricings() -> None:
     Planner._probe = counted
 
 
+# what --parts times, inclusive (pricing and offers are part of plan), and the seconds spent in each so far
+PARTS = {"plan": "plan", "pricing": "_choose", "offers": "_offers", "record": "record"}
+SPENT = dict.fromkeys(PARTS, 0.0)
+
+
+def time_parts() -> None:
+    """Time every call of each PARTS method of Planner into SPENT."""
+    for part, name in PARTS.items():
+        setattr(Planner, name, _timed(part, getattr(Planner, name)))
+
+
+def _timed(part: str, method):
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            SPENT[part] += time.perf_counter() - t0
+    return timed
+
+
 def run(kind: str, target: TimedRows, draft: TimedRows, prompt: list[int], args,
         trackers: dict) -> tuple[float, ...]:
     """One reply: (tokens/s, controller µs per token, tokens drafted), then with --calls localspec's
-    calls a token and with --pricings the sources priced; trackers: the scenario's."""
+    calls a token, with --pricings the sources priced and with --parts each part's µs a token;
+    trackers: the scenario's."""
     config = GenerationConfig(max_tokens=args.tokens, gamma=None if SCENARIOS[kind] else 0,
                               sampling=SamplingParams(temperature=0), seed=1)
     target.truncate(0)
@@ -129,6 +155,7 @@ def run(kind: str, target: TimedRows, draft: TimedRows, prompt: list[int], args,
     target.decode_s = draft.decode_s = 0.0
     sources = make_sources(SCENARIOS[kind], draft, config, trackers, NGramDrafter())
     count, PRICED[0] = CallCount() if args.calls else None, 0
+    SPENT.update(dict.fromkeys(PARTS, 0.0))
     t0 = time.perf_counter()
     sys.setprofile(count)
     try:
@@ -139,7 +166,8 @@ def run(kind: str, target: TimedRows, draft: TimedRows, prompt: list[int], args,
     assert isinstance(finished, Finished)
     n = finished.stats.generated
     row = n / wall, 1e6 * (wall - target.decode_s - draft.decode_s) / n, finished.stats.drafted
-    return row + ((count.calls / n,) if count else ()) + ((PRICED[0],) if args.pricings else ())
+    parts = tuple(1e6 * SPENT[part] / n for part in PARTS) if args.parts else ()
+    return row + ((count.calls / n,) if count else ()) + ((PRICED[0],) if args.pricings else ()) + parts
 
 
 def curve_arg(text: str) -> list[tuple[int, float]]:
@@ -195,6 +223,7 @@ def main() -> None:
     parser.add_argument("--text", type=Path, help="reply tokens from this text file (default: random tokens)")
     parser.add_argument("--calls", action="store_true", help="count localspec's Python calls a token")
     parser.add_argument("--pricings", action="store_true", help="count the sources priced a reply")
+    parser.add_argument("--parts", action="store_true", help="time the controller's parts, µs a token")
     args = parser.parse_args()
     vocab = Model(*light_models("target"), vocab_only=True)  # the light target's vocabulary
     kinds = args.scenarios.split(",")
@@ -210,10 +239,13 @@ def main() -> None:
     print(f"{costs}; {args.tokens} tokens x {args.rounds}"
           f"{'; trackers kept across rounds' if args.keep else ''}")
     counted = " localspec calls / token |" * args.calls + " pricings / reply |" * args.pricings
+    counted += "".join(f" {part} µs / token |" for part in PARTS) * args.parts
     print("| draft ms | scenario | tok/s | vs plain | controller µs / token | drafted / reply |" + counted)
-    print("|---|---|---|---|---|---|" + "---|" * (args.calls + args.pricings))
+    print("|---|---|---|---|---|---|" + "---|" * (args.calls + args.pricings + len(PARTS) * args.parts))
     if args.pricings:
         count_pricings()
+    if args.parts:
+        time_parts()
     for draft_ms in args.draft_ms:
         target, draft, script = contexts(vocab, args, draft_ms)
         results: dict[str, list[tuple[float, ...]]] = {k: [] for k in kinds}  # run()'s rows

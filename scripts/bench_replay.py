@@ -11,7 +11,8 @@ cost flags say (a GPU's, measured with bench_rpc_costs.py); the draft agrees wit
 token. Each scenario keeps its trackers over the whole run, as one process would, and what a first
 decode of each width costs (--first-ms) is paid once a run. Prints each scenario's tokens/s against
 plain decoding over every reply, the controller's µs a token, tokens drafted a reply, and each
-reply's ratio (a first reply that drafted nothing shows there).
+reply's ratio (a first reply that drafted nothing shows there); --parts, where the controller's time
+goes, as bench_fast_regime.py --parts times it.
 
     python scripts/bench_replay.py --prompt-set copy --n-prompts 4 --max-tokens 160 --rounds 3 \\
         --target T.gguf --draft D.gguf --curve 1:1.81,2:3.9,3:4.0,4:4.1,8:5.5,16:7.4,40:9.3 \\
@@ -27,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets and the one-process pair)
 import numpy as np  # noqa: E402
-from bench_fast_regime import SCENARIOS, curve_arg, ms_list, one_ms, run, timed_pair  # noqa: E402
+from bench_fast_regime import PARTS, SCENARIOS, curve_arg, ms_list, one_ms, run, time_parts, timed_pair  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
 from localspec.llama import Model  # noqa: E402
@@ -45,6 +46,7 @@ def parse_args(argv=None):
     ap.add_argument("--first-ms", type=one_ms, default=0.0, help="ms the first decode of each width takes longer")
     ap.add_argument("--warm-up", action="store_true", help="decode each verify width once first, as a Pair on a GPU")
     ap.add_argument("--scenarios", default="plain,ngram,hybrid")
+    ap.add_argument("--parts", action="store_true", help="time the controller's parts, µs a token")
     args = ap.parse_args(argv)
     kinds = args.scenarios.split(",")
     if "plain" not in kinds or any(k not in SCENARIOS for k in kinds):
@@ -69,8 +71,8 @@ def replies(args) -> tuple[Model, list[tuple[list[int], list[int]]]]:
 
 
 def replay(model: Model, sets: list[tuple[list[int], list[int]]], args) -> dict[str, list[tuple[float, ...]]]:
-    """Each scenario's (seconds, controller µs a token, drafted) reply by reply, the scenarios in turn
-    for each reply, each keeping its trackers over the run."""
+    """Each scenario's (seconds, controller µs a token, drafted, then with --parts each part's µs a
+    token) reply by reply, the scenarios in turn for each reply, each keeping its trackers over the run."""
     kinds = args.scenarios.split(",")
     kept: dict[str, dict] = {k: {} for k in kinds}
     results: dict[str, list] = {k: [] for k in kinds}
@@ -84,27 +86,32 @@ def replay(model: Model, sets: list[tuple[list[int], list[int]]], args) -> dict[
             draft.warm_up(logits="last")
         args.tokens = min(args.max_tokens, len(reply) - 1)
         for kind in kinds:
-            rate, us, drafted = run(kind, target, draft, prompt, args, kept[kind])
-            results[kind].append((args.tokens / rate, us, drafted))
+            rate, us, drafted, *parts = run(kind, target, draft, prompt, args, kept[kind])
+            results[kind].append((args.tokens / rate, us, drafted, *parts))
     return results
 
 
 def report(results: dict[str, list[tuple[float, ...]]]) -> str:
     """The table: each scenario's plain seconds over its own, over every reply and reply by reply."""
     plain = [row[0] for row in results["plain"]]
-    lines = ["| scenario | vs plain, every reply | controller µs / token | drafted / reply | each reply |",
-             "|---|---|---|---|---|"]
+    parts = list(PARTS) if len(results["plain"][0]) > 3 else []  # (--parts)
+    lines = ["| scenario | vs plain, every reply | controller µs / token |"
+             + "".join(f" {part} |" for part in parts) + " drafted / reply | each reply |",
+             "|---|---|---|" + "---|" * len(parts) + "---|---|"]
     for kind, rows in results.items():
         seconds = [row[0] for row in rows]
         each = " ".join(f"{p / s:.2f}" for s, p in zip(seconds, plain))
-        lines.append(f"| {kind} | {sum(plain) / sum(seconds):.3f}x | {np.mean([row[1] for row in rows]):.0f} | "
-                     f"{np.mean([row[2] for row in rows]):.0f} | {each} |")
+        spent = "".join(f" {np.mean([row[3 + i] for row in rows]):.0f} |" for i in range(len(parts)))
+        lines.append(f"| {kind} | {sum(plain) / sum(seconds):.3f}x | {np.mean([row[1] for row in rows]):.0f} |"
+                     f"{spent} {np.mean([row[2] for row in rows]):.0f} | {each} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     args = parse_args()
     args.calls = args.pricings = False  # (bench_fast_regime.run's counters)
+    if args.parts:
+        time_parts()
     args.plain_ms = args.row_ms = 0.0  # (timed_pair's: --curve times every decode)
     model, sets = replies(args)
     print(f"{len(sets)} prompts x {args.rounds} rounds, replies of up to {args.max_tokens} tokens replayed at "

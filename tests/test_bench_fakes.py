@@ -98,6 +98,34 @@ def test_the_bench_counts_the_planners_calls_and_pricings(real_pair, real_store)
     assert calls["ngram"] > calls["plain"] > 10
 
 
+def test_the_bench_times_where_the_controllers_time_goes(real_pair, real_store):
+    # --parts: choosing a step (pricing and offers within it) and recording it, µs a token. Plain
+    # decoding prices nothing and asks no drafter; a lookup asks at every step and prices some.
+    env = dict(os.environ, LOCALSPEC_TEST_MODELS=str(real_store))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_fast_regime.py"), "--parts", "--tokens", "60",
+                          "--rounds", "2", "--draft-ms", "1.0", "--scenarios", "plain,ngram",
+                          "--text", str(ROOT / "README.md")], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    header = next(line for line in out.stdout.splitlines() if line.startswith("| draft ms"))
+    assert header.endswith("| plan µs / token | pricing µs / token | offers µs / token | record µs / token |")
+    rows = {cells[2].strip(): [float(c) for c in cells[7:11]] for cells in (line.split("|") for line in out.stdout.splitlines())
+            if len(cells) == 12 and cells[2].strip() in ("plain", "ngram")}
+    (plan, pricing, offers, record), lookup = rows["plain"], rows["ngram"]
+    assert pricing == 0 and 0 < plan < lookup[0] and record > 0
+    assert lookup[1] > 0 and lookup[2] > offers and lookup[0] >= lookup[1] + lookup[2]  # (within plan)
+
+
+def test_the_replay_reports_each_part_where_it_was_timed():
+    report = load_script("bench_replay").report
+    # (seconds, controller µs a token, drafted, then plan, pricing, offers and record µs a token)
+    table = report({"plain": [(1.0, 60.0, 0, 2.0, 0.0, 1.0, 2.0)] * 2, "ngram": [(0.98, 100.0, 3, 26.0, 12.0, 11.0, 10.0),
+                                                                             (0.96, 104.0, 1, 28.0, 14.0, 11.0, 12.0)]})
+    assert table.splitlines()[0] == ("| scenario | vs plain, every reply | controller µs / token | plan | pricing | offers |"
+                                     " record | drafted / reply | each reply |")
+    assert table.splitlines()[3] == "| ngram | 1.031x | 102 | 27 | 13 | 11 | 11 | 2 | 1.02 1.04 |"
+    assert "plan" not in report({"plain": [(1.0, 60.0, 0)]})  # timed without --parts: no such columns
+
+
 def put_light_pair(folder: Path) -> list[Path]:
     """Placeholder files named as the catalog names the light pair's (resolve_model needs only a file)."""
     folder.mkdir(parents=True, exist_ok=True)
