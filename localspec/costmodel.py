@@ -24,6 +24,11 @@ first decode comes before its rule can decline a token): the expected cost over 
 which telescopes to step_seconds(γ) when every draft runs to its cap. Departure from the papers, which price
 a draft of fixed length: priced so, a draft stopped at its first token mostly, and accepted mostly
 there, looks as dear as the γ it may reach.
+
+A verify may also slow the one-row decodes after it (timings.ReturnCost: e_j seconds at the j-th,
+after a share s_j of the drafter's verifies). The point estimate adds Σ_j e_j s_j to every verify
+wider than one row; the optimistic one adds Σ_j e_j min(s_j, B(γ)), B(γ) the chance a step capped
+at γ drafts and has a guess rejected (broken_upto): a draft taken whole is drafted on from.
 """
 
 from __future__ import annotations
