@@ -10,11 +10,11 @@ import pytest
 from localspec import planner as planner_module
 from localspec import timings
 from localspec.config import GenerationConfig
+from localspec.costmodel import broken_upto
 from localspec.drafters import NGramDrafter
 from localspec.planning.budget import ExploreBudget
 from localspec.sampling import SamplingParams
 from localspec.speculative import SpeculativeDecoder
-from localspec.costmodel import broken_upto
 from localspec.timings import RETURN_ROWS, ReturnCost
 from localspec.tracker import CostTracker
 from fakes import fake_contexts
