@@ -19,10 +19,12 @@ from .record import SHADOW_DEPTH
 # takes a few milliseconds may be more than the budget lets exploration lose. One that lost to plain
 # decoding is priced again once this fraction of the generation's seconds since covers what pricing it
 # takes, or at once where the budget has grown to fit a probe it denied (Planner._rests): so a losing
-# source's pricing costs at most ε/4 of the time, on top of the ε its exploring may lose. One whose
-# optimistic estimate came within its min_gain of the best known choice may win at the plain step's
-# next measurements: ε for those, unless the budget denied its probe (it is priced again as soon as
-# the allowance fits that probe).
+# source's pricing costs at most ε/4 of the time while it rests, on top of the ε its exploring may
+# lose. What starts a rest over is not bounded so: a generation's first look at each match bucket
+# (rests live with the generation's planner), any draft, a longer offer. One whose optimistic
+# estimate came within its min_gain of the best known choice may win at the plain step's next
+# measurements: ε for those, unless the budget denied its probe (it is priced again as soon as the
+# allowance fits that probe).
 PRICE_FRACTION = EXPLORE_FRACTION / 4
 PRICINGS_KEPT = 5  # what a source's pricing takes: the lower median of its latest pricings (Planner._rest)
 REST_BACKOFF_MAX = 8  # a choice that keeps losing rests up to this many times as long (Planner._rest)
