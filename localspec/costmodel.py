@@ -203,10 +203,7 @@ class Estimate(NamedTuple):
 
     def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
         """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
-        if self.returned:
-            return fastest(self.tokens(gamma_max), self.seconds(gamma_max), min_gain)
-        return best_gamma(self.accept, self.draft_s, self.verify_s, self.overhead_s, gamma_max, min_gain,
-                          self.tokens_on, self.draft_on, self.first_s, self.first_on)
+        return fastest(self.tokens(gamma_max), self.seconds(gamma_max), min_gain)
 
     def tokens(self, gamma_max: int, accept: Sequence[float] | None = None) -> list[float]:
         """Expected tokens of a step capped at each γ in 0..gamma_max (accept: other acceptance)."""
