@@ -91,10 +91,11 @@ def replay(model: Model, sets: list[tuple[list[int], list[int]]], args) -> dict[
     return results
 
 
-def report(results: dict[str, list[tuple[float, ...]]]) -> str:
-    """The table: each scenario's plain seconds over its own, over every reply and reply by reply."""
+def report(results: dict[str, list[tuple[float, ...]]], parts: bool = False) -> str:
+    """The table: each scenario's plain seconds over its own, over every reply and reply by reply;
+    parts: each row carries the controller's parts too (--parts), a column each."""
     plain = [row[0] for row in results["plain"]]
-    parts = list(PARTS) if len(results["plain"][0]) > 3 else []  # (--parts)
+    parts = list(PARTS) if parts else []
     lines = ["| scenario | vs plain, every reply | controller µs / token |"
              + "".join(f" {part} |" for part in parts) + " drafted / reply | each reply |",
              "|---|---|---|" + "---|" * len(parts) + "---|---|"]
@@ -120,7 +121,7 @@ def main() -> None:
              if args.after_wide_ms else "")
           + (f"; a width's first decode +{args.first_ms:g} ms" if args.first_ms else "")
           + ("; every verify width decoded once first" if args.warm_up else ""))
-    print(report(replay(model, sets, args)))
+    print(report(replay(model, sets, args), args.parts))
 
 
 if __name__ == "__main__":

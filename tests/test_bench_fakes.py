@@ -118,8 +118,9 @@ def test_the_bench_times_where_the_controllers_time_goes(real_pair, real_store):
 def test_the_replay_reports_each_part_where_it_was_timed():
     report = load_script("bench_replay").report
     # (seconds, controller µs a token, drafted, then plan, pricing, offers and record µs a token)
-    table = report({"plain": [(1.0, 60.0, 0, 2.0, 0.0, 1.0, 2.0)] * 2, "ngram": [(0.98, 100.0, 3, 26.0, 12.0, 11.0, 10.0),
-                                                                             (0.96, 104.0, 1, 28.0, 14.0, 11.0, 12.0)]})
+    rows = {"plain": [(1.0, 60.0, 0, 2.0, 0.0, 1.0, 2.0)] * 2,
+            "ngram": [(0.98, 100.0, 3, 26.0, 12.0, 11.0, 10.0), (0.96, 104.0, 1, 28.0, 14.0, 11.0, 12.0)]}
+    table = report(rows, parts=True)
     assert table.splitlines()[0] == ("| scenario | vs plain, every reply | controller µs / token | plan | pricing | offers |"
                                      " record | drafted / reply | each reply |")
     assert table.splitlines()[3] == "| ngram | 1.031x | 102 | 27 | 13 | 11 | 11 | 2 | 1.02 1.04 |"
