@@ -177,6 +177,61 @@ def fastest(tokens: Sequence[float], seconds: Sequence[float], min_gain: float =
     return best if best[0] else (0, plain)
 
 
+COVER_GAIN = 0.01  # how much faster to the end a step other than the fastest alone must get there (covering)
+
+
+def covering(tokens: Sequence[float], seconds: Sequence[float], gamma: int) -> int:
+    """The first step's γ for an offer of n = len(tokens) − 1 guesses that reaches the generation's
+    end (an n-gram copy of the n + 1 tokens still wanted), chosen to get there at the best rate over
+    the steps; gamma: the fastest step's alone (fastest). Priced a step alone, a copy split where the
+    verify curve reads a width marginally cheaper a token leaves a short rest that then pays a verify
+    of its own.
+
+    A step drafting γ goes on to a rest of n − γ − 1 guesses (after the target's own token) with the
+    chance c_γ = E(γ + 1) − E(γ) that its γ guesses and the next are taken; broken, what follows is
+    taken at a rate λ. Against λ, a rest of m ≥ 0 is worth V(m) = max E(g) − λS(g) + c_g V(m − g − 1)
+    over g = m (the rest in one step), the fastest step capped at m, and a plain step (g = 0): the
+    ways the next steps would take it; V(0) is the last token's plain step and V(−1) = 0, the end.
+    The first step is the γ ≤ n of the most E(γ) − λS(γ) + c_γ V(n − γ − 1), λ first the fastest
+    step's rate, then its cover's own (Dinkelbach's iteration for a ratio, twice). Every γ a step,
+    O(n). The fastest step stands unless the other gets to the end faster by COVER_GAIN: a near tie
+    is the estimate's noise."""
+    n = len(tokens) - 1
+    if not 0 < gamma < n:
+        return gamma
+    go_on = [tokens[g + 1] - tokens[g] for g in range(n)] + [0.0]
+    fastest_upto, best = [0], 0  # the fastest step capped at each m
+    for g in range(1, n + 1):
+        best = g if tokens[g] * seconds[best] > tokens[best] * seconds[g] * 1.0001 or not best else best
+        fastest_upto.append(best)
+    rate, first = tokens[gamma] / seconds[gamma], gamma
+    for _ in range(2):
+        gains = [t - rate * s for t, s in zip(tokens, seconds)]
+        value, total_t, total_s = [0.0], [0.0], [0.0]  # by rest + 1 (a rest of −1: the end)
+        for m in range(n):  # (the rests: n − 1 at most)
+            pick = m
+            for g in (fastest_upto[m], 0):
+                if g < pick and gains[g] + go_on[g] * value[m - g] > gains[pick] + go_on[pick] * value[m - pick]:
+                    pick = g
+            value.append(gains[pick] + go_on[pick] * value[m - pick])
+            total_t.append(tokens[pick] + go_on[pick] * total_t[m - pick])
+            total_s.append(seconds[pick] + go_on[pick] * total_s[m - pick])
+        first, top = gamma, gains[gamma] + go_on[gamma] * value[n - gamma]
+        for g in range(1, n + 1):
+            v = gains[g] + go_on[g] * value[n - g]
+            if v > top:
+                first, top = g, v
+        rate, fastest_rate = (_cover_rate(tokens, seconds, go_on, total_t, total_s, g) for g in (first, gamma))
+    return first if rate > fastest_rate * (1 + COVER_GAIN) else gamma
+
+
+def _cover_rate(tokens: Sequence[float], seconds: Sequence[float], go_on: Sequence[float],
+                total_t: Sequence[float], total_s: Sequence[float], gamma: int) -> float:
+    """covering's rate over the offer for a first step of gamma, its rest covered as total_t/total_s say."""
+    rest = len(tokens) - 1 - gamma
+    return (tokens[gamma] + go_on[gamma] * total_t[rest]) / (seconds[gamma] + go_on[gamma] * total_s[rest])
+
+
 class Estimate(NamedTuple):
     """A drafter's costs and per-position acceptance, point or optimistic, and where its stop rule
     ends drafts (tokens_on, draft_on: draftstop.DraftStops; empty: every draft runs to its γ): what
@@ -201,9 +256,13 @@ class Estimate(NamedTuple):
         """What a drafting step pays once besides its draft tokens: a row, where first_row."""
         return self.draft_s if self.first_row else 0.0
 
-    def best(self, gamma_max: int, min_gain: float = 0.0) -> tuple[int, float]:
-        """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain."""
-        return fastest(self.tokens(gamma_max), self.seconds(gamma_max), min_gain)
+    def best(self, gamma_max: int, min_gain: float = 0.0, finish: bool = False) -> tuple[int, float]:
+        """(γ ≤ gamma_max, tokens/s) of the fastest step; γ 0 unless a draft beats it by min_gain.
+        finish: gamma_max is a copy's offer that reaches the generation's end, its rest offered next:
+        the step that covers it best (covering), priced at the fastest step's rate."""
+        tokens, seconds = self.tokens(gamma_max), self.seconds(gamma_max)
+        gamma, rate = fastest(tokens, seconds, min_gain)
+        return (covering(tokens, seconds, gamma) if finish else gamma), rate
 
     def tokens(self, gamma_max: int, accept: Sequence[float] | None = None) -> list[float]:
         """Expected tokens of a step capped at each γ in 0..gamma_max (accept: other acceptance)."""

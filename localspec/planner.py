@@ -307,10 +307,13 @@ class Planner(Recording, Probes, Baseline):
     def _known(self, source: int, limit: int, bucket: int) -> tuple[int, float]:
         """(γ, tokens/s) of source's best step: by the point estimate, or where a draft model is
         behind (after plain or n-gram steps) and first decodes what it has not seen, at the price of
-        that catch-up (_catch_up_rate)."""
+        that catch-up (_catch_up_rate). A lookup's offer that reaches the generation's end (the
+        room) is a copy whose rest it offers next and the last: its step is the one that covers the
+        offer best (costmodel.covering), so that the copy's end is not left to a verify of its own."""
         catch_up = self._catch_up_s(source)
         if not catch_up:
-            gamma, rate = self.sources[source][1].plan(limit, bucket, self._switches(source))
+            finish = source == self._ngram and limit >= self._room
+            gamma, rate = self.sources[source][1].plan(limit, bucket, self._switches(source), finish=finish)
         else:
             gamma, rate = self._catch_up_rate(source, limit, bucket, catch_up, self._horizon())
         return (limit if gamma and self._stop_decides(source) else gamma), rate

@@ -420,20 +420,20 @@ class CostTracker:
         return None if self.load_s.value is None else self.load_s.value + (self.prefill_s.value or 0.0)
 
     def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False,
-             cautious: bool = False) -> tuple[int, float]:
+             cautious: bool = False, finish: bool = False) -> tuple[int, float]:
         """(draft length ≤ gamma_max, predicted tokens/s) by the point estimate; (0, 0.0) before a
         plain step and a draft are measured (exploring beyond the point estimate is the Planner's
         call). cautious: with the cautious acceptance (cautious_acceptance), and the draft's cost no
         dearer than the least a token cost in any drafting step here (draft_least): the price of a
-        catch-up, paid before the drafts it buys, where what is uncertain is whether the guesses
-        are accepted (a stall only ever adds time)."""
+        catch-up, paid before the drafts it buys, where what is uncertain is whether the guesses are
+        accepted (a stall only ever adds time). finish: Estimate.best's."""
         if gamma_max <= 0 or 1 not in self.verify or self.draft_s.value is None:
             return 0, 0.0
         estimate = self.estimate(bucket, switch=switch)
         if cautious:
             least = estimate.draft_s if self.draft_least is None else min(estimate.draft_s, self.draft_least)
             estimate = self.first_kept(estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=least))
-        return estimate.best(gamma_max, self.min_gain)
+        return estimate.best(gamma_max, self.min_gain, finish)
 
     def choose(self, gamma_cap: int) -> int:
         """The draft length for the next step by the point estimate, at most gamma_cap."""

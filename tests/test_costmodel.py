@@ -7,8 +7,8 @@ import pytest
 
 from localspec.acceptance import (TEXT_LEAST, TEXT_PRIOR_ROWS, TEXTS_KEPT, PositionAcceptance, TextAcceptance, logit,
                                   shifted)
-from localspec.costmodel import (best_gamma, broken_upto, expected_seconds_upto, expected_tokens, expected_tokens_upto,
-                                 step_seconds)
+from localspec.costmodel import (best_gamma, broken_upto, covering, expected_seconds_upto, expected_tokens,
+                                 expected_tokens_upto, fastest, step_seconds)
 from localspec.draftstop import FALLBACK_P_MIN, LOOKS_LEAST, DraftStop, DraftStops, FirstLooks, FixedStop
 from localspec.timings import Ema
 from localspec.tracker import CostTracker
@@ -879,3 +879,37 @@ def test_a_trusted_rule_prices_a_first_guess_by_the_looks_it_would_draft():
     for c in (0.95, 0.35):
         fresh.record(1, 1, 0.02, 0.121, 0.0, [c], rows=2, first_look=c)
     assert fresh.estimate().accept[0] == pytest.approx(fresh.acceptance()[0])
+
+
+# The light target's verify on the 2-core EPYC, ms by rows: flat from 64 rows to 65, dear from 80 on
+TILED_ROWS_MS = {1: 31, 17: 326, 33: 480, 49: 706, 64: 798, 80: 993, 96: 1153, 112: 1318, 128: 1494}
+
+
+def tiled_step(accept: float, n: int) -> tuple[list[float], list[float]]:
+    """(E(γ), S(γ)) for γ in 0..n: each guess taken at `accept`, a verify of γ + 1 rows on the tiled curve."""
+    rows = sorted(TILED_ROWS_MS)
+    seconds = [float(np.interp(g + 1, rows, [TILED_ROWS_MS[r] for r in rows])) / 1e3 for g in range(n + 1)]
+    return expected_tokens_upto([accept], n), seconds
+
+
+def test_a_copys_end_is_drafted_whole_where_a_step_alone_would_leave_a_stub():
+    # The copy set's replies end inside a copy (160 tokens): 86 guesses left, each taken at 0.995.
+    # Priced a step alone, 63 guesses (64 rows) verify cheapest a token, and the 22 left after them
+    # then pay a verify of their own (23 rows at half the first's time): drafting the 86 whole is
+    # the faster way to the end.
+    tokens, seconds = tiled_step(0.995, 86)
+    gamma, _ = fastest(tokens, seconds)
+    assert gamma == 63 and covering(tokens, seconds, gamma) == 86
+    go_on = tokens[gamma + 1] - tokens[gamma]  # the chance the first step's guesses and the next are taken
+    rest_t, rest_s = tiled_step(0.995, 86 - gamma - 1)
+    split = (tokens[gamma] + go_on * rest_t[-1]) / (seconds[gamma] + go_on * rest_s[-1])
+    assert tokens[86] / seconds[86] > split
+
+
+def test_a_copy_that_breaks_early_keeps_the_fastest_step_at_its_end():
+    # Guesses taken at 0.9: a draft seldom reaches its 20th guess, and the fastest step stands (as it
+    # does where it already drafts the whole offer, or nothing)
+    tokens, seconds = tiled_step(0.9, 86)
+    gamma, _ = fastest(tokens, seconds)
+    assert 0 < gamma < 86 and covering(tokens, seconds, gamma) == gamma
+    assert covering(tokens, seconds, 0) == 0 and covering(tokens[:40], seconds[:40], 39) == 39

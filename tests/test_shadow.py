@@ -102,7 +102,7 @@ class EagerModel(CostTracker):
     gamma = 3
 
     def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False,
-             cautious: bool = False) -> tuple[int, float]:
+             cautious: bool = False, finish: bool = False) -> tuple[int, float]:
         return min(self.gamma, gamma_max), float("inf")
 
 

@@ -51,7 +51,7 @@ class EagerTracker(CostTracker):
     """A tracker that always drafts 3 under auto γ (the fakes' timings would choose plain decoding)."""
 
     def plan(self, gamma_max: int, bucket: int | None = None, switch: bool = False,
-             cautious: bool = False) -> tuple[int, float]:
+             cautious: bool = False, finish: bool = False) -> tuple[int, float]:
         return min(3, gamma_max), float("inf")
 
     def may_pay(self, cap: int) -> bool:
