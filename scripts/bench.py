@@ -402,9 +402,13 @@ def warm_plans(pair: Pair, prompts: list[list[int]], scenarios: list[Scenario], 
 
 def reply_order(scenarios: list[Scenario], n: int) -> list[Scenario]:
     """The scenarios in the order the n-th reply of each runs: the rows of a Williams design
-    (Williams 1949), in which each scenario follows every other equally often, so none always runs
-    right after the same one (a reply right after target-only's ran a few per cent slower on the
-    2-core CPU, whichever drafter it was). len(scenarios) rows, twice as many for an odd count."""
+    (Williams 1949), in which each scenario follows every other equally often within a reply's row,
+    so none always runs right after the same one (a reply right after target-only's ran a few per
+    cent slower on the 2-core CPU, whichever drafter it was). len(scenarios) rows, twice as many for
+    an odd count. The step from one row's last scenario to the next row's first is not balanced: it
+    repeats the same offset every row, so with four scenarios the third listed follows the fourth
+    twice a cycle (listed after llama.cpp's, the hybrid ran 4-5% slower on the copy set for it, the
+    README's "The edges run longer...")."""
     k = len(scenarios)
     first = [0]
     for j in range(1, k):  # 0, 1, k-1, 2, k-2, ...
@@ -428,7 +432,7 @@ def order_notes(k: int, replies: int) -> list[str]:
         return []
     return [f"reply order: {replies} replies per scenario are not a multiple of the {rows} that balance "
             f"{k} scenarios, so some scenario followed another more often than the rest "
-            f"(prompts x rounds a multiple of {rows} balances it)"]
+            f"(prompts x rounds a multiple of {rows} balances it within each reply)"]
 
 
 def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, runs: Runs) -> None:
