@@ -13,7 +13,7 @@ from localspec.draftstop import FALLBACK_P_MIN, LOOKS_LEAST, DraftStop, DraftSto
 from localspec.timings import Ema
 from localspec.tracker import CostTracker
 
-from plannersim import rejected_first_probes
+from plannersim import EPYC_TILED, curve, rejected_first_probes
 
 # Target verify time for a batch of k tokens on a 2-core CPU (a Python probe), in ms.
 CPU_VERIFY_MS = {1: 27.6, 2: 45.0, 4: 73.5, 5: 92.8, 8: 135.0, 16: 157.0}
@@ -881,15 +881,11 @@ def test_a_trusted_rule_prices_a_first_guess_by_the_looks_it_would_draft():
     assert fresh.estimate().accept[0] == pytest.approx(fresh.acceptance()[0])
 
 
-# The light target's verify on the 2-core EPYC, ms by rows: flat from 64 rows to 65, dear from 80 on
-TILED_ROWS_MS = {1: 31, 17: 326, 33: 480, 49: 706, 64: 798, 80: 993, 96: 1153, 112: 1318, 128: 1494}
-
-
 def tiled_step(accept: float, n: int) -> tuple[list[float], list[float]]:
-    """(E(γ), S(γ)) for γ in 0..n: each guess taken at `accept`, a verify of γ + 1 rows on the tiled curve."""
-    rows = sorted(TILED_ROWS_MS)
-    seconds = [float(np.interp(g + 1, rows, [TILED_ROWS_MS[r] for r in rows])) / 1e3 for g in range(n + 1)]
-    return expected_tokens_upto([accept], n), seconds
+    """(E(γ), S(γ)) for γ in 0..n: each guess taken at `accept`, a verify of γ + 1 rows on the light
+    target's tiled curve on the 2-core EPYC (plannersim.EPYC_TILED)."""
+    verify = curve(EPYC_TILED)
+    return expected_tokens_upto([accept], n), [verify(g + 1) for g in range(n + 1)]
 
 
 def test_a_copys_end_is_drafted_whole_where_a_step_alone_would_leave_a_stub():
