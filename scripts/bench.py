@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -401,38 +402,71 @@ def warm_plans(pair: Pair, prompts: list[list[int]], scenarios: list[Scenario], 
 
 
 def reply_order(scenarios: list[Scenario], n: int) -> list[Scenario]:
-    """The scenarios in the order the n-th reply of each runs: the rows of a Williams design
-    (Williams 1949), in which each scenario follows every other equally often within a reply's row,
-    so none always runs right after the same one (a reply right after target-only's ran a few per
-    cent slower on the 2-core CPU, whichever drafter it was). len(scenarios) rows, twice as many for
-    an odd count. The step from one row's last scenario to the next row's first is not balanced: it
-    repeats the same offset every row, so with four scenarios the third listed follows the fourth
-    twice a cycle (listed after llama.cpp's, the hybrid ran 4-5% slower on the copy set for it, the
-    README's "The edges run longer...")."""
-    k = len(scenarios)
+    """The scenarios in the order the n-th reply of each runs: the n-th row of reply_cycle, so that
+    over the run's replies, one prompt's row after the next, each scenario follows every other
+    equally often and none follows itself (a reply right after target-only's ran a few per cent
+    slower on the 2-core CPU, whichever drafter it was; one right after llama.cpp's subprocess, 4-5%
+    on the copy set). The rows repeat after design_rows(len(scenarios)) replies."""
+    cycle = reply_cycle(len(scenarios))
+    return [scenarios[x] for x in cycle[n % len(cycle)]]
+
+
+def williams_rows(k: int) -> list[list[int]]:
+    """The rows of a Williams design (Williams 1949) for k treatments: each follows every other equally
+    often within the rows, and each stands in each place equally often; k rows, twice as many for an
+    odd k."""
     first = [0]
     for j in range(1, k):  # 0, 1, k-1, 2, k-2, ...
         first.append((j + 1) // 2 if j % 2 else k - j // 2)
     rows = [[(x + r) % k for x in first] for r in range(k)]
-    if k % 2:
-        rows += [row[::-1] for row in rows]
-    return [scenarios[x] for x in rows[n % len(rows)]]
+    return rows + [row[::-1] for row in rows] if k % 2 else rows
+
+
+@functools.lru_cache(maxsize=None)
+def reply_cycle(k: int) -> tuple[tuple[int, ...], ...]:
+    """Williams' rows, each k-1 times, in an order whose steps from one row's last scenario to the
+    next row's first also pass between every two scenarios equally often, never from one to itself
+    (the cycle's last row steps to its first). It is an Euler circuit of a graph with a node for
+    each scenario as a row's first and one as a row's last: an edge first -> last for each row used,
+    and last -> first between every two scenarios, len(rows) / k times each; the in-degree of
+    every node equals its out-degree, so Hierholzer's walk uses every edge once. Two scenarios
+    cannot avoid a step to itself (A B, B A: B follows B), so their cycle is Williams' two rows."""
+    rows = williams_rows(k)
+    if k < 3:
+        return tuple(tuple(r) for r in rows)
+    edges: dict[tuple[str, int], list[tuple[int | None, tuple[str, int]]]] = {}
+    for i, row in enumerate(rows):
+        edges.setdefault(("first", row[0]), []).extend([(i, ("last", row[-1]))] * (k - 1))
+    for x in range(k):
+        edges[("last", x)] = [(None, ("first", y)) for y in range(k) if y != x] * (len(rows) // k)
+    stack, walk = [(("first", 0), None)], []
+    while stack:  # Hierholzer: follow unused edges; a node left without one joins the circuit
+        node, via = stack[-1]
+        if edges[node]:
+            row, nxt = edges[node].pop()
+            stack.append((nxt, row))
+        else:
+            walk.append(stack.pop()[1])
+    order = [rows[i] for i in reversed(walk) if i is not None]
+    start = order.index(rows[0])  # the first reply in the listed scenarios' Williams order
+    return tuple(tuple(r) for r in order[start:] + order[:start])
 
 
 def design_rows(k: int) -> int:
-    """Replies per scenario that make reply_order's design whole: k rows, 2k for an odd k."""
-    return k if k % 2 == 0 else 2 * k
+    """Replies per scenario that make reply_order's design whole: k(k-1) rows, twice as many for an
+    odd k, two for two scenarios."""
+    return len(reply_cycle(k)) if k > 0 else 1
 
 
 def order_notes(k: int, replies: int) -> list[str]:
-    """A note where a run's replies per scenario (prompts x rounds) do not fill reply_order's design a
+    """A note where a run's replies per scenario (prompts x rounds) do not fill reply_order's cycle a
     whole number of times: then some scenario follows another more often than the rest."""
     rows = design_rows(k)
     if k < 2 or replies % rows == 0:
         return []
     return [f"reply order: {replies} replies per scenario are not a multiple of the {rows} that balance "
             f"{k} scenarios, so some scenario followed another more often than the rest "
-            f"(prompts x rounds a multiple of {rows} balances it within each reply)"]
+            f"(prompts x rounds a multiple of {rows} balances it)"]
 
 
 def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, runs: Runs) -> None:

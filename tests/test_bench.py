@@ -332,32 +332,55 @@ def test_each_round_samples_new_replies(tmp_path):
     assert [r[0] for r in replies] == [5, 6, 7, 8, 9, 10]
 
 
-@pytest.mark.parametrize("spec", ["plain,ngram:auto,hybrid:auto,llamacpp-ngram:48", "plain,model:auto,hybrid:auto"])
+def successions(orders: list[list[str]]) -> dict[tuple[str, str], int]:
+    """How often each scenario ran right after each other over replies run one after the next, the
+    last reply's last scenario before the first's first (as when the rows repeat)."""
+    stream = [label for o in orders for label in o]
+    follows: dict[tuple[str, str], int] = {}
+    for pair in zip(stream, stream[1:] + stream[:1]):
+        follows[pair] = follows.get(pair, 0) + 1
+    return follows
+
+
+@pytest.mark.parametrize("spec", ["plain,ngram:auto,hybrid:auto,llamacpp-ngram:48", "plain,model:auto,hybrid:auto",
+                                  "plain,model:auto,hybrid:auto,chain:auto,llamacpp:4,llamacpp-tree:4"])
 def test_each_scenario_follows_every_other_equally_often(spec):
-    # A reply right after target-only's ran a few per cent slower, whichever drafter it was: in a fixed
-    # order one scenario would bear that in every round.
+    # A reply right after target-only's ran a few per cent slower, whichever drafter it was, and one
+    # right after llama.cpp's subprocess too: in a fixed order one scenario would bear that in every
+    # round. The step from one prompt's last reply to the next prompt's first counts as much as the
+    # steps within a prompt: with Williams' rows alone, the third of four scenarios followed the
+    # fourth twice a cycle.
     scenarios = bench.parse_scenarios(spec)
     k = len(scenarios)
     rows = bench.design_rows(k)
     orders = [[sc.label for sc in bench.reply_order(scenarios, n)] for n in range(rows)]
     assert all(sorted(o) == sorted(orders[0]) for o in orders)  # every scenario once a reply
-    follows = [(o[j], o[j + 1]) for o in orders for j in range(k - 1)]
-    counts = {pair: follows.count(pair) for pair in set(follows)}
+    counts = successions(orders)
+    assert all(a != b for a, b in counts)  # none right after itself
     assert len(counts) == k * (k - 1) and len(set(counts.values())) == 1
+    places = {(label, j): 0 for label in orders[0] for j in range(k)}
+    for o in orders:
+        for j, label in enumerate(o):
+            places[(label, j)] += 1
+    assert len(set(places.values())) == 1  # and each stands first, second, ... equally often
+    assert orders[0] == [scenarios[x].label for x in bench.williams_rows(k)[0]]
     assert bench.reply_order(scenarios, rows) == bench.reply_order(scenarios, 0)  # then the rows repeat
 
 
-@pytest.mark.parametrize("k,replies", [(6, 16), (6, 12), (3, 8), (3, 12), (4, 6)])
+def test_williams_rows_alone_leave_the_step_between_prompts_unbalanced():
+    # What the cycle mends: Williams' four rows one after another, repeated, have the third scenario
+    # after the fourth twice as often as after the first.
+    counts = successions([[str(x) for x in row] for row in bench.williams_rows(4)])
+    assert counts[("3", "2")] == 2 and counts[("0", "2")] == 1
+
+
+@pytest.mark.parametrize("k,replies", [(6, 16), (6, 12), (6, 30), (3, 8), (3, 12), (4, 6), (4, 8), (4, 24)])
 def test_a_run_whose_replies_do_not_fill_the_order_says_so(k, replies):
-    # 4 prompts x 4 rounds over 6 scenarios: the design's rows run 2 2/3 times, and the note must say
+    # 4 prompts x 4 rounds over 6 scenarios runs about half the order's 30 rows, and the note must say
     # so exactly where the run's successions are unequal.
     scenarios = bench.parse_scenarios(",".join(["plain", "ngram:auto", "hybrid:auto", "model:auto", "chain:auto",
                                                 "ngram:2"][:k]))
-    follows = {}
-    for n in range(replies):
-        o = [sc.label for sc in bench.reply_order(scenarios, n)]
-        for pair in zip(o, o[1:]):
-            follows[pair] = follows.get(pair, 0) + 1
+    follows = successions([[sc.label for sc in bench.reply_order(scenarios, n)] for n in range(replies)])
     unequal = len(follows) < k * (k - 1) or len(set(follows.values())) > 1
     notes = bench.order_notes(k, replies)
     assert bool(notes) == unequal
@@ -510,34 +533,34 @@ def test_fresh_processes_follow_each_other_equally_often_and_pair_with_their_own
 
     monkeypatch.setattr(fresh, "run", run)
     monkeypatch.setattr("localspec.prompts.load_prompts", lambda path, n: ["p0", "p1", "p2"][:n])
-    monkeypatch.setattr(sys, "argv", ["bench_fresh.py", "--rounds", "2"])
+    monkeypatch.setattr(sys, "argv", ["bench_fresh.py", "--rounds", "4"])
     fresh.main()
     triples = [[name for name, _ in ran[k:k + 3]] for k in range(0, len(ran), 3)]
-    assert len(triples) == 6 and all(sorted(t) == sorted(fresh.VARIANTS) for t in triples)
-    follows = [(t[j], t[j + 1]) for t in triples for j in range(2)]
-    assert {follows.count(p) for p in set(follows)} == {2} and len(set(follows)) == 6
+    assert len(triples) == 12 and all(sorted(t) == sorted(fresh.VARIANTS) for t in triples)
+    follows = successions(triples)  # the step from one prompt's last process to the next one's first too
+    assert set(follows.values()) == {6} and len(follows) == 6
     assert all(len({p for _, p in ran[k:k + 3]}) == 1 for k in range(0, len(ran), 3))  # one prompt a triple
     out = capsys.readouterr().out
-    # each auto process against the target-only process of its own prompt: 0.9x twice, 1.1x four times
-    assert "| auto, cold | yes | 6 | 1.03x | 0.90–1.10x |" in out
-    # the ratio of the sums (60 s of target-only over 2 x 100/9 + 4 x 100/11 s), with its interval
-    # over the six pairs: at the least all from p0 (0.9x), at the most none (1.1x); over wall time,
+    # each auto process against the target-only process of its own prompt: 0.9x four times, 1.1x eight
+    assert "| auto, cold | yes | 12 | 1.03x | 0.90–1.10x |" in out
+    # the ratio of the sums (120 s of target-only over 4 x 100/9 + 8 x 100/11 s), with its interval
+    # over the twelve pairs: at the least all from p0 (0.9x), at the most none (1.1x); over wall time,
     # one second each: 1.00x
-    row = next(line for line in out.splitlines() if line.startswith("| auto, warm | 600 |"))
+    row = next(line for line in out.splitlines() if line.startswith("| auto, warm | 1200 |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
     lo, hi = (float(x) for x in cells[4].rstrip("x").split("-"))
     assert cells[3] == "1.02x" and 0.9 <= lo < 1.02 < hi <= 1.1
     assert cells[7] == "1.00x" and cells[8] == "1.00-1.00x"
-    # over decoding alone, the prompt's 5 s left out of each process: 6 x 5 s of target-only against
-    # 2 x (100/9 - 5) + 4 x (100/11 - 5) s, a larger ratio than over prefill and decoding
-    row = next(line for line in out.splitlines() if line.startswith("| auto, warm | 28.6 |"))
+    # over decoding alone, the prompt's 5 s left out of each process: 12 x 5 s of target-only against
+    # 4 x (100/9 - 5) + 8 x (100/11 - 5) s, a larger ratio than over prefill and decoding
+    row = next(line for line in out.splitlines() if line.startswith("| auto, warm | 57.2 |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
     lo, hi = (float(x) for x in cells[4].rstrip("x").split("-"))
     assert cells[2] == "21.0" and cells[3] == "1.05x" and 0.8 <= lo < 1.05 < hi <= 1.3
-    assert "| target-only | 30.0 | 20.0 | 1.00x |  |" in out
-    # where the loop's seconds went, summed over each variant's six processes: 6 x 0.06 s of exploring
-    # (one drafter's probes lost 0.1 s, the other's gained 0.04 s), 6 x 0.5 s of the draft's intake
-    # where it was loaded, 6 x 0.05 s of controller, over 2 x 100/9 + 4 x 100/11 = 58.59 s
+    assert "| target-only | 60.0 | 20.0 | 1.00x |  |" in out
+    # where the loop's seconds went, summed over each variant's twelve processes: 12 x 0.06 s of
+    # exploring (one drafter's probes lost 0.1 s, the other's gained 0.04 s), 12 x 0.5 s of the draft's
+    # intake where it was loaded, 12 x 0.05 s of controller, over 4 x 100/9 + 8 x 100/11 = 117.17 s
     assert "| auto, warm | 0.61% | 0.00% | 0.51% |" in out
     assert "| auto, cold | 0.61% | 5.12% | 0.51% |" in out
     assert "| target-only | 0.00% | 0.00% | 0.20% |" in out
