@@ -165,6 +165,9 @@ def best_gamma(accept: Sequence[float], draft_s: float, verify_s: Callable[[int]
     return fastest(tokens, seconds, min_gain)
 
 
+SHORTER_TIE = 1.0001  # a longer draft must be this much faster a token: ties go to the shorter (less work, same speed)
+
+
 def fastest(tokens: Sequence[float], seconds: Sequence[float], min_gain: float = 0.0) -> tuple[int, float]:
     """best_gamma's choice from every γ's expected tokens and seconds (γ 0 first)."""
     gamma_max = len(tokens) - 1
@@ -172,7 +175,7 @@ def fastest(tokens: Sequence[float], seconds: Sequence[float], min_gain: float =
     best = (0, plain * (1 + min_gain))
     for gamma in range(1, gamma_max + 1):
         tps = tokens[gamma] / seconds[gamma]
-        if tps > best[1] * 1.0001:  # ties go to the shorter draft: less work, same speed
+        if tps > best[1] * SHORTER_TIE:
             best = (gamma, tps)
     return best if best[0] else (0, plain)
 
@@ -202,7 +205,7 @@ def covering(tokens: Sequence[float], seconds: Sequence[float], gamma: int) -> i
     go_on = [tokens[g + 1] - tokens[g] for g in range(n)] + [0.0]
     fastest_upto, best = [0], 0  # the fastest step capped at each m
     for g in range(1, n + 1):
-        best = g if tokens[g] * seconds[best] > tokens[best] * seconds[g] * 1.0001 or not best else best
+        best = g if tokens[g] * seconds[best] > tokens[best] * seconds[g] * SHORTER_TIE or not best else best
         fastest_upto.append(best)
     rate, first = tokens[gamma] / seconds[gamma], gamma
     for _ in range(2):
