@@ -441,7 +441,7 @@ def reply_cycle(k: int) -> tuple[tuple[int, ...], ...]:
         edges[("last", x)] = [(None, ("first", y)) for y in range(k) if y != x] * (len(rows) // k)
     stack, walk = [(("first", 0), None)], []
     while stack:  # Hierholzer: follow unused edges; a node left without one joins the circuit
-        node, via = stack[-1]
+        node = stack[-1][0]
         if edges[node]:
             row, nxt = edges[node].pop()
             stack.append((nxt, row))
@@ -454,7 +454,7 @@ def reply_cycle(k: int) -> tuple[tuple[int, ...], ...]:
 
 def design_rows(k: int) -> int:
     """Replies per scenario that make reply_order's design whole: k(k-1) rows, twice as many for an
-    odd k, two for two scenarios."""
+    odd k; two for one or two scenarios."""
     return len(reply_cycle(k)) if k > 0 else 1
 
 

@@ -8,8 +8,9 @@ fastest kernels and not Q5_0, which a 0.5B "Q4_K_M" holds most of) and of its ou
 largest matrix of a small model; how often its guesses are taken moves less. Each draft gets a Pair
 of its own (planner and measurements of its own, as a process running only it would have), plain
 decoding runs on the first, and each reply runs every scenario in an order in which, over the run,
-each follows every other equally often (bench.reply_order), so the machine's pace, which drifts over minutes on a shared host, moves all
-alike. Prints tok/s, the ratio to target-only with its paired interval, α, and a draft token's ms.
+each follows every other equally often (bench.reply_order), so the machine's pace, which drifts over
+minutes on a shared host, moves all alike. Prints tok/s, the ratio to target-only with its paired
+interval, α, and a draft token's ms.
 
     localspec models pull qwen2.5-coder-0.5b-instruct-q4_k_m qwen2.5-coder-0.5b-instruct-q4_0
     python scripts/bench_drafts.py --target qwen2.5-coder-1.5b-instruct-f16 --chat \\
