@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a token tree of the draft's ranked guesses could give over a chain of them, beside localspec's chain and trees, in ONE run.
+"""What a tree of the draft's ranked guesses could give over a chain of them, beside localspec's, in ONE run.
 
 A tree whose children at each node are the draft's most likely tokens there, in its order (its first
 guess, its second, ...), is verified by an exact rule (rule_tree: recursive rejection sampling; at

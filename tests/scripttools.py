@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 
@@ -21,3 +22,17 @@ def load_script(name: str, register: bool = False):
         sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def segmentations(n: int):
+    """Every way to cut n positions into steps (each a width of 1 or more): what the bound scripts'
+    dynamic programs are checked against, one way at a time."""
+    for cuts in itertools.product([False, True], repeat=n - 1):
+        widths, w = [], 1
+        for cut in cuts:
+            if cut:
+                widths.append(w)
+                w = 1
+            else:
+                w += 1
+        yield widths + [w]

@@ -3,11 +3,9 @@ and the measured costs: the oracle's stops, threshold rules, and the grid's best
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
-from scripttools import load_script
+from scripttools import load_script, segmentations
 
 
 def load():
@@ -86,19 +84,6 @@ def test_a_second_guess_beside_an_unsure_one_is_a_verify_row_and_a_token_where_i
     # the sibling wrong: the step emits the first guess and the target's token
     g2 = g._replace(second=np.zeros(6, dtype=bool))
     assert sb.rule_step(g2, c, sb.Rule(0.5, 0.5, 8, 0.7), 0)[0] == 2
-
-
-def segmentations(n):
-    """Every way to cut n positions into steps (each a width of 1 or more)."""
-    for cuts in itertools.product([False, True], repeat=n - 1):
-        widths, w = [], 1
-        for cut in cuts:
-            if cut:
-                widths.append(w)
-                w = 1
-            else:
-                w += 1
-        yield widths + [w]
 
 
 def test_the_oracle_is_the_least_time_over_every_way_to_draft_only_correct_guesses():

@@ -3,14 +3,13 @@ the draft's rank of each token of a target-only reply and the measured costs."""
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from scripttools import load_script
+from scripttools import load_script, segmentations
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,20 +20,8 @@ def load():
 
 def costs(tb, rows, draft_rows):
     """A verify of k rows costs rows[k - 1] seconds, a draft decode of k rows draft_rows[k - 1]."""
-    return tb.Costs(lambda k: float(rows[min(k, len(rows)) - 1]), lambda k: float(draft_rows[min(k, len(draft_rows)) - 1]))
-
-
-def segmentations(n):
-    """Every way to cut n positions into steps of 1 or more."""
-    for cuts in itertools.product([False, True], repeat=n - 1):
-        widths, w = [], 1
-        for cut in cuts:
-            if cut:
-                widths.append(w)
-                w = 1
-            else:
-                w += 1
-        yield widths + [w]
+    return tb.Costs(lambda k: float(rows[min(k, len(rows)) - 1]),
+                    lambda k: float(draft_rows[min(k, len(draft_rows)) - 1]))
 
 
 def test_a_rank_is_one_more_than_the_tokens_the_draft_found_likelier():
@@ -158,7 +145,8 @@ def test_the_three_scenarios_answer_each_prompt_on_a_pair_and_the_ranks_follow_t
         assert 0 < r["costs"].verify(1) <= r["costs"].verify(64) and r["costs"].draft(1) > 0
 
 
-@pytest.mark.parametrize("argv, says", [(["--quick", "--cap", "0"], "--cap 0"), (["--quick", "--nodes", "0"], "--nodes 0"),
+@pytest.mark.parametrize("argv, says", [(["--quick", "--cap", "0"], "--cap 0"),
+                                        (["--quick", "--nodes", "0"], "--nodes 0"),
                                         (["--quick", "--temperature", "-1"], "--temperature -1")])
 def test_a_bad_argument_is_one_line_naming_it(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
