@@ -22,8 +22,9 @@ the prompt's depth, measured right after each reply), over the same target-only 
   with first guesses only.
 
 Beside them localspec's model drafter with trees (auto) and with chains only, each measured against
-target-only side by side (the three alternate reply by reply). A tree whose gain over the chain the
-oracle does not reach is out of reach for any tree of this draft's guesses on these costs.
+target-only side by side (the three alternate reply by reply). A speed the tree oracle does not reach
+is out of reach for any tree of this draft's guesses on these costs; the oracles' ratio is what
+branching adds where both know where the reply goes.
 
     python scripts/bench_tree_bound.py --target big.gguf --draft small.gguf \\
         --prompt-set humaneval --n-prompts 4 --max-tokens 96 --rounds 3 --temperature 1
