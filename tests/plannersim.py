@@ -227,14 +227,17 @@ class Result(NamedTuple):
 def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, verify: Callable[[int], float],
              draft_ratio: float, seed: int, config: GenerationConfig = GREEDY,
              stall: tuple[int, float] = (1, 1.0), slow_plain: tuple[int, float] = (0, 1.0),
-             after_wide: Sequence[float] = (), intake_wide: bool = False) -> Result:
+             after_wide: Sequence[float] = (), intake_wide: bool = False,
+             stretch: tuple[int, float, float] = (0, 1.0, 1.0)) -> Result:
     """One simulated generation of the whole scenario by the real Planner over drafters `kinds`
     (trackers: kept across generations, by kind, as a Pair keeps them). stall: (n, f): the
     generation's n-th drafting step takes f times its drafting seconds (the machine stalled);
     slow_plain: (n, f): its first n plain steps take f times their verify seconds; after_wide: the
     seconds the first, second, ... plain step after a drafting step takes beyond verify(1) (a GPU's
     one-row decodes after a verify, timings.ReturnCost); intake_wide: the first of those follow the
-    prompt's intake too (a wide decode before the reply's first step)."""
+    prompt's intake too (a wide decode before the reply's first step); stretch: (n, f, g): its first n
+    drafting steps take f times their drafting seconds and g times their verify's (a stalled stretch,
+    as where a draft model's weights are paged in beside another process)."""
     world, rng = World(regions), np.random.default_rng(seed)
     n_tokens = sum(r.length for r in regions)
     luck = rng.random(n_tokens + 64)  # drafts may reach past the reply's end
@@ -257,7 +260,9 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         if draft_s:
             drafting += 1
             draft_s *= stall[1] if drafting == stall[0] else 1.0
-        verify_s = verify(len(proposal.ids) + 1)
+        stalled = bool(draft_s) and drafting <= stretch[0]
+        draft_s *= stretch[1] if stalled else 1.0
+        verify_s = verify(len(proposal.ids) + 1) * (stretch[2] if stalled else 1.0)
         if not proposal.ids:
             plain += 1
             verify_s *= slow_plain[1] if plain <= slow_plain[0] else 1.0
