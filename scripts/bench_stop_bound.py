@@ -110,25 +110,34 @@ def guesses(pair: Pair, prompt: Sequence[int], tokens: Sequence[int]) -> Guesses
     return Guesses(np.array(correct), np.array(confidence), np.array(second), np.array([1.0, *target[:-1]]))
 
 
-def measure_costs(pair: Pair, prompt: Sequence[int], filler: Sequence[int], widths: Sequence[int]) -> Costs:
-    """The target's verify of each width and the draft's one-token decode at the prompt's depth, the
-    median of REPEATS rounds, each round every width in turn (the machine's pace drifts over a minute:
-    measured one width after another, a drift would bend the curve)."""
+def decode_medians(pair: Pair, prompt: Sequence[int], filler: Sequence[int], verify_widths: Sequence[int],
+                   draft_widths: Sequence[int]) -> dict[tuple[int, int], float]:
+    """Seconds of the target's (0, k) and the draft's (1, k) decode of k rows at the prompt's depth:
+    the prompt's last token and k - 1 of filler (repeated where it is shorter), every row's logits,
+    the median of REPEATS rounds, each round every width in turn (the machine's pace drifts over a
+    minute: measured one width after another, a drift would bend the curve)."""
     contexts = []
     for ctx in (pair.target_ctx, pair.draft_ctx):
         held = ctx.reuse_prefix(prompt[:-1])
         ctx.decode(prompt[held:-1], logits="none")
         contexts.append((ctx, len(ctx.tokens)))
-    rows = [prompt[-1], *filler]
+    widest = max([*verify_widths, *draft_widths])
+    rows = [prompt[-1], *(list(filler) * (widest // max(len(filler), 1) + 1))]
     samples: dict[tuple[int, int], list[float]] = {}
     for _ in range(REPEATS):
-        for which, k in [(0, k) for k in widths] + [(1, 1)]:
+        for which, k in [(0, k) for k in verify_widths] + [(1, k) for k in draft_widths]:
             ctx, base = contexts[which]
             t = time.perf_counter()
             ctx.decode(rows[:k], logits="all")
             samples.setdefault((which, k), []).append(time.perf_counter() - t)
             ctx.truncate(base)
-    median = {key: statistics.median(v) for key, v in samples.items()}
+    return {key: statistics.median(v) for key, v in samples.items()}
+
+
+def measure_costs(pair: Pair, prompt: Sequence[int], filler: Sequence[int], widths: Sequence[int]) -> Costs:
+    """The target's verify of each width and the draft's one-token decode at the prompt's depth
+    (decode_medians)."""
+    median = decode_medians(pair, prompt, filler, widths, (1,))
     return Costs(curve_of({k: median[0, k] for k in widths}), median[1, 1])
 
 

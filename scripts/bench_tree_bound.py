@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
@@ -45,13 +44,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets and the reply order)
 from bench_copy_bound import curve_of  # noqa: E402
-from bench_stop_bound import rows_along  # noqa: E402
+from bench_stop_bound import decode_medians, rate, rows_along  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import Pair  # noqa: E402
 
-REPEATS = 3
 VERIFY_WIDTHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)  # target rows measured; linear between
 DRAFT_WIDTHS = (1, 2, 3, 4, 6, 8)  # draft rows measured
 MAX_RANK = 4      # the deepest guess a tree holds at a node (the draft's fourth most likely token)
@@ -149,23 +147,8 @@ def best_fixed(replies: Sequence[tuple[np.ndarray, Costs]], shapes: Sequence[fro
 
 
 def measure_costs(pair: Pair, prompt: Sequence[int], filler: Sequence[int]) -> Costs:
-    """The target's and the draft's decode of each width at the prompt's depth, the median of REPEATS
-    rounds, each round every width in turn (a drift of the machine's pace would bend one curve)."""
-    contexts = []
-    for ctx in (pair.target_ctx, pair.draft_ctx):
-        held = ctx.reuse_prefix(prompt[:-1])
-        ctx.decode(prompt[held:-1], logits="none")
-        contexts.append((ctx, len(ctx.tokens)))
-    rows = [prompt[-1], *(list(filler) * (VERIFY_WIDTHS[-1] // max(len(filler), 1) + 1))]
-    samples: dict[tuple[int, int], list[float]] = {}
-    for _ in range(REPEATS):
-        for which, k in [(0, k) for k in VERIFY_WIDTHS] + [(1, k) for k in DRAFT_WIDTHS]:
-            ctx, base = contexts[which]
-            t = time.perf_counter()
-            ctx.decode(rows[:k], logits="all")
-            samples.setdefault((which, k), []).append(time.perf_counter() - t)
-            ctx.truncate(base)
-    median = {key: statistics.median(v) for key, v in samples.items()}
+    """The target's and the draft's decode of each width at the prompt's depth (decode_medians)."""
+    median = decode_medians(pair, prompt, filler, VERIFY_WIDTHS, DRAFT_WIDTHS)
     return Costs(curve_of({k: median[0, k] for k in VERIFY_WIDTHS}), curve_of({k: median[1, k] for k in DRAFT_WIDTHS}))
 
 
@@ -215,8 +198,7 @@ def bounds(args, records: Sequence[dict]) -> dict:
     ranks = np.concatenate([r for r, _ in replies])
 
     def measured(name: str) -> float:
-        return (sum(len(r[name][0]) for r in records) / sum(r[name][1] for r in records)
-                / (sum(len(r["target-only"][0]) for r in records) / sum(r["target-only"][1] for r in records)))
+        return rate(records, name, lambda r: r[name][1]) / rate(records, "target-only", lambda r: r["target-only"][1])
 
     return {"tree_oracle": plain / sum(oracle_seconds(r, c, args.cap, MAX_RANK) for r, c in replies),
             "chain_oracle": plain / sum(oracle_seconds(r, c, args.cap, 1) for r, c in replies),

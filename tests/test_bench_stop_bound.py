@@ -161,3 +161,21 @@ def test_the_replayed_stop_rule_drafts_sure_guesses_and_declines_unsure_first_on
     plain = sum(len(g.correct) * c.verify(1) for g, c in [(g, c)])
     # over the reply it beats drafting every first guess, and plain decoding
     assert plain / sb.replayed([(g, c)], 8) > plain / sb.rule_seconds(g, c, sb.Rule(0.0, 0.5, 8, 0.0)) > 1.0
+
+
+def test_each_width_is_decoded_in_turn_each_round_at_the_prompts_depth_in_both_contexts():
+    from types import SimpleNamespace
+
+    from fakes import FakeModel, RecordingContext
+
+    sb = load()
+    target, draft = RecordingContext(FakeModel(), n_ctx=512), RecordingContext(FakeModel(), n_ctx=512)
+    prompt, filler = [5, 6, 9, 10, 11], [20, 21]
+    median = sb.decode_medians(SimpleNamespace(target_ctx=target, draft_ctx=draft), prompt, filler, (1, 2, 5), (1, 3))
+    assert sorted(median) == [(0, 1), (0, 2), (0, 5), (1, 1), (1, 3)] and all(v >= 0 for v in median.values())
+    timed = [[len(c[2]) for c in ctx.calls if c[0] == "decode" and c[3] == "all"] for ctx in (target, draft)]
+    assert timed == [[1, 2, 5] * sb.REPEATS, [1, 3] * sb.REPEATS]  # every width in turn, each round
+    batches = [c for ctx in (target, draft) for c in ctx.calls if c[0] == "decode" and c[3] == "all"]
+    for _, start, tokens, _ in batches:  # the prompt's last token, then the reply's, repeated where short
+        assert start == len(prompt) - 1 and tokens == [prompt[-1], 20, 21, 20, 21][: len(tokens)]
+    assert target.tokens == draft.tokens == prompt[:-1]  # each cache left as the prompt's

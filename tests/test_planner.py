@@ -353,6 +353,7 @@ def test_a_stretch_that_stalls_the_first_drafting_steps_does_not_keep_the_draft_
     stalled, clean = later_replies((3, 60.0, 15.0)), later_replies((0, 1.0, 1.0))
     assert float(np.mean(stalled[-24:])) >= float(np.mean(clean[-24:])) - 0.03
 
+
 def test_exploring_costs_at_most_its_budget_where_nothing_pays():
     # Short drafts are accepted, which makes wider ones look promising, but wide batches are dear
     # and long matches are no better: exploring them can only lose.
