@@ -38,6 +38,7 @@ from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import Pair  # noqa: E402
+from localspec.stats import GenerationStats  # noqa: E402
 
 CURVE_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # rows measured; linear between
 CURVE_REPEATS = 3
@@ -105,16 +106,22 @@ def measure_curve(pair: Pair, prompt: Sequence[int], filler: Sequence[int]) -> d
     return points
 
 
-def reply(pair: Pair, prompt: list[int], args, drafter: str, gamma: int | None) -> tuple[list[int], float, list[int], float]:
-    """(tokens, decode seconds, each step's verify width, the draft's seconds) of one greedy reply."""
-    cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=gamma, seed=0, drafter=drafter, trace=True,
-                           sampling=SamplingParams(temperature=0.0))
+def streamed(pair: Pair, prompt: list[int], cfg: GenerationConfig) -> tuple[list[int], GenerationStats]:
+    """The tokens of one reply and its stats."""
     tokens, stats = [], None
     for item in pair.stream(prompt, cfg):
         if hasattr(item, "stats"):
             stats = item.stats
         elif item.token >= 0:
             tokens.append(item.token)
+    return tokens, stats
+
+
+def reply(pair: Pair, prompt: list[int], args, drafter: str, gamma: int | None) -> tuple[list[int], float, list[int], float]:
+    """(tokens, decode seconds, each step's verify width, the draft's seconds) of one greedy reply."""
+    cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=gamma, seed=0, drafter=drafter, trace=True,
+                           sampling=SamplingParams(temperature=0.0))
+    tokens, stats = streamed(pair, prompt, cfg)
     return tokens, stats.total_s, [len(batch) for _, batch, _ in stats.trace], stats.draft_s
 
 

@@ -43,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the prompt sets and the reply order)
-from bench_copy_bound import curve_of  # noqa: E402
+from bench_copy_bound import curve_of, streamed  # noqa: E402
 from bench_stop_bound import decode_medians, rate, rows_along  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
@@ -157,12 +157,7 @@ def reply(pair: Pair, prompt: list[int], args, name: str, seed: int) -> tuple[li
     cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=0 if name == "target-only" else None, seed=seed,
                            drafter="model", trees=name == "trees",
                            sampling=SamplingParams(temperature=args.temperature, top_k=args.top_k))
-    tokens, stats = [], None
-    for item in pair.stream(prompt, cfg):
-        if hasattr(item, "stats"):
-            stats = item.stats
-        elif item.token >= 0:
-            tokens.append(item.token)
+    tokens, stats = streamed(pair, prompt, cfg)
     return tokens, stats.total_s
 
 
