@@ -187,9 +187,9 @@ def bounds(args, records: Sequence[dict]) -> dict:
     replies = [(r["ranks"], r["costs"]) for r in records]
     plain = sum(len(ranks) * c.verify(1) for ranks, c in replies)
     counts = path_counts([ranks for ranks, _ in replies], args.cap, MAX_RANK)
-    chains = [chain_shape(g) for g in range(0, args.cap + 1)]
-    chain, chain_s = best_fixed(replies, chains)
-    tree, tree_s = best_fixed(replies, chains + [fixed_shape(counts, k) for k in range(1, args.nodes + 1)])
+    chain, chain_s = best_fixed(replies, [chain_shape(g) for g in range(0, args.cap + 1)])
+    trees = best_fixed(replies, [fixed_shape(counts, k) for k in range(1, args.nodes + 1)])
+    tree, tree_s = min((chain, chain_s), trees, key=lambda sc: sc[1])  # a chain is a tree too
     ranks = np.concatenate([r for r, _ in replies])
 
     def measured(name: str) -> float:
