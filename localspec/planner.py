@@ -108,6 +108,7 @@ class Planner(Recording, Probes, Baseline):
         self._probes_since_model: dict[int, int] = {}  # ... and those of the exploratory ones
         self._resting: dict[tuple[int, int], Resting] = {}  # (source, bucket) -> its loss at its last pricing (_rests)
         self._lost: dict[int, Lost] = {}  # source -> what its last pricing found (_probe)
+        self._remeasures: set[int] = set()  # sources whose probe this step's pricing made a re-measure (_remeasure)
         self._shadow: Shadow | None = None  # the lookup's guesses followed along other steps (_shadow_step)
         self._beyond: list[int] | None = None  # its guesses beyond the draft of its own step (_continue)
         self._looked = False  # whether the n-gram lookup took its first look at a bucket this generation (_first_look)
@@ -285,7 +286,7 @@ class Planner(Recording, Probes, Baseline):
                     best = Choice(i, gamma, bucket, rate)
                     self._contending = self._contending or i == self._model
             priced[i] = self.clock() - t0
-        probes = []
+        probes, self._remeasures = [], set()
         for c in live:
             t0 = self.clock()
             probes.append(self._probe(c, best, plain_s))
@@ -298,7 +299,7 @@ class Planner(Recording, Probes, Baseline):
         if chosen is probe:
             drafter, tracker = self.sources[probe.source]
             known = (best.gamma, self._stop(drafter, tracker, best.gamma)) if best.source == probe.source else None
-            self._explored = Exploration(probe.source, best.rate, known)
+            self._explored = Exploration(probe.source, best.rate, known, probe.source in self._remeasures)
             self.explored += 1
         elif best.source is not None and self._plain_again(best, plain_s):
             return plain

@@ -52,6 +52,25 @@ class Ema:
         self.value, self._first = value, [value] * self.n
 
 
+class Seconds(Ema):
+    """An Ema of one kind of decode's seconds (a draft row, a verify of k rows) that starts over at a
+    sample below a STALL_FACTOR-th of it while it rests on fewer than `fresh` samples (by default
+    while it is its first samples' median). A stall only ever adds time, so an average that far above
+    what the decode just took was set by a stretch of stalls (a few can fill the first samples), or
+    the machine has since got faster: either way it does not say what the decode costs, and a
+    drafter those costs keep out is measured again only rarely (Probes._remeasure). Past them,
+    STALL_FACTOR holds what one stalled sample adds."""
+
+    def __init__(self, fresh: int | None = None, weight: float = 0.1):
+        super().__init__(weight)
+        self.fresh = round(1 / weight) + 1 if fresh is None else fresh
+
+    def add(self, x: float, times: int = 1) -> None:
+        if self.value is not None and self.n < self.fresh and x * STALL_FACTOR < self.value:
+            self.value, self.n, self._first = None, 0, []
+        super().add(x, times)
+
+
 TRUSTED_SAMPLES = 3  # a size measured this often has a median one outlier cannot set (Ema)
 OUTLIER_FACTOR = 1.25  # an untrusted size this far above what the others put it may have stalled (_as_others_put_it)
 MEMO_TOLERANCE = 0.01  # how far a trusted size's average may move before the curve is refitted (VerifyCurve.add)
@@ -94,8 +113,8 @@ class VerifyCurve:
         every plain step adds a one-token verify, and rebuilding them at each would slow every
         pricing. A trusted size reads as measured all the same (seconds)."""
         point = self.points.get(k)
-        if point is None:
-            point = self.points[k] = Ema()
+        if point is None:  # (a size measured fewer than TRUSTED_SAMPLES times may be a stall's)
+            point = self.points[k] = Seconds(TRUSTED_SAMPLES)
         point.add(seconds)
         basis = self._basis.get(k)
         if (basis is None or point.n <= TRUSTED_SAMPLES

@@ -37,7 +37,7 @@ from .acceptance import (PositionAcceptance, TextAcceptance, overall, pooling_we
                          spliced)
 from .costmodel import Estimate
 from .draftstop import CONFIDENCE_BINS, FALLBACK_P_MIN, DraftStop, DraftStops, FirstLooks, FixedStop, confidence_bin
-from .timings import RETURN_ROWS, STALL_FACTOR, TRUSTED_SAMPLES, Ema, ReturnCost, VerifyCurve, Widths
+from .timings import RETURN_ROWS, STALL_FACTOR, TRUSTED_SAMPLES, Ema, ReturnCost, Seconds, VerifyCurve, Widths
 from .lookupruns import LookupRuns
 from .trackerfile import CONFIRM_STEPS, WARM_MAX_COUNT
 from .treeplan import SiblingAcceptance
@@ -58,7 +58,7 @@ class CostTracker:
     # ended the draft (the declined guess's row was decoded) and up to a row dear where the draft
     # reached its γ, whose last guess is decoded only once accepted whole (README: priced exactly,
     # that lost on F16 prose at T=0).
-    draft_s: Ema = field(default_factory=Ema)
+    draft_s: Ema = field(default_factory=Seconds)
     first_row: bool = False
     overhead_s: Ema = field(default_factory=Ema)
     verify: VerifyCurve = field(default_factory=VerifyCurve)
@@ -91,6 +91,10 @@ class CostTracker:
     # Seconds of generation on this setup since the drafter was last made ready (it was not worth it
     # meanwhile); planning.budget.worth_preparing gives it another try once ε of them cover entry_s().
     idle_s: float = 0.0
+    # Seconds of this process's steps since the drafter last drafted (they fund its probes beyond a
+    # generation's allowance: ExploreBudget) and what its latest re-measure lost (Probes._remeasure)
+    out_s: float = 0.0
+    remeasure_loss: float = 0.0
     lookup_runs: LookupRuns = field(default_factory=LookupRuns, repr=False, compare=False)  # a lookup's runs here
     # The seconds the planner's latest pricings of this drafter took (planner.Planner._rest): the
     # controller's own cost on this machine, kept across a process's generations and saved with the
@@ -434,10 +438,6 @@ class CostTracker:
             least = estimate.draft_s if self.draft_least is None else min(estimate.draft_s, self.draft_least)
             estimate = self.first_kept(estimate._replace(accept=self.cautious_acceptance(bucket), draft_s=least))
         return estimate.best(gamma_max, self.min_gain, finish)
-
-    def choose(self, gamma_cap: int) -> int:
-        """The draft length for the next step by the point estimate, at most gamma_cap."""
-        return self.plan(gamma_cap)[0]
 
     def to_dict(self) -> dict:
         """The measurements as JSON-ready data, for a warm start (trackerfile.saved_data)."""

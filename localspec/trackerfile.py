@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .acceptance import PositionAcceptance, TextAcceptance
 from .draftstop import CONFIDENCE_BINS, DraftStops, FirstLooks
-from .timings import Ema
+from .timings import TRUSTED_SAMPLES, Ema, Seconds
 
 if TYPE_CHECKING:
     from .tracker import CostTracker
@@ -68,7 +68,7 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
             raise ValueError(f"a verify of {k} tokens")
         _load_ema(t.saved_verify.points.setdefault(int(k), Ema()), e)
         if int(k) != 1:
-            _load_ema(t.verify.points.setdefault(int(k), Ema()), e)
+            _load_ema(t.verify.points.setdefault(int(k), Seconds(TRUSTED_SAMPLES)), e)
     _load_ema(t.saved_draft_s, data["draft_s"])
     # files from before a draft model's cost was kept per row hold a mean per token, first decode in
     t.first_row = bool(data.get("first_row", False))

@@ -218,6 +218,7 @@ class Result(NamedTuple):
     explored: int
     spent: float        # the budget's net measured loss of exploratory steps, all sources
     worst_over: float   # the most that a source's spent ever exceeded ε × max(elapsed, W × plain step)
+    explored_by: dict[str, int] = {}  # exploratory steps by drafter kind
 
     @property
     def ratio(self) -> float:
@@ -249,9 +250,12 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
     if intake_wide:
         planner.note_intake(40)  # (as SpeculativeDecoder._prefill tells it: a prompt of 41 tokens)
     seconds, gammas, worst, drafting, plain, since_wide = 0.0, [], -np.inf, 0, 0, 0 if intake_wide else len(after_wide)
+    by: dict[str, int] = {}
     while world.pos < n_tokens:
         plan = planner.plan([], n_tokens - world.pos - 1)
         drafter = sources[plan.source][0] if plan.source is not None else None
+        if planner.exploring is not None:
+            by[kinds[planner.exploring]] = by.get(kinds[planner.exploring], 0) + 1
         proposal = drafter.propose([], plan.gamma, rng, plan.stop) if drafter else NO_PROPOSAL
         n_accepted = _accepted(len(proposal.ids), drafter, world, luck)
         if drafter is not None and drafter.name == "model":
@@ -278,7 +282,7 @@ def generate(regions: Sequence[Region], kinds: Sequence[str], trackers: dict, ve
         world.pos += n_accepted + 1
     spent = sum(planner.budget.spent.values())
     plain_s = world.pos * verify(1) + (sum(after_wide) if intake_wide else 0.0)  # (plain pays the intake's too)
-    return Result(world.pos, seconds, plain_s, gammas, planner.explored, spent, worst)
+    return Result(world.pos, seconds, plain_s, gammas, planner.explored, spent, worst, by)
 
 
 def _emitted(world: World, luck: np.ndarray, n: int) -> list[int]:

@@ -69,14 +69,14 @@ def test_heavy_target_chooses_a_middle_gamma():
 def test_tracker_rules_drafting_out_where_costs_alone_do():
     # The CPU light pair: even at near-perfect acceptance, drafting at 0.62x with this verify curve loses.
     t = CostTracker()
-    assert t.could_pay(8) and t.choose(8) == 0       # nothing measured: no known choice, all to learn
+    assert t.could_pay(8) and t.plan(8)[0] == 0       # nothing measured: no known choice, all to learn
     t.record(0, 0, 0.0, 0.0276, 0.001)
     t.record(3, 3, draft_s=3 * 0.017, verify_s=0.0735, overhead_s=0.001)
     t.record(8, 8, draft_s=8 * 0.017, verify_s=0.135, overhead_s=0.001)
     # two steps' draft cost: one stalled step could have set it, so it may be a third of that
-    assert t.could_pay(8) and t.choose(8) == 0
+    assert t.could_pay(8) and t.plan(8)[0] == 0
     t.record(8, 8, draft_s=8 * 0.017, verify_s=0.135, overhead_s=0.001)
-    assert not t.could_pay(8) and t.choose(8) == 0    # a third agrees: ruled out
+    assert not t.could_pay(8) and t.plan(8)[0] == 0    # a third agrees: ruled out
 
 
 def test_tracker_keeps_hope_where_cheap_drafts_have_been_unlucky():
@@ -86,8 +86,8 @@ def test_tracker_keeps_hope_where_cheap_drafts_have_been_unlucky():
     t.record(0, 0, 0.0, 0.010, 0.0)
     t.record(3, 0, draft_s=3 * 0.001, verify_s=0.0105, overhead_s=0.0)
     t.record(3, 0, draft_s=3 * 0.001, verify_s=0.0105, overhead_s=0.0)
-    assert t.choose(8) == 0 and t.could_pay(8)
-    assert CostTracker().choose(0) == 0
+    assert t.plan(8)[0] == 0 and t.could_pay(8)
+    assert CostTracker().plan(0)[0] == 0
 
 
 def unlucky_on_f16() -> CostTracker:
@@ -121,7 +121,7 @@ def test_tracker_switches_on_when_drafting_pays():
     t.record(0, 0, draft_s=0.0, verify_s=0.010, overhead_s=0.0)
     for _ in range(20):
         t.record(3, 3, draft_s=3 * 0.001, verify_s=0.0105, overhead_s=0.0)
-    assert t.choose(8) >= 3
+    assert t.plan(8)[0] >= 3
 
 
 def test_a_cold_first_draft_does_not_price_drafting_out():
@@ -134,7 +134,7 @@ def test_a_cold_first_draft_does_not_price_drafting_out():
     for draft_s in (1.5, 0.010, 0.010):
         t.record(3, 3, draft_s=3 * draft_s, verify_s=0.060, overhead_s=0.0)
     assert t.draft_s.value == pytest.approx(0.010)
-    assert t.choose(8) > 0
+    assert t.plan(8)[0] > 0
 
 
 def test_first_samples_take_their_median_then_an_exponential_average():
@@ -610,6 +610,26 @@ def test_a_stall_moves_an_average_as_a_few_times_its_value_and_a_lasting_rise_st
         rising.add(0.5)
     unheld = 0.5 - 0.4 * 0.9 ** 15  # the same average taking every sample whole
     assert 0.95 * unheld < rising.value < unheld
+
+
+def test_a_decode_far_cheaper_than_its_average_starts_the_average_over():
+    # A draft row measured at 1.34 s in a stalled stretch (22 ms unloaded): a stall only ever adds
+    # time, so the first decode measured again at a third of the average or less replaces it, where
+    # an Ema would hold the stretch's median for ten samples and take thirty more to come down.
+    from localspec.timings import STALL_FACTOR, Seconds
+
+    stalled, held = Seconds(), Ema()
+    for e in (stalled, held):
+        e.add(1.336, 6)
+        e.add(0.022, 2)
+    assert stalled.value == pytest.approx(0.022) and stalled.n == 2
+    assert held.value == pytest.approx(1.336)
+    noisy = Seconds()  # noise does not start it over: only a sample below a STALL_FACTOR-th does
+    for x in (0.030, 0.020, 0.025, 0.011):
+        noisy.add(x)
+    assert noisy.n == 4 and noisy.value == pytest.approx(0.0225)
+    noisy.add(0.0225 / STALL_FACTOR * 0.99)
+    assert noisy.n == 1
 
 
 def texts_of(*counts: tuple[int, int]) -> TextAcceptance:

@@ -36,6 +36,7 @@ class Exploration(NamedTuple):
     source: int
     r_best: float
     known: tuple[int, StopRule | None] | None = None
+    remeasure: bool = False  # a re-measure of a cost that kept the source out (Planner._remeasure)
 
 
 class ExploreBudget:
@@ -50,7 +51,7 @@ class ExploreBudget:
     (Planner._loss): a probe whose draft ended where the known γ would have ended it ran the known
     step and lost nothing, so chance does not drain the budget. An exploratory step is taken only when
 
-        spent[source] + its predicted loss ≤ ε × max(elapsed, W × plain step seconds),
+        spent[source] + its predicted loss ≤ ε × max(elapsed, W × plain step seconds, sat out),
 
     its loss predicted cautiously (acceptance one standard error below the point estimate, see
     CostTracker.cautious_acceptance), and afterwards its measured loss is added to spent[source]. In
@@ -63,7 +64,13 @@ class ExploreBudget:
     it: the first probe of a draft model made ready for the generation and not yet measured
     (Planner._entry_paid), one token, once per tracker, is part of making it ready, as its load and
     prefill are. Another is the n-gram lookup's first look at a match bucket never judged
-    (Planner._first_look): one token, at most once a generation, its loss charged. The budget is per
+    (Planner._first_look): one token, at most once a generation, its loss charged.
+    "Sat out" is the seconds since the source last drafted, over the process's generations
+    (CostTracker.out_s): a probe that no short generation's allowance fits (a draft model whose first
+    guesses chance rejected, its every probe that could win priced at the cautious acceptance) is
+    taken once ε of them cover it. In those seconds the source spent nothing, so over a process its
+    exploration still costs at most ε of the time, with W's grace a generation. A re-measure
+    (Planner._remeasure) is funded so too, priced at no less than the last one lost. The budget is per
     source so that one drafter's learning never starves the other's: the hybrid learns each part as
     the part alone would. Every term is in seconds of the machine at hand, so the rule
     compares ratios only."""
@@ -73,13 +80,14 @@ class ExploreBudget:
         self.spent: dict[int, float] = {}  # net measured loss of each source's exploratory steps so far
         self.elapsed = 0.0                 # seconds of every step so far
 
-    def allowance(self, plain_s: float) -> float:
-        """What each source may have spent by now: ε × max(elapsed, W plain steps)."""
-        return self.fraction * max(self.elapsed, self.grace_steps * plain_s)
+    def allowance(self, plain_s: float, sat_out: float = 0.0) -> float:
+        """What a source may have spent by now: ε × max(elapsed, W plain steps, the seconds it sat out)."""
+        return self.fraction * max(self.elapsed, self.grace_steps * plain_s, sat_out)
 
-    def allows(self, source: int, loss: float, plain_s: float) -> bool:
-        """Whether an exploratory step of source predicted to lose `loss` seconds fits its budget."""
-        return self.needs(source, loss) <= self.allowance(plain_s)
+    def allows(self, source: int, loss: float, plain_s: float, sat_out: float = 0.0) -> bool:
+        """Whether an exploratory step of source predicted to lose `loss` seconds fits its budget,
+        sat_out seconds since it last drafted."""
+        return self.needs(source, loss) <= self.allowance(plain_s, sat_out)
 
     def needs(self, source: int, loss: float) -> float:
         """The allowance at which an exploratory step of source predicted to lose `loss` fits."""

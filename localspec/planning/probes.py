@@ -84,8 +84,9 @@ class Probes:
         rest = self._resting.get((offer.source, offer.bucket))
         return (rest is not None and offer.gamma <= rest.limit
                 and self._room <= rest.room and (rest.horizon == math.inf or self._horizon() <= rest.horizon)
-                and self._on_clock(rest) and (rest.need == math.inf or self.budget.allowance(
-                    self.sources[0][1].plain_seconds() if plain_s is None else plain_s) < rest.need))
+                and self._on_clock(rest, offer.source) and (rest.need == math.inf or self.budget.allowance(
+                    self.sources[0][1].plain_seconds() if plain_s is None else plain_s,
+                    self.sources[offer.source][1].out_s) < rest.need))
 
     def _quiet(self) -> bool:
         """Whether the draft model rests this step whatever it offers, so that the planner need not
@@ -101,7 +102,8 @@ class Probes:
         rest = self._resting.get((self._model, 0))
         if rest is None:
             return False
-        if rest is self._calm and self._calm_steps > 0 and self._room <= rest.room and self._on_clock(rest):
+        calm = rest is self._calm and self._calm_steps > 0
+        if calm and self._room <= rest.room and self._on_clock(rest, self._model):
             self._calm_steps -= 1
             return True
         quiet = self._rests(Choice(self._model, rest.limit, rest.bucket, 0.0))
@@ -109,13 +111,13 @@ class Probes:
         self._calm_steps = QUIET_STEPS
         return quiet
 
-    def _on_clock(self, rest: Resting) -> bool:
-        """Whether rest still holds by the clock: a fraction of the generation's seconds since its
-        pricing does not yet cover that pricing, and the allowance past its grace (ExploreBudget)
-        does not yet fit a probe the budget denied it (_rests)."""
-        elapsed = self.budget.elapsed
+    def _on_clock(self, rest: Resting, source: int) -> bool:
+        """Whether source's rest still holds by the clock: a fraction of the generation's seconds
+        since its pricing does not yet cover that pricing, and the allowance past its grace
+        (ExploreBudget) does not yet fit a probe the budget denied it (_rests)."""
+        elapsed, sat_out = self.budget.elapsed, self.sources[source][1].out_s
         return (rest.fraction * (elapsed - rest.since) < rest.cost
-                and (rest.need == math.inf or self.budget.fraction * elapsed < rest.need))
+                and (rest.need == math.inf or self.budget.fraction * max(elapsed, sat_out) < rest.need))
 
     def _rest(self, priced: Sequence[Choice], chosen: int | None, seconds: dict[int, float],
               best_rate: float) -> None:
@@ -170,7 +172,8 @@ class Probes:
         if followed and self._text_owed(offer.source):  # this text measured as part of the intake
             return best._replace(gamma=1, rate=max(rates[1], floor))
         if hope_best <= floor:
-            return best
+            remeasure = self._remeasure(offer, known, plain_s)
+            return best._replace(gamma=1, rate=max(rates[1], 1e-300)) if remeasure else best
         loss = self._probe_loss(offer, r_best)
         if tracker.draft_s.value is None:  # ranked by what it may bring, run as one token
             affordable = self._affords(offer.source, loss(1), plain_s) or (followed and self._entry_paid(offer.source))
@@ -258,7 +261,31 @@ class Probes:
         if not tracker.cost_trusted() and self._affords(
                 offer.source, self._probe_loss(offer, known.rate, tracker.optimistic_draft_s())(1), plain_s):
             return 1  # measures the draft's cost again
-        return 1 if self._first_look(offer) else 0
+        return 1 if self._first_look(offer) or self._remeasure(offer, known, plain_s) else 0
+
+    def _remeasure(self, offer: Choice, known: Choice, plain_s: float) -> bool:
+        """Whether offer's source, a draft model whose measured cost keeps it out, is measured again by
+        a one-token probe, priced as if a draft row cost a plain step (a re-measure): where the step
+        would be plain and a draft row measured no cheaper than a plain step of the target. No draft
+        that pays costs that: a stall set it (a stretch of stalled decodes in a process's first
+        drafting steps fills the first samples' median, and every probe that would measure it again
+        is then priced by it, out of the budget, for good), or the draft runs where the target does
+        not. Measured again, a decode far cheaper than its average starts that over
+        (timings.Seconds). The budget funds it as any probe, with the seconds the drafter sat out
+        (ExploreBudget), at no less than the last re-measure lost: a draft that really costs that
+        much is measured again at ε of the time it sits out."""
+        tracker = self.sources[offer.source][1]
+        draft = tracker.draft_s.value
+        if offer.source != self._model or known.source is not None or draft is None:
+            return False
+        plain = tracker.plain_seconds()
+        if draft < plain:
+            return False
+        price = self._probe_loss(offer, known.rate, plain)(1)
+        if not self._affords(offer.source, max(price, tracker.remeasure_loss), plain_s):
+            return False
+        self._remeasures.add(offer.source)
+        return True
 
     @staticmethod
     def _stepping_stone(tracker: CostTracker, offer: Choice, rates: Sequence[float], floor: float) -> int:
@@ -300,7 +327,7 @@ class Probes:
     def _affords(self, source: int, loss: float, plain_s: float) -> bool:
         """Whether source's budget fits a probe predicted to lose `loss`; where not, keep the least
         allowance a denied probe of its pricing needs (_rests)."""
-        if self.budget.allows(source, loss, plain_s):
+        if self.budget.allows(source, loss, plain_s, self.sources[source][1].out_s):
             return True
         lost, need = self._lost[source], self.budget.needs(source, loss)
         if need < lost.need:

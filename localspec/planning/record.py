@@ -166,6 +166,7 @@ class Recording:
         if self._explored is not None:  # (asked before the trackers below record its draft cost)
             charged = self._charged(plan, proposal, n_accepted, (seconds, verify_s, own_s), emitted, chain, copied)
         self.budget.charge(seconds, charged)
+        self._sat_out(plan.source if decoded else None, seconds)
         self._probe_wide = self._explored.source if self._explored is not None and n else None
         self._record_costs(plan, proposal, n_accepted, (own_s, verify_s, overhead_s), width, emitted, cap)
         if caught_up:  # after the step's own draft cost is in: a catch-up is priced beyond it
@@ -179,9 +180,16 @@ class Recording:
         # plain decoding measured again in place of a drafting choice (_plain_again) is its source's probe
         loss = None if explored is None else (explored.source, seconds - 1.0 / explored.r_best)
         self.budget.charge(seconds, loss)
+        self._sat_out(None, seconds)
         self._returned(verify_s)
         for _, tracker in self.sources:
             tracker.record_verify(1, verify_s, overhead_s)
+
+    def _sat_out(self, drafted: int | None, seconds: float) -> None:
+        """Count a step's seconds as sat out by every source but the one whose draft it decoded
+        (drafted; None: no draft decoded), whose count starts over (CostTracker.out_s)."""
+        for i, (_, tracker) in enumerate(self.sources):
+            tracker.out_s = 0.0 if i == drafted else tracker.out_s + seconds
 
     def _returned(self, verify_s: float) -> None:
         """Charge an exploratory drafting step's source what its verify cost the one-row decodes
@@ -241,6 +249,8 @@ class Recording:
             probe_s, probe_emitted = seconds - verify_s + probe_verify_s, n_accepted + 1
         loss = self._loss(probe_s, probe_emitted, proposal, n_accepted, probe_verify_s, own_s, chain)
         source = self._explored.source
+        if self._explored.remeasure:  # what the next re-measure's sat-out seconds must cover (_remeasure)
+            self.sources[source][1].remeasure_loss = loss
         return source, 0.0 if self._entry_paid(source) or self._text_owed(source) else loss
 
     def _copied(self, plan: Plan, proposal: Proposal, n_accepted: int, path: Sequence[int]) -> int:
