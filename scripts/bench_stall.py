@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""A stalled stretch in a process's first drafting steps, and what the model drafter does after it, in ONE run.
+
+Processes that spin on every core (--hogs) run beside the first --stalled replies of the model
+drafter (auto), each --stalled-tokens long, as where the machine is shared when a process starts:
+its first drafting steps measure the draft and the verify many times dearer than they are. Then the hogs stop, and the
+replies go on, auto alternating with target-only reply by reply (each planning from its own
+measurements, as its own process would; bench.reply_order). Printed: each later reply's ratio to
+target-only's on the same prompt and the tokens it drafted, the draft's cost as its tracker read it
+after the stretch and at the end, and the later replies' ratio over all of them and over their
+second half. Before the planner re-measured a cost that keeps a draft out (Probes._remeasure), a
+stretch like this kept the model out for the whole process.
+
+    python scripts/bench_stall.py --target big.gguf --draft small.gguf \\
+        --prompts scripts/prompts/prose.jsonl --n-prompts 4 --rounds 3 --max-tokens 96
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (the prompt sets and the reply order)
+from bench_copy_bound import streamed  # noqa: E402
+from script_args import Parser  # noqa: E402
+from localspec.config import GenerationConfig  # noqa: E402
+from localspec.sampling import SamplingParams  # noqa: E402
+from localspec.session import Pair  # noqa: E402
+
+SCENARIOS = ["target-only", "auto"]
+
+
+def reply(pair: Pair, prompt: list[int], args, name: str, max_tokens: int | None = None) -> dict:
+    """One greedy reply (max_tokens: by default --max-tokens): tokens, decode seconds and tokens drafted."""
+    cfg = GenerationConfig(max_tokens=max_tokens or args.max_tokens, gamma=0 if name == "target-only" else None, seed=0,
+                           drafter="model", sampling=SamplingParams(temperature=0.0))
+    tokens, stats = streamed(pair, prompt, cfg)
+    return {"tokens": len(tokens), "seconds": stats.total_s, "drafted": stats.drafted}
+
+
+def draft_cost(trackers: dict) -> str:
+    """The model tracker's draft cost a row and its one-row and two-row verify, as it reads them."""
+    t = trackers.get(("model", True))
+    if t is None or t.draft_s.value is None:
+        return "draft cost not measured"
+    return (f"draft {t.draft_s.value * 1e3:.0f} ms a row ({t.draft_s.n} rows), plain step "
+            f"{t.plain_seconds() * 1e3:.0f} ms, 2-row verify {t.verify_seconds(2) * 1e3:.0f} ms")
+
+
+def stalled(pair: Pair, prompts: list[list[int]], args, trackers: dict) -> list[dict]:
+    """The first --stalled replies of auto with --hogs spinning processes beside them."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
+    try:
+        pair.trackers = trackers
+        return [reply(pair, prompts[i % len(prompts)], args, "auto", args.stalled_tokens) for i in range(args.stalled)]
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        time.sleep(1.0)
+
+
+def run(args, pair: Pair) -> str:
+    texts = bench.load_prompts(args.prompts, args.n_prompts, args.prompt_set)
+    prompts = [pair.prompt_tokens(t, True) for t in texts]
+    trackers: dict[str, dict] = {name: {} for name in SCENARIOS}
+    first = stalled(pair, prompts, args, trackers["auto"])
+    lines = [f"stalled replies ({args.hogs} spinning processes beside): "
+             + ", ".join(f"{r['tokens'] / r['seconds']:.1f} tok/s, {r['drafted']} drafted" for r in first),
+             "after them: " + draft_cost(trackers["auto"])]
+    later = []
+    for n, i in enumerate([i for _ in range(args.rounds) for i in range(len(prompts))]):
+        record = {}
+        for name in bench.reply_order(SCENARIOS, n):
+            pair.trackers = trackers[name]
+            record[name] = reply(pair, prompts[i], args, name)
+        ratio = rate([record["auto"]]) / rate([record["target-only"]])
+        lines.append(f"reply {n} (prompt {i}): auto {ratio:.2f}x target-only, {record['auto']['drafted']} drafted")
+        later.append(record)
+    half = later[len(later) // 2:]
+    lines += ["at the end: " + draft_cost(trackers["auto"]),
+              f"later replies: auto {ratio_of(later):.3f}x target-only; their second half {ratio_of(half):.3f}x"]
+    return "\n".join(lines)
+
+
+def rate(replies: list[dict]) -> float:
+    return sum(r["tokens"] for r in replies) / sum(r["seconds"] for r in replies)
+
+
+def ratio_of(records: list[dict]) -> float:
+    """auto's tokens/s over target-only's, each summed over the records."""
+    return rate([r["auto"] for r in records]) / rate([r["target-only"] for r in records])
+
+
+def parse_args(argv=None):
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_one_process_args(ap, "humaneval", 4, 96)
+    ap.add_argument("--stalled", type=int, default=1, help="auto's replies with the spinning processes beside")
+    ap.add_argument("--stalled-tokens", type=int, default=16, help="the stalled replies' length")
+    ap.add_argument("--hogs", type=int, default=os.cpu_count() or 2, help="spinning processes (default: one a core)")
+    args = ap.parse_args(argv)
+    for flag, value in (("--stalled", args.stalled), ("--stalled-tokens", args.stalled_tokens), ("--hogs", args.hogs)):
+        if value < 1:
+            ap.error(f"{flag} {value}: give 1 or more")
+    bench.one_process_args(ap, args)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    with bench.one_process_pair(args, "localspec-stall-") as pair:
+        print(run(args, pair))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""scripts/bench_stall.py: its run on the fake pair, the ratio it prints, its arguments (no llama.cpp)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from scripttools import load_script
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load():
+    return load_script("bench_stall")
+
+
+def test_auto_is_compared_by_tokens_per_second_beside_target_only():
+    bs = load()
+    records = [{"auto": {"tokens": 10, "seconds": 1.0}, "target-only": {"tokens": 10, "seconds": 2.0}},
+               {"auto": {"tokens": 30, "seconds": 1.0}, "target-only": {"tokens": 30, "seconds": 2.0}}]
+    assert bs.ratio_of(records) == pytest.approx((40 / 2.0) / (40 / 4.0))
+
+
+def test_the_stalled_replies_run_beside_spinning_processes_that_are_gone_after_them(monkeypatch):
+    from fakes import fake_pair
+
+    bs, started = load(), []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            started.append(self)
+
+    monkeypatch.setattr(bs.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(bs.time, "sleep", lambda s: None)
+    args = SimpleNamespace(prompts=ROOT / "scripts/prompts/prose.jsonl", n_prompts=2, prompt_set="humaneval",
+                           rounds=1, max_tokens=12, stalled=1, stalled_tokens=6, hogs=2)
+    with fake_pair() as pair:
+        text = bs.run(args, pair)
+    assert len(started) == 2 and all(p.poll() is not None for p in started)
+    assert text.count("stalled replies (2 spinning processes beside): ") == 1
+    assert "reply 0 (prompt 0): auto" in text and "reply 1 (prompt 1): auto" in text
+    assert "later replies: auto" in text and "at the end: draft" in text
+
+
+@pytest.mark.parametrize("argv, says", [(["--quick", "--stalled", "0"], "--stalled 0"),
+                                        (["--quick", "--stalled-tokens", "0"], "--stalled-tokens 0"),
+                                        (["--quick", "--hogs", "0"], "--hogs 0")])
+def test_a_bad_argument_is_one_line_naming_it(argv, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        load().parse_args(argv)
+    assert e.value.code == 2 and says in capsys.readouterr().err
