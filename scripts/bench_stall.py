@@ -33,6 +33,18 @@ from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import Pair  # noqa: E402
 
 SCENARIOS = ["target-only", "auto"]
+HOG_LOAD_S = 5.0  # what a llama.cpp hog is given to load its model before the stalled replies
+# A hog that decodes with llama.cpp (argv: model, threads): its OpenMP threads spin at each barrier as
+# another llama.cpp process's do, which stalls ours far more than a process that only computes.
+LLAMA_HOG = """
+import sys, llama_cpp
+llm = llama_cpp.Llama(sys.argv[1], n_threads=int(sys.argv[2]), n_ctx=512, verbose=False)
+tokens = llm.tokenize(b"def fibonacci(n):") * 4
+while True:
+    llm.reset()
+    for t in tokens:
+        llm.eval([t])
+"""
 
 
 def reply(pair: Pair, prompt: list[int], args, name: str, max_tokens: int | None = None) -> dict:
@@ -54,7 +66,12 @@ def draft_cost(trackers: dict) -> str:
 
 def stalled(pair: Pair, prompts: list[list[int]], args, trackers: dict) -> list[dict]:
     """The first --stalled replies of auto with --hogs spinning processes beside them."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
+    if args.hog_model is None:
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
+    else:
+        hogs = [subprocess.Popen([sys.executable, "-c", LLAMA_HOG, str(args.hog_model), str(args.threads)])
+                for _ in range(args.hogs)]
+        time.sleep(HOG_LOAD_S)  # (its model loaded: decoding)
     try:
         pair.trackers = trackers
         return [reply(pair, prompts[i % len(prompts)], args, "auto", args.stalled_tokens) for i in range(args.stalled)]
@@ -70,7 +87,8 @@ def run(args, pair: Pair) -> str:
     prompts = [pair.prompt_tokens(t, True) for t in texts]
     trackers: dict[str, dict] = {name: {} for name in SCENARIOS}
     first = stalled(pair, prompts, args, trackers["auto"])
-    lines = [f"stalled replies ({args.hogs} spinning processes beside): "
+    kind = "spinning processes" if args.hog_model is None else f"processes decoding {args.hog_model.name}"
+    lines = [f"stalled replies ({args.hogs} {kind} beside): "
              + ", ".join(f"{r['tokens'] / r['seconds']:.1f} tok/s, {r['drafted']} drafted" for r in first),
              "after them: " + draft_cost(trackers["auto"])]
     later = []
@@ -103,10 +121,14 @@ def parse_args(argv=None):
     ap.add_argument("--stalled", type=int, default=1, help="auto's replies with the spinning processes beside")
     ap.add_argument("--stalled-tokens", type=int, default=16, help="the stalled replies' length")
     ap.add_argument("--hogs", type=int, default=os.cpu_count() or 2, help="spinning processes (default: one a core)")
+    ap.add_argument("--hog-model", type=Path, default=None,
+                    help="a .gguf each hog decodes with llama.cpp on --threads threads (default: plain Python loops)")
     args = ap.parse_args(argv)
     for flag, value in (("--stalled", args.stalled), ("--stalled-tokens", args.stalled_tokens), ("--hogs", args.hogs)):
         if value < 1:
             ap.error(f"{flag} {value}: give 1 or more")
+    if args.hog_model is not None and not args.hog_model.is_file():
+        ap.error(f"--hog-model {args.hog_model}: no such file; give a .gguf path")
     bench.one_process_args(ap, args)
     return args
 

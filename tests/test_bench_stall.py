@@ -36,7 +36,8 @@ def test_the_stalled_replies_run_beside_spinning_processes_that_are_gone_after_t
     monkeypatch.setattr(bs.subprocess, "Popen", Recorded)
     monkeypatch.setattr(bs.time, "sleep", lambda s: None)
     args = SimpleNamespace(prompts=ROOT / "scripts/prompts/prose.jsonl", n_prompts=2, prompt_set="humaneval",
-                           rounds=1, max_tokens=12, stalled=1, stalled_tokens=6, hogs=2)
+                           rounds=1, max_tokens=12, stalled=1, stalled_tokens=6, hogs=2,
+                           hog_model=None)
     with fake_pair() as pair:
         text = bs.run(args, pair)
     assert len(started) == 2 and all(p.poll() is not None for p in started)
@@ -47,7 +48,8 @@ def test_the_stalled_replies_run_beside_spinning_processes_that_are_gone_after_t
 
 @pytest.mark.parametrize("argv, says", [(["--quick", "--stalled", "0"], "--stalled 0"),
                                         (["--quick", "--stalled-tokens", "0"], "--stalled-tokens 0"),
-                                        (["--quick", "--hogs", "0"], "--hogs 0")])
+                                        (["--quick", "--hogs", "0"], "--hogs 0"),
+                                        (["--quick", "--hog-model", "/no.gguf"], "--hog-model /no.gguf")])
 def test_a_bad_argument_is_one_line_naming_it(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
         load().parse_args(argv)
