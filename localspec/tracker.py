@@ -83,7 +83,7 @@ class CostTracker:
     # A catch-up is the draft model decoding in one batch the tokens generated since it last drafted
     # (Planner.record): what a step from it costs beyond its own drafting. A batch costs a one-token
     # decode and a smaller amount for each further token; this is that amount (catchup_seconds).
-    catchup_s: Ema = field(default_factory=Ema)
+    catchup_s: Ema = field(default_factory=Seconds)
     # Seconds to load the drafter's model where it is loaded on first use (session.Pair): part of
     # what a first step from it costs.
     load_s: Ema = field(default_factory=Ema)
@@ -91,10 +91,11 @@ class CostTracker:
     # Seconds of generation on this setup since the drafter was last made ready (it was not worth it
     # meanwhile); planning.budget.worth_preparing gives it another try once ε of them cover entry_s().
     idle_s: float = 0.0
-    # Seconds of this process's steps since the drafter last drafted (they fund its probes beyond a
-    # generation's allowance: ExploreBudget) and what its latest re-measure lost (Probes._remeasure)
+    # This process's seconds since the drafter last drafted (they fund probes: ExploreBudget), its last
+    # re-measure's loss, and the plain step's seconds when the draft's cost was last measured (Probes._remeasure)
     out_s: float = 0.0
     remeasure_loss: float = 0.0
+    draft_pace: float | None = None
     lookup_runs: LookupRuns = field(default_factory=LookupRuns, repr=False, compare=False)  # a lookup's runs here
     # The seconds the planner's latest pricings of this drafter took (planner.Planner._rest): the
     # controller's own cost on this machine, kept across a process's generations and saved with the
@@ -136,6 +137,7 @@ class CostTracker:
         per_unit = draft_s / units if units else 0.0
         if units:
             self.draft_s.add(per_unit, units)
+            self.draft_pace = self.verify.seconds(1) if 1 in self.verify else None
         if n_drafted:
             self.own_drafts += 1
             self.first_row = self.first_row or rows > 0
@@ -392,11 +394,9 @@ class CostTracker:
         return self.could_pay(cap)
 
     def _costs_allow(self, cap: int) -> bool:
-        """Whether some γ ≤ cap would beat plain decoding by min_gain if every guess were accepted,
-        by the saved draft cost and the saved verify curve (extrapolated as the point estimate does);
-        True where either is unsaved. A draft whose acceptance a single proposal measured is learnt
-        afresh (from_dict), but its cost is known: where a token of it costs most of a plain step, no
-        acceptance could make it pay, and a new process does not load it for a second look."""
+        """Whether some γ ≤ cap would beat plain decoding by min_gain if every guess were accepted, by
+        the saved draft cost and verify curve (True where either is unsaved): where no acceptance
+        could make it pay, a new process does not load a draft for a second look at its acceptance."""
         draft = self.saved_draft_s.value
         if draft is None or 1 not in self.saved_verify:
             return True

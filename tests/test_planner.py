@@ -17,7 +17,7 @@ from localspec.timings import VerifyCurve
 from localspec.drafters import NGramDrafter, Proposal, one_hot
 from localspec.llama import common_prefix_len
 from localspec.planner import PLAIN_SAMPLES, Planner
-from localspec.planning.budget import EXPLORE_FRACTION, ExploreBudget, retry_due
+from localspec.planning.budget import EXPLORE_FRACTION, ExploreBudget, pace, retry_due, worth_preparing
 from localspec.planning.plans import PLAIN, Choice, Plan
 from localspec.planning.probes import PRICE_FRACTION, QUIET_STEPS, REST_BACKOFF_MAX
 from localspec.tracker import CostTracker
@@ -2071,3 +2071,26 @@ def test_a_new_draft_models_first_probe_waits_for_a_step_the_lookup_would_leave_
     planner.record(copy, Proposal([5] * copy.gamma, [one_hot(5)] * copy.gamma), copy.gamma, 0.0, 0.206, 0.0)
     probe = planner.plan(tokens + [5] * (copy.gamma + 1), 64)
     assert (probe.source, probe.gamma, planner.exploring) == (1, 1, 1)  # the step would be plain: the model's probe
+
+
+
+def test_a_draft_a_machine_wide_stall_measured_is_made_ready_again_at_the_pace_the_plain_step_shows_now():
+    # Reproduced on the Xeon (bench_stall.py, two llama.cpp processes beside the first reply): every
+    # decode 16 times slower, a draft row measured at 2.4 s (24 ms unloaded) beside a plain step at
+    # 2.4 s, and the model drafted in none of the 12 replies after. Its measured cost said it cannot
+    # pay, so it was no longer made ready, and a retry was priced at its prompt's intake as the
+    # stretch measured it. Read at the pace the plain step shows now against then (budget.pace), the
+    # retry comes after ε of 30 s (two replies there); the re-measure follows (Probes._remeasure).
+    t = CostTracker()
+    for _ in range(10):  # plain steps in the stretch
+        t.record(0, 0, 0.0, 3.2, 0.0)
+    t.load_s.add(0.5)     # the draft's load, before the stretch
+    t.prefill_s.add(2.4)  # its prompt's intake, in it
+    t.record(1, 0, draft_s=6.4, verify_s=6.4, overhead_s=0.0, confidences=(0.5,), cap=8, rows=2, first_look=0.5)
+    for _ in range(40):  # the stretch over
+        t.record(0, 0, 0.0, 0.2, 0.0)
+    t.idle_s = 30.0
+    assert t.draft_pace == pytest.approx(3.2) and pace(t) == pytest.approx(t.verify_seconds(1) / 3.2)
+    assert pace(t) < 0.1 and retry_due(t) and worth_preparing(t, 8)
+    t.draft_pace = None  # read as measured: 2.9 s, ten times ε of 30 s
+    assert pace(t) == 1.0 and not retry_due(t) and not worth_preparing(t, 8)

@@ -22,11 +22,23 @@ def worth_preparing(tracker: CostTracker, cap: int, fraction: float = EXPLORE_FR
 
 def retry_due(tracker: CostTracker, fraction: float = EXPLORE_FRACTION, cost: float | None = None) -> bool:
     """Whether ε of the generation seconds spent without the drafter cover what making it ready
-    costs: cost seconds, by default what it cost last time (entry_s: a load and a prompt's intake).
-    So a draft that did not pay on one kind of text is tried on whatever comes later, at a cost of at
-    most ε of the time between tries (the try itself then explores under the budget)."""
+    costs: cost seconds, by default what it cost last time (entry_s: a load and a prompt's intake) at
+    the machine's pace now (pace). So a draft that did not pay on one kind of text is tried on
+    whatever comes later, at a cost of at most ε of the time between tries (the try itself then
+    explores under the budget)."""
     entry = tracker.entry_s() if cost is None else cost
-    return entry is not None and fraction * tracker.idle_s >= entry
+    return entry is not None and fraction * tracker.idle_s >= entry * (pace(tracker) if cost is None else 1.0)
+
+
+def pace(tracker: CostTracker) -> float:
+    """The target's one-row decode now over what it took when a step last measured the draft's cost
+    (CostTracker.draft_pace), at most 1: what the draft's costs measured then are read at now. A
+    stretch that stalled the machine (another process's threads spinning beside) stalls the target's
+    decodes with the draft's, and a draft measured in it, its prompt's intake with it, would
+    otherwise be priced at that stretch long after it ended (Probes._remeasure)."""
+    if not tracker.draft_pace or 1 not in tracker.verify:
+        return 1.0
+    return min(1.0, tracker.verify_seconds(1) / tracker.draft_pace)
 
 
 class Exploration(NamedTuple):

@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from ..acceptance import TEXT_LEAST
 from ..tracker import CostTracker
-from .budget import EXPLORE_FRACTION
+from .budget import EXPLORE_FRACTION, pace
 from .plans import Choice, cap_of
 from .record import SHADOW_DEPTH
 
@@ -226,20 +226,22 @@ class Probes:
         hope_tokens, hope_s = hope.tokens(width), hope.seconds(width)
         return [hope_tokens[g] / max(hope_s[g], 1e-300) for g in range(width + 1)], width
 
-    def _probe_loss(self, offer: Choice, r_best: float, draft_s: float | None = None) -> Callable[[int], float]:
+    def _probe_loss(self, offer: Choice, r_best: float, draft_s: float | None = None,
+                    paced: float = 1.0) -> Callable[[int], float]:
         """A probe's predicted loss at each γ ≤ offer's (ExploreBudget): its catch-up and its seconds
         less its tokens at r_best. Priced by the point estimate, its tokens by the cautious
         acceptance, with the first width past the widest measured no dearer than the widest, as the
         step's stop rule drafts (CostTracker.draft_stop): along the measured slope, where two rows
         cost two plain steps, no probe past one token would ever fit the budget's grace; and wider
         ones no cheaper a row than the widest measured (VerifyCurve.next_width), so that the loss the
-        budget admits bounds what the probe may lose."""
+        budget admits bounds what the probe may lose. draft_s: the draft's cost instead of the
+        tracker's; paced: what its catch-up's measured seconds are read at (a re-measure's, _remeasure)."""
         tracker, switch = self.sources[offer.source][1], self._switches(offer.source)
         point = tracker.estimate(offer.bucket, switch=switch, probe=True)
         point = point if draft_s is None else point._replace(draft_s=draft_s)
         point_tokens = point.tokens(offer.gamma, tracker.cautious_acceptance(offer.bucket))
         point_s = point.seconds(offer.gamma)
-        catch_up = self._catch_up_s(offer.source)
+        catch_up = paced * self._catch_up_s(offer.source)
         return lambda gamma: catch_up + point_s[gamma] - point_tokens[gamma] / r_best
 
     def _narrow_probe(self, offer: Choice, rates: Sequence[float], known: Choice,
@@ -265,15 +267,17 @@ class Probes:
 
     def _remeasure(self, offer: Choice, known: Choice, plain_s: float) -> bool:
         """Whether offer's source, a draft model whose measured cost keeps it out, is measured again by
-        a one-token probe, priced as if a draft row cost a plain step (a re-measure): where the step
-        would be plain and a draft row measured no cheaper than a plain step of the target. No draft
-        that pays costs that: a stall set it (a stretch of stalled decodes in a process's first
-        drafting steps fills the first samples' median, and every probe that would measure it again
-        is then priced by it, out of the budget, for good), or the draft runs where the target does
-        not. Measured again, a decode far cheaper than its average starts that over
-        (timings.Seconds). The budget funds it as any probe, with the seconds the drafter sat out
-        (ExploreBudget), at no less than the last re-measure lost: a draft that really costs that
-        much is measured again at ε of the time it sits out."""
+        a one-token probe (a re-measure): where the step would be plain and a draft row measured no
+        cheaper than a plain step of the target. No draft that pays costs that: a stall set it (a
+        stretch of stalled decodes in a process's first drafting steps fills the first samples'
+        median, and every probe that would measure it again is then priced by it, out of the budget,
+        for good), or the draft runs where the target does not. Priced at the machine's pace now
+        (budget.pace: a row and a catch-up as measured, times the plain step's seconds now over its
+        seconds then, where that is less), and a row no dearer than a plain step. Measured
+        again, a decode far cheaper than its average starts that over (timings.Seconds). The budget
+        funds it as any probe, with the seconds the drafter sat out (ExploreBudget), at no less than
+        the last re-measure lost: a draft that really costs that much is measured again at ε of the
+        time it sits out."""
         tracker = self.sources[offer.source][1]
         draft = tracker.draft_s.value
         if offer.source != self._model or known.source is not None or draft is None:
@@ -281,7 +285,8 @@ class Probes:
         plain = tracker.plain_seconds()
         if draft < plain:
             return False
-        price = self._probe_loss(offer, known.rate, plain)(1)
+        paced = pace(tracker)
+        price = self._probe_loss(offer, known.rate, min(draft * paced, plain), paced)(1)
         if not self._affords(offer.source, max(price, tracker.remeasure_loss), plain_s):
             return False
         self._remeasures.add(offer.source)
