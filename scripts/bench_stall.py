@@ -3,8 +3,10 @@
 
 Processes that spin on every core (--hogs) run beside the first --stalled replies of the model
 drafter (auto), each --stalled-tokens long, as where the machine is shared when a process starts:
-its first drafting steps measure the draft and the verify many times dearer than they are. Then the hogs stop, and the
-replies go on, auto alternating with target-only reply by reply (each planning from its own
+its first drafting steps measure the draft and the verify many times dearer than they are. How
+much dearer varies from run to run (two llama.cpp hogs stretched the 2-core Xeon's decodes 5 to 100
+times); --stall-factor F instead makes every decode of those replies take F times its seconds.
+Then the hogs stop, and the replies go on, auto alternating with target-only reply by reply (each planning from its own
 measurements, as its own process would; bench.reply_order). Printed: each later reply's ratio to
 target-only's on the same prompt and the tokens it drafted, the draft's cost as its tracker read it
 after the stretch and at the end, and the later replies' ratio over all of them and over their
@@ -18,6 +20,7 @@ stretch like this kept the model out for the whole process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -29,6 +32,7 @@ import bench  # noqa: E402  (the prompt sets and the reply order)
 from bench_copy_bound import streamed  # noqa: E402
 from script_args import Parser  # noqa: E402
 from localspec.config import GenerationConfig  # noqa: E402
+from localspec.context import Context  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import Pair  # noqa: E402
 
@@ -64,9 +68,38 @@ def draft_cost(trackers: dict) -> str:
             f"{t.plain_seconds() * 1e3:.0f} ms, 2-row verify {t.verify_seconds(2) * 1e3:.0f} ms")
 
 
+@contextlib.contextmanager
+def slowed(factor: float, kind: type = Context):
+    """Every llama.cpp decode of this process (a `kind`'s), the target's and the draft's, takes
+    `factor` times its seconds (it sleeps the rest after it): a stall as deep as the machine-wide
+    ones seen, the same for every run."""
+    if factor == 1.0:
+        yield
+        return
+    originals = {name: getattr(kind, name) for name in ("decode", "decode_tree")}
+
+    def wrap(method):
+        def slow(self, *a, **kw):
+            t0 = time.perf_counter()
+            out = method(self, *a, **kw)
+            time.sleep((factor - 1.0) * (time.perf_counter() - t0))
+            return out
+        return slow
+    try:
+        for name, method in originals.items():
+            setattr(kind, name, wrap(method))
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(kind, name, method)
+
+
 def stalled(pair: Pair, prompts: list[list[int]], args, trackers: dict) -> list[dict]:
-    """The first --stalled replies of auto with --hogs spinning processes beside them."""
-    if args.hog_model is None:
+    """The first --stalled replies of auto with --hogs spinning processes beside them, every decode
+    slowed --stall-factor times."""
+    if args.hogs == 0:
+        hogs = []
+    elif args.hog_model is None:
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     else:
         hogs = [subprocess.Popen([sys.executable, "-c", LLAMA_HOG, str(args.hog_model), str(args.threads)])
@@ -74,7 +107,9 @@ def stalled(pair: Pair, prompts: list[list[int]], args, trackers: dict) -> list[
         time.sleep(HOG_LOAD_S)  # (its model loaded: decoding)
     try:
         pair.trackers = trackers
-        return [reply(pair, prompts[i % len(prompts)], args, "auto", args.stalled_tokens) for i in range(args.stalled)]
+        with slowed(args.stall_factor):
+            return [reply(pair, prompts[i % len(prompts)], args, "auto", args.stalled_tokens)
+                    for i in range(args.stalled)]
     finally:
         for hog in hogs:
             hog.kill()
@@ -88,7 +123,7 @@ def run(args, pair: Pair) -> str:
     trackers: dict[str, dict] = {name: {} for name in SCENARIOS}
     first = stalled(pair, prompts, args, trackers["auto"])
     kind = "spinning processes" if args.hog_model is None else f"processes decoding {args.hog_model.name}"
-    lines = [f"stalled replies ({args.hogs} {kind} beside): "
+    lines = [f"stalled replies ({args.hogs} {kind} beside, every decode {args.stall_factor:g} times as long): "
              + ", ".join(f"{r['tokens'] / r['seconds']:.1f} tok/s, {r['drafted']} drafted" for r in first),
              "after them: " + draft_cost(trackers["auto"])]
     later = []
@@ -120,13 +155,17 @@ def parse_args(argv=None):
     bench.add_one_process_args(ap, "humaneval", 4, 96)
     ap.add_argument("--stalled", type=int, default=1, help="auto's replies with the spinning processes beside")
     ap.add_argument("--stalled-tokens", type=int, default=16, help="the stalled replies' length")
-    ap.add_argument("--hogs", type=int, default=os.cpu_count() or 2, help="spinning processes (default: one a core)")
+    ap.add_argument("--hogs", type=int, default=os.cpu_count() or 2,
+                    help="spinning processes (default: one a core; 0: none)")
+    ap.add_argument("--stall-factor", type=float, default=1.0,
+                    help="every decode of the stalled replies takes this many times its seconds (default 1)")
     ap.add_argument("--hog-model", type=Path, default=None,
                     help="a .gguf each hog decodes with llama.cpp on --threads threads (default: plain Python loops)")
     args = ap.parse_args(argv)
-    for flag, value in (("--stalled", args.stalled), ("--stalled-tokens", args.stalled_tokens), ("--hogs", args.hogs)):
+    for flag, value in (("--stalled", args.stalled), ("--stalled-tokens", args.stalled_tokens),
+                        ("--stall-factor", args.stall_factor), ("--hogs", args.hogs + 1)):
         if value < 1:
-            ap.error(f"{flag} {value}: give 1 or more")
+            ap.error(f"{flag} {value if flag != '--hogs' else args.hogs}: give {0 if flag == '--hogs' else 1} or more")
     if args.hog_model is not None and not args.hog_model.is_file():
         ap.error(f"--hog-model {args.hog_model}: no such file; give a .gguf path")
     bench.one_process_args(ap, args)

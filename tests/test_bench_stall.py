@@ -37,18 +37,40 @@ def test_the_stalled_replies_run_beside_spinning_processes_that_are_gone_after_t
     monkeypatch.setattr(bs.time, "sleep", lambda s: None)
     args = SimpleNamespace(prompts=ROOT / "scripts/prompts/prose.jsonl", n_prompts=2, prompt_set="humaneval",
                            rounds=1, max_tokens=12, stalled=1, stalled_tokens=6, hogs=2,
-                           hog_model=None)
+                           hog_model=None, stall_factor=1.0)
     with fake_pair() as pair:
         text = bs.run(args, pair)
     assert len(started) == 2 and all(p.poll() is not None for p in started)
-    assert text.count("stalled replies (2 spinning processes beside): ") == 1
+    assert text.count("stalled replies (2 spinning processes beside, every decode 1 times as long): ") == 1
     assert "reply 0 (prompt 0): auto" in text and "reply 1 (prompt 1): auto" in text
     assert "later replies: auto" in text and "at the end: draft" in text
 
 
+def test_a_stall_factor_makes_every_decode_that_many_times_as_long_inside_only():
+    import time
+
+    from fakes import fake_pair
+
+    bs = load()
+    with fake_pair() as pair:
+        ctx = pair.target_ctx
+        kind = type(ctx)
+        original = kind.decode
+        t0 = time.perf_counter()
+        ctx.decode([1, 2, 3])
+        plain = time.perf_counter() - t0
+        ctx.truncate(0)
+        with bs.slowed(50.0, kind):
+            t0 = time.perf_counter()
+            ctx.decode([1, 2, 3])
+            slow = time.perf_counter() - t0
+    assert kind.decode is original and slow >= 10 * plain
+
+
 @pytest.mark.parametrize("argv, says", [(["--quick", "--stalled", "0"], "--stalled 0"),
                                         (["--quick", "--stalled-tokens", "0"], "--stalled-tokens 0"),
-                                        (["--quick", "--hogs", "0"], "--hogs 0"),
+                                        (["--quick", "--hogs", "-1"], "--hogs -1"),
+                                        (["--quick", "--stall-factor", "0.5"], "--stall-factor 0.5"),
                                         (["--quick", "--hog-model", "/no.gguf"], "--hog-model /no.gguf")])
 def test_a_bad_argument_is_one_line_naming_it(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
