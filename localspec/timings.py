@@ -63,10 +63,11 @@ class Seconds(Ema):
 
     def __init__(self, fresh: int | None = None, weight: float = 0.1):
         super().__init__(weight)
-        self.fresh = round(1 / weight) + 1 if fresh is None else fresh
+        self.fresh = fresh
 
     def add(self, x: float, times: int = 1) -> None:
-        if self.value is not None and self.n < self.fresh and x * STALL_FACTOR < self.value:
+        young = self.first() if self.fresh is None else self.n < self.fresh
+        if self.value is not None and young and x * STALL_FACTOR < self.value:
             self.value, self.n, self._first = None, 0, []
         super().add(x, times)
 
