@@ -46,25 +46,25 @@ def test_the_stalled_replies_run_beside_spinning_processes_that_are_gone_after_t
     assert "later replies: auto" in text and "at the end: draft" in text
 
 
-def test_a_stall_factor_makes_every_decode_that_many_times_as_long_inside_only():
-    import time
-
+def test_a_stall_factor_makes_every_decode_that_many_times_as_long_inside_only(monkeypatch):
     from fakes import fake_pair
 
-    bs = load()
+    bs, sleeps, ticks = load(), [], iter(range(1000))
+    # a clock on which each decode takes one second, and sleeps recorded instead of slept
+    monkeypatch.setattr(bs.time, "perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr(bs.time, "sleep", sleeps.append)
     with fake_pair() as pair:
         ctx = pair.target_ctx
         kind = type(ctx)
         original = kind.decode
-        t0 = time.perf_counter()
         ctx.decode([1, 2, 3])
-        plain = time.perf_counter() - t0
+        assert sleeps == []
         ctx.truncate(0)
         with bs.slowed(50.0, kind):
-            t0 = time.perf_counter()
             ctx.decode([1, 2, 3])
-            slow = time.perf_counter() - t0
-    assert kind.decode is original and slow >= 10 * plain
+        ctx.truncate(0)
+        ctx.decode([1, 2, 3])
+    assert kind.decode is original and sleeps == [49.0]  # the 1-second decode made 50 seconds long, once
 
 
 @pytest.mark.parametrize("argv, says", [(["--quick", "--stalled", "0"], "--stalled 0"),
