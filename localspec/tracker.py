@@ -91,8 +91,8 @@ class CostTracker:
     # Seconds of generation on this setup since the drafter was last made ready (it was not worth it
     # meanwhile); planning.budget.worth_preparing gives it another try once ε of them cover entry_s().
     idle_s: float = 0.0
-    # This process's seconds since the drafter last drafted (they fund probes: ExploreBudget), its last
-    # re-measure's loss, and the plain step's seconds when the draft's cost was last measured (Probes._remeasure)
+    # Seconds on this setup since the drafter last drafted (they fund probes: ExploreBudget), its last re-measure's
+    # loss, and the plain step's seconds when its draft's cost was last measured (Probes._remeasure, budget.pace)
     out_s: float = 0.0
     remeasure_loss: float = 0.0
     draft_pace: float | None = None

@@ -28,6 +28,7 @@ def saved_data(t: CostTracker) -> dict:
     draft_s = t.draft_s if t.draft_s.value is not None else t.saved_draft_s  # kept if not remeasured
     return {"draft_s": ema(draft_s), "overhead_s": ema(t.overhead_s), "load_s": ema(t.load_s),
             "prefill_s": ema(t.prefill_s), "catchup_s": ema(t.catchup_s), "idle_s": t.idle_s,
+            "out_s": t.out_s, "remeasure_loss": t.remeasure_loss, "draft_pace": t.draft_pace,
             "step_tokens": ema(t.step_tokens), "step_s": ema(t.step_s),
             "verify": {str(k): ema(e) for k, e in t.verify.points.items()},
             "positions": t.positions.to_rows(),
@@ -58,6 +59,12 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
     # more than a further token costs (the safe side), and this run's own catch-ups soon replace it
     _load_ema(t.catchup_s, data.get("catchup_s", [None, 0]))
     t.idle_s = _measured(data.get("idle_s", 0.0))
+    # what funds and prices the next re-measure (Probes._remeasure), and the plain step's seconds when
+    # the saved draft cost was measured: a stretch that stalled an earlier process is read at the pace
+    # the plain step shows here (budget.pace); older files: none
+    t.out_s, t.remeasure_loss = _measured(data.get("out_s", 0.0)), _measured(data.get("remeasure_loss", 0.0))
+    pace_s = data.get("draft_pace")
+    t.draft_pace = None if pace_s is None else _measured(pace_s)
     t.pricings = [_measured(s) for s in data.get("pricings", [])]  # older files: none
     _load_after_wide(t, data.get("after_wide"))
     # The plain step is measured afresh by the first steps of each process: while drafting pays,

@@ -468,3 +468,50 @@ def test_what_pricing_takes_is_saved_so_a_new_processs_first_losing_pricing_rest
     assert CostTracker.from_dict({k: v for k, v in data.items() if k != "pricings"}).pricings == []
     with pytest.raises(ValueError):
         CostTracker.from_dict(dict(data, pricings=[0.001, -1.0]))
+
+
+def stalled() -> CostTracker:
+    """A draft measured once in a stretch that stalled the whole machine (a draft row at 3.2 s beside a
+    plain step at 3.2 s, its prompt's intake at 2.4 s), the stretch then over (plain steps at 0.2 s)
+    and 30 s spent without the draft since (test_planner has the stretch this was seen in)."""
+    t = CostTracker()
+    for _ in range(10):
+        t.record(0, 0, 0.0, 3.2, 0.0)
+    t.load_s.add(0.5)
+    t.prefill_s.add(2.4)
+    t.record(1, 0, draft_s=6.4, verify_s=6.4, overhead_s=0.0, confidences=(0.5,), cap=8, rows=2, first_look=0.5)
+    for _ in range(40):
+        t.record(0, 0, 0.0, 0.2, 0.0)
+    t.idle_s, t.out_s, t.remeasure_loss = 30.0, 30.0, 0.4
+    return t
+
+
+def test_a_draft_a_stalled_stretch_measured_is_made_ready_again_by_the_next_process_at_the_pace_now():
+    # A process whose draft was measured in a stretch that stalled every decode ended before it drafted
+    # again: it saved a draft row 16 times a plain step. The next process's plain step is not measured
+    # before it decides whether to load the draft; read at the pace the saved plain step shows against
+    # the one when the draft was measured, the retry ε of the 30 s covers is due at once, as it would
+    # have been in the first process. Saved without that pace (older files), the retry waits for ten
+    # times as many seconds.
+    from localspec.planning.budget import pace, worth_preparing
+    data = json.loads(json.dumps(stalled().to_dict()))
+    back = CostTracker.from_dict(data)
+    assert (back.draft_pace, back.out_s, back.remeasure_loss) == (pytest.approx(3.2), 30.0, 0.4)
+    assert 1 not in back.verify and pace(back) < 0.1 and worth_preparing(back, 8)
+    old = CostTracker.from_dict({k: v for k, v in data.items() if k not in ("draft_pace", "out_s", "remeasure_loss")})
+    assert (old.draft_pace, old.out_s, old.remeasure_loss) == (None, 0.0, 0.0)
+    assert pace(old) == 1.0 and not worth_preparing(old, 8)
+
+    first = lazy_pair(CountingLoads())
+    warmstart.save(first.plan_key, {("model", True): stalled()})
+    path = warmstart.plan_path(first.plan_key)
+    for older in (False, True):
+        if older:
+            plan = json.loads(path.read_text())
+            del plan["trackers"]["model/greedy"]["draft_pace"]
+            path.write_text(json.dumps(plan))
+        draft = CountingLoads()
+        lazy_pair(draft)
+        assert draft.loads == (0 if older else 1)
+    with pytest.raises(ValueError):
+        CostTracker.from_dict(dict(data, draft_pace=-1.0))

@@ -35,10 +35,12 @@ def pace(tracker: CostTracker) -> float:
     (CostTracker.draft_pace), at most 1: what the draft's costs measured then are read at now. A
     stretch that stalled the machine (another process's threads spinning beside) stalls the target's
     decodes with the draft's, and a draft measured in it, its prompt's intake with it, would
-    otherwise be priced at that stretch long after it ended (Probes._remeasure)."""
-    if not tracker.draft_pace or 1 not in tracker.verify:
+    otherwise be priced at that stretch long after it ended (Probes._remeasure), in a later process too:
+    one that has not measured its plain step yet reads the saved one."""
+    now = tracker.verify if 1 in tracker.verify else tracker.saved_verify  # (a new process: the saved one)
+    if not tracker.draft_pace or 1 not in now:
         return 1.0
-    return min(1.0, tracker.verify_seconds(1) / tracker.draft_pace)
+    return min(1.0, now.seconds(1) / tracker.draft_pace)
 
 
 class Exploration(NamedTuple):
@@ -77,11 +79,12 @@ class ExploreBudget:
     (Planner._entry_paid), one token, once per tracker, is part of making it ready, as its load and
     prefill are. Another is the n-gram lookup's first look at a match bucket never judged
     (Planner._first_look): one token, at most once a generation, its loss charged.
-    "Sat out" is the seconds since the source last drafted, over the process's generations
-    (CostTracker.out_s): a probe that no short generation's allowance fits (a draft model whose first
-    guesses chance rejected, its every probe that could win priced at the cautious acceptance) is
-    taken once ε of them cover it. In those seconds the source spent nothing, so over a process its
-    exploration still costs at most ε of the time, with W's grace a generation. A re-measure
+    "Sat out" is the seconds since the source last drafted, over the generations of every process
+    that shared the saved plan (CostTracker.out_s, saved with it): a probe that no short generation's
+    allowance fits (a draft model whose first guesses chance rejected, its every probe that could win
+    priced at the cautious acceptance) is taken once ε of them cover it. In those seconds the source
+    spent nothing, so over those processes its exploration still costs at most ε of the time, with
+    W's grace a generation. A re-measure
     (Planner._remeasure) is funded so too, priced at no less than the last one lost. The budget is per
     source so that one drafter's learning never starves the other's: the hybrid learns each part as
     the part alone would. Every term is in seconds of the machine at hand, so the rule
