@@ -11,7 +11,10 @@ measurements, as its own process would; bench.reply_order). Printed: each later 
 target-only's on the same prompt and the tokens it drafted, the draft's cost as its tracker read it
 after the stretch and at the end, and the later replies' ratio over all of them and over their
 second half. Before the planner re-measured a cost that keeps a draft out (Probes._remeasure), a
-stretch like this kept the model out for the whole process.
+stretch like this kept the model out for the whole process. --next-process: the later replies are
+a next process's, warm from the plan the stalled replies saved, and beside auto runs "auto-unpaced",
+the same plan loaded without what reads a stretch at the pace the plain step shows later
+(budget.pace) and funds the draft's re-measure (out_s), as a plan saved before 75cac1e loads.
 
     python scripts/bench_stall.py --target big.gguf --draft small.gguf \\
         --prompts scripts/prompts/prose.jsonl --n-prompts 4 --rounds 3 --max-tokens 96
@@ -35,6 +38,7 @@ from localspec.config import GenerationConfig  # noqa: E402
 from localspec.context import Context  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import Pair  # noqa: E402
+from localspec.tracker import CostTracker  # noqa: E402
 
 SCENARIOS = ["target-only", "auto"]
 HOG_LOAD_S = 5.0  # what a llama.cpp hog is given to load its model before the stalled replies
@@ -117,27 +121,49 @@ def stalled(pair: Pair, prompts: list[list[int]], args, trackers: dict) -> list[
         time.sleep(1.0)
 
 
+# What a saved plan keeps to read a stretch at the pace the plain step shows later (budget.pace) and
+# to fund the draft's re-measure (CostTracker.out_s): left out, the plan loads as an older file does.
+PACED = ("draft_pace", "out_s", "remeasure_loss")
+
+
+def next_process(trackers: dict) -> dict[str, dict]:
+    """auto's trackers as a next process starts from them, saved and loaded as warm start does
+    (CostTracker.to_dict, from_dict): "auto", and "auto-unpaced" from the same plan without PACED."""
+    def loaded(drop: tuple = ()) -> dict:
+        return {key: CostTracker.from_dict({k: v for k, v in t.to_dict().items() if k not in drop})
+                for key, t in trackers.items()}
+    return {"target-only": {}, "auto": loaded(), "auto-unpaced": loaded(PACED)}
+
+
 def run(args, pair: Pair) -> str:
     texts = bench.load_prompts(args.prompts, args.n_prompts, args.prompt_set)
     prompts = [pair.prompt_tokens(t, True) for t in texts]
     trackers: dict[str, dict] = {name: {} for name in SCENARIOS}
     first = stalled(pair, prompts, args, trackers["auto"])
+    if args.next_process:
+        trackers = next_process(trackers["auto"])
     kind = "spinning processes" if args.hog_model is None else f"processes decoding {args.hog_model.name}"
     lines = [f"stalled replies ({args.hogs} {kind} beside, every decode {args.stall_factor:g} times as long): "
              + ", ".join(f"{r['tokens'] / r['seconds']:.1f} tok/s, {r['drafted']} drafted" for r in first),
              "after them: " + draft_cost(trackers["auto"])]
-    later = []
+    if args.next_process:
+        lines.append("the later replies are a next process's, warm from the plan the stalled one saved "
+                     "(auto-unpaced: the plan without " + ", ".join(PACED) + ", as an older file)")
+    later, drafting = [], [name for name in trackers if name != "target-only"]
     for n, i in enumerate([i for _ in range(args.rounds) for i in range(len(prompts))]):
         record = {}
-        for name in bench.reply_order(SCENARIOS, n):
+        for name in bench.reply_order(list(trackers), n):
             pair.trackers = trackers[name]
             record[name] = reply(pair, prompts[i], args, name)
-        ratio = rate([record["auto"]]) / rate([record["target-only"]])
-        lines.append(f"reply {n} (prompt {i}): auto {ratio:.2f}x target-only, {record['auto']['drafted']} drafted")
+        lines.append(f"reply {n} (prompt {i}): " + "; ".join(
+            f"{name} {ratio_of([record], name):.2f}x target-only, {record[name]['drafted']} drafted"
+            for name in drafting))
         later.append(record)
     half = later[len(later) // 2:]
-    lines += ["at the end: " + draft_cost(trackers["auto"]),
-              f"later replies: auto {ratio_of(later):.3f}x target-only; their second half {ratio_of(half):.3f}x"]
+    for name in drafting:
+        lines += [f"at the end: {name}: " + draft_cost(trackers[name]),
+                  f"later replies: {name} {ratio_of(later, name):.3f}x target-only; "
+                  f"their second half {ratio_of(half, name):.3f}x"]
     return "\n".join(lines)
 
 
@@ -145,9 +171,9 @@ def rate(replies: list[dict]) -> float:
     return sum(r["tokens"] for r in replies) / sum(r["seconds"] for r in replies)
 
 
-def ratio_of(records: list[dict]) -> float:
-    """auto's tokens/s over target-only's, each summed over the records."""
-    return rate([r["auto"] for r in records]) / rate([r["target-only"] for r in records])
+def ratio_of(records: list[dict], name: str = "auto") -> float:
+    """A drafting scenario's tokens/s over target-only's, each summed over the records."""
+    return rate([r[name] for r in records]) / rate([r["target-only"] for r in records])
 
 
 def parse_args(argv=None):
@@ -161,6 +187,9 @@ def parse_args(argv=None):
                     help="every decode of the stalled replies takes this many times its seconds (default 1)")
     ap.add_argument("--hog-model", type=Path, default=None,
                     help="a .gguf each hog decodes with llama.cpp on --threads threads (default: plain Python loops)")
+    ap.add_argument("--next-process", action="store_true",
+                    help="the later replies start from the plan the stalled replies saved, as a next process "
+                         "does, beside the same plan loaded as an older file (auto-unpaced)")
     args = ap.parse_args(argv)
     for flag, value in (("--stalled", args.stalled), ("--stalled-tokens", args.stalled_tokens),
                         ("--stall-factor", args.stall_factor), ("--hogs", args.hogs + 1)):

@@ -37,13 +37,43 @@ def test_the_stalled_replies_run_beside_spinning_processes_that_are_gone_after_t
     monkeypatch.setattr(bs.time, "sleep", lambda s: None)
     args = SimpleNamespace(prompts=ROOT / "scripts/prompts/prose.jsonl", n_prompts=2, prompt_set="humaneval",
                            rounds=1, max_tokens=12, stalled=1, stalled_tokens=6, hogs=2,
-                           hog_model=None, stall_factor=1.0)
+                           hog_model=None, stall_factor=1.0, next_process=False)
     with fake_pair() as pair:
         text = bs.run(args, pair)
     assert len(started) == 2 and all(p.poll() is not None for p in started)
     assert text.count("stalled replies (2 spinning processes beside, every decode 1 times as long): ") == 1
     assert "reply 0 (prompt 0): auto" in text and "reply 1 (prompt 1): auto" in text
-    assert "later replies: auto" in text and "at the end: draft" in text
+    assert "later replies: auto" in text and "at the end: auto: draft" in text
+
+
+def test_a_next_process_starts_from_the_stalled_ones_plan_beside_it_loaded_as_an_older_file(monkeypatch):
+    from fakes import fake_pair
+
+    from localspec.tracker import CostTracker
+
+    bs = load()
+    stalled = CostTracker()
+    stalled.record(0, 0, 0.0, 3.0, 0.0)
+    stalled.record(2, 1, 4.0, 4.0, 0.0, rows=2)
+    stalled.record(0, 0, 0.0, 0.2, 0.0)
+    stalled.out_s, stalled.remeasure_loss = 9.0, 0.5
+    warm = bs.next_process({("model", True): stalled})
+    assert list(warm) == ["target-only", "auto", "auto-unpaced"] and warm["target-only"] == {}
+    paced, unpaced = warm["auto"][("model", True)], warm["auto-unpaced"][("model", True)]
+    assert paced.loaded and unpaced.loaded and 1 not in paced.verify  # a new process measures its plain step
+    assert (paced.draft_pace, paced.out_s, paced.remeasure_loss) == (3.0, 9.0, 0.5)
+    assert (unpaced.draft_pace, unpaced.out_s, unpaced.remeasure_loss) == (None, 0.0, 0.0)
+    assert paced.saved_draft_s.value == unpaced.saved_draft_s.value == 2.0
+
+    monkeypatch.setattr(bs.time, "sleep", lambda s: None)
+    args = SimpleNamespace(prompts=ROOT / "scripts/prompts/prose.jsonl", n_prompts=2, prompt_set="humaneval",
+                           rounds=1, max_tokens=12, stalled=1, stalled_tokens=6, hogs=0,
+                           hog_model=None, stall_factor=1.0, next_process=True)
+    with fake_pair() as pair:
+        text = bs.run(args, pair)
+    assert "the later replies are a next process's" in text
+    assert "reply 1 (prompt 1): auto " in text and "x target-only" in text.split("reply 1")[1]
+    assert "later replies: auto-unpaced" in text and "at the end: auto-unpaced: " in text
 
 
 def test_a_stall_factor_makes_every_decode_that_many_times_as_long_inside_only(monkeypatch):
