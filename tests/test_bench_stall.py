@@ -16,6 +16,13 @@ def load():
     return load_script("bench_stall")
 
 
+def run_args(**changes) -> SimpleNamespace:
+    """bench_stall's arguments for a short run on the fake pair: two prompts, one round, no hogs."""
+    return SimpleNamespace(**{**dict(prompts=ROOT / "scripts/prompts/prose.jsonl", n_prompts=2, prompt_set="humaneval",
+                                     rounds=1, max_tokens=12, stalled=1, stalled_tokens=6, hogs=0, hog_model=None,
+                                     stall_factor=1.0, next_process=False), **changes})
+
+
 def test_auto_is_compared_by_tokens_per_second_beside_target_only():
     bs = load()
     records = [{"auto": {"tokens": 10, "seconds": 1.0}, "target-only": {"tokens": 10, "seconds": 2.0}},
@@ -35,11 +42,8 @@ def test_the_stalled_replies_run_beside_spinning_processes_that_are_gone_after_t
 
     monkeypatch.setattr(bs.subprocess, "Popen", Recorded)
     monkeypatch.setattr(bs.time, "sleep", lambda s: None)
-    args = SimpleNamespace(prompts=ROOT / "scripts/prompts/prose.jsonl", n_prompts=2, prompt_set="humaneval",
-                           rounds=1, max_tokens=12, stalled=1, stalled_tokens=6, hogs=2,
-                           hog_model=None, stall_factor=1.0, next_process=False)
     with fake_pair() as pair:
-        text = bs.run(args, pair)
+        text = bs.run(run_args(hogs=2), pair)
     assert len(started) == 2 and all(p.poll() is not None for p in started)
     assert text.count("stalled replies (2 spinning processes beside, every decode 1 times as long): ") == 1
     assert "reply 0 (prompt 0): auto" in text and "reply 1 (prompt 1): auto" in text
@@ -66,11 +70,8 @@ def test_a_next_process_starts_from_the_stalled_ones_plan_beside_it_loaded_as_an
     assert paced.saved_draft_s.value == unpaced.saved_draft_s.value == 2.0
 
     monkeypatch.setattr(bs.time, "sleep", lambda s: None)
-    args = SimpleNamespace(prompts=ROOT / "scripts/prompts/prose.jsonl", n_prompts=2, prompt_set="humaneval",
-                           rounds=1, max_tokens=12, stalled=1, stalled_tokens=6, hogs=0,
-                           hog_model=None, stall_factor=1.0, next_process=True)
     with fake_pair() as pair:
-        text = bs.run(args, pair)
+        text = bs.run(run_args(next_process=True), pair)
     assert "the later replies are a next process's" in text
     assert "reply 1 (prompt 1): auto " in text and "x target-only" in text.split("reply 1")[1]
     assert "later replies: auto-unpaced" in text and "at the end: auto-unpaced: " in text
