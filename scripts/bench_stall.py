@@ -5,7 +5,8 @@ Processes that spin on every core (--hogs) run beside the first --stalled replie
 drafter (auto), each --stalled-tokens long, as where the machine is shared when a process starts:
 its first drafting steps measure the draft and the verify many times dearer than they are. How
 much dearer varies from run to run (two llama.cpp hogs stretched the 2-core Xeon's decodes 5 to 100
-times); --stall-factor F instead makes every decode of those replies take F times its seconds.
+times); --stall-factor F instead makes every decode of those replies take F times its seconds
+(--draft-stall-factor: the draft's another number of times, as the hogs stretched its small decodes more).
 Then the hogs stop, and the replies go on, auto alternating with target-only reply by reply (each planning from its own
 measurements, as its own process would; bench.reply_order). Printed: each later reply's ratio to
 target-only's on the same prompt and the tokens it drafted, the draft's cost as its tracker read it
@@ -60,7 +61,8 @@ def reply(pair: Pair, prompt: list[int], args, name: str, max_tokens: int | None
     cfg = GenerationConfig(max_tokens=max_tokens or args.max_tokens, gamma=0 if name == "target-only" else None, seed=0,
                            drafter="model", sampling=SamplingParams(temperature=0.0))
     tokens, stats = streamed(pair, prompt, cfg)
-    return {"tokens": len(tokens), "seconds": stats.total_s, "drafted": stats.drafted}
+    return {"tokens": len(tokens), "seconds": stats.total_s, "drafted": stats.drafted,
+            "ready": stats.draft_prefill_s > 0}
 
 
 def draft_cost(trackers: dict) -> str:
@@ -68,16 +70,22 @@ def draft_cost(trackers: dict) -> str:
     t = trackers.get(("model", True))
     if t is None or t.draft_s.value is None:
         return "draft cost not measured"
+    entry, pace = t.entry_s(), t.draft_pace
     return (f"draft {t.draft_s.value * 1e3:.0f} ms a row ({t.draft_s.n} rows), plain step "
-            f"{t.plain_seconds() * 1e3:.0f} ms, 2-row verify {t.verify_seconds(2) * 1e3:.0f} ms")
+            f"{t.plain_seconds() * 1e3:.0f} ms, 2-row verify {t.verify_seconds(2) * 1e3:.0f} ms; "
+            f"its entry {'not measured' if entry is None else f'{entry * 1e3:.0f} ms'}, "
+            f"measured beside a plain step of {'—' if pace is None else f'{pace * 1e3:.0f}'} ms; "
+            f"{t.idle_s:.1f} s since made ready, {t.out_s:.1f} s since it drafted")
 
 
 @contextlib.contextmanager
-def slowed(factor: float, kind: type = Context):
+def slowed(factor: float, kind: type = Context, draft_factor: float | None = None, draft=None):
     """Every llama.cpp decode of this process (a `kind`'s), the target's and the draft's, takes
     `factor` times its seconds (it sleeps the rest after it): a stall as deep as the machine-wide
-    ones seen, the same for every run."""
-    if factor == 1.0:
+    ones seen, the same for every run. draft_factor: the `draft` context's decodes take that many
+    times instead (llama.cpp hogs stretched the draft's small decodes more than the target's)."""
+    draft_factor = factor if draft_factor is None else draft_factor
+    if factor == draft_factor == 1.0:
         yield
         return
     originals = {name: getattr(kind, name) for name in ("decode", "decode_tree")}
@@ -86,7 +94,7 @@ def slowed(factor: float, kind: type = Context):
         def slow(self, *a, **kw):
             t0 = time.perf_counter()
             out = method(self, *a, **kw)
-            time.sleep((factor - 1.0) * (time.perf_counter() - t0))
+            time.sleep(((draft_factor if self is draft else factor) - 1.0) * (time.perf_counter() - t0))
             return out
         return slow
     try:
@@ -111,7 +119,7 @@ def stalled(pair: Pair, prompts: list[list[int]], args, trackers: dict) -> list[
         time.sleep(HOG_LOAD_S)  # (its model loaded: decoding)
     try:
         pair.trackers = trackers
-        with slowed(args.stall_factor):
+        with slowed(args.stall_factor, draft_factor=args.draft_stall_factor, draft=pair.draft_ctx):
             return [reply(pair, prompts[i % len(prompts)], args, "auto", args.stalled_tokens)
                     for i in range(args.stalled)]
     finally:
@@ -140,13 +148,13 @@ def run(args, pair: Pair) -> str:
     prompts = [pair.prompt_tokens(t, True) for t in texts]
     trackers: dict[str, dict] = {name: {} for name in SCENARIOS}
     first = stalled(pair, prompts, args, trackers["auto"])
-    if args.next_process:
-        trackers = next_process(trackers["auto"])
     kind = "spinning processes" if args.hog_model is None else f"processes decoding {args.hog_model.name}"
-    lines = [f"stalled replies ({args.hogs} {kind} beside, every decode {args.stall_factor:g} times as long): "
+    draft = "" if args.draft_stall_factor is None else f", the draft's {args.draft_stall_factor:g} times"
+    lines = [f"stalled replies ({args.hogs} {kind} beside, every decode {args.stall_factor:g} times as long{draft}): "
              + ", ".join(f"{r['tokens'] / r['seconds']:.1f} tok/s, {r['drafted']} drafted" for r in first),
              "after them: " + draft_cost(trackers["auto"])]
     if args.next_process:
+        trackers = next_process(trackers["auto"])
         lines.append("the later replies are a next process's, warm from the plan the stalled one saved "
                      "(auto-unpaced: the plan without " + ", ".join(PACED) + ", as an older file)")
     later, drafting = [], [name for name in trackers if name != "target-only"]
@@ -157,7 +165,7 @@ def run(args, pair: Pair) -> str:
             record[name] = reply(pair, prompts[i], args, name)
         lines.append(f"reply {n} (prompt {i}): " + "; ".join(
             f"{name} {ratio_of([record], name):.2f}x target-only, {record[name]['drafted']} drafted"
-            for name in drafting))
+            + ("" if record[name]["ready"] else " (the draft not made ready)") for name in drafting))
         later.append(record)
     half = later[len(later) // 2:]
     for name in drafting:
@@ -187,12 +195,16 @@ def parse_args(argv=None):
                     help="every decode of the stalled replies takes this many times its seconds (default 1)")
     ap.add_argument("--hog-model", type=Path, default=None,
                     help="a .gguf each hog decodes with llama.cpp on --threads threads (default: plain Python loops)")
+    ap.add_argument("--draft-stall-factor", type=float, default=None,
+                    help="the draft's decodes in the stalled replies take this many times their seconds "
+                         "(default: --stall-factor)")
     ap.add_argument("--next-process", action="store_true",
                     help="the later replies start from the plan the stalled replies saved, as a next process "
                          "does, beside the same plan loaded as an older file (auto-unpaced)")
     args = ap.parse_args(argv)
     for flag, value in (("--stalled", args.stalled), ("--stalled-tokens", args.stalled_tokens),
-                        ("--stall-factor", args.stall_factor), ("--hogs", args.hogs + 1)):
+                        ("--stall-factor", args.stall_factor), ("--hogs", args.hogs + 1),
+                        ("--draft-stall-factor", 1.0 if args.draft_stall_factor is None else args.draft_stall_factor)):
         if value < 1:
             ap.error(f"{flag} {value if flag != '--hogs' else args.hogs}: give {0 if flag == '--hogs' else 1} or more")
     if args.hog_model is not None and not args.hog_model.is_file():

@@ -20,7 +20,7 @@ def run_args(**changes) -> SimpleNamespace:
     """bench_stall's arguments for a short run on the fake pair: two prompts, one round, no hogs."""
     return SimpleNamespace(**{**dict(prompts=ROOT / "scripts/prompts/prose.jsonl", n_prompts=2, prompt_set="humaneval",
                                      rounds=1, max_tokens=12, stalled=1, stalled_tokens=6, hogs=0, hog_model=None,
-                                     stall_factor=1.0, next_process=False), **changes})
+                                     stall_factor=1.0, draft_stall_factor=None, next_process=False), **changes})
 
 
 def test_auto_is_compared_by_tokens_per_second_beside_target_only():
@@ -95,13 +95,21 @@ def test_a_stall_factor_makes_every_decode_that_many_times_as_long_inside_only(m
             ctx.decode([1, 2, 3])
         ctx.truncate(0)
         ctx.decode([1, 2, 3])
-    assert kind.decode is original and sleeps == [49.0]  # the 1-second decode made 50 seconds long, once
+        assert kind.decode is original and sleeps == [49.0]  # the 1-second decode made 50 seconds long, once
+        draft = pair.draft_ctx
+        assert type(draft) is kind
+        ctx.truncate(0)
+        with bs.slowed(6.0, kind, draft_factor=48.0, draft=draft):
+            ctx.decode([1, 2, 3])
+            draft.decode([1, 2, 3])
+    assert sleeps == [49.0, 5.0, 47.0]  # the target's decode 6 times as long, the draft's 48
 
 
 @pytest.mark.parametrize("argv, says", [(["--quick", "--stalled", "0"], "--stalled 0"),
                                         (["--quick", "--stalled-tokens", "0"], "--stalled-tokens 0"),
                                         (["--quick", "--hogs", "-1"], "--hogs -1"),
                                         (["--quick", "--stall-factor", "0.5"], "--stall-factor 0.5"),
+                                        (["--quick", "--draft-stall-factor", "0"], "--draft-stall-factor 0"),
                                         (["--quick", "--hog-model", "/no.gguf"], "--hog-model /no.gguf")])
 def test_a_bad_argument_is_one_line_naming_it(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
