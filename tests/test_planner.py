@@ -2094,3 +2094,37 @@ def test_a_draft_a_machine_wide_stall_measured_is_made_ready_again_at_the_pace_t
     assert pace(t) < 0.1 and retry_due(t) and worth_preparing(t, 8)
     t.draft_pace = None  # read as measured: 2.9 s, ten times ε of 30 s
     assert pace(t) == 1.0 and not retry_due(t) and not worth_preparing(t, 8)
+
+
+def test_a_draft_whose_costs_a_stall_set_below_a_plain_step_is_measured_again_at_the_pace_now():
+    # Reproduced on the Xeon (bench_stall.py --next-process, the first process's 16-token reply with
+    # the target's decodes 6 times as long and the draft's 48): the next process loaded a draft row
+    # at 120 ms (20 ms unloaded) and a 2-row verify at 1,106 ms, both measured beside a plain step of
+    # 1,001 ms; its own plain step took 151 ms, and the model drafted in none of its 12 replies. A row
+    # cheaper than a plain step was never taken for a stall's, and the hope read the 2-row verify,
+    # untrusted beside the plain step alone, at two plain steps: no probe could win. Measured where
+    # the target's one-row decode took over STALL_FACTOR times what it takes now (budget.pace), the
+    # draft's costs are measured again by a one-token probe; measured at this pace, they are not.
+    import json
+
+    def next_process(plain_then: float) -> tuple[Planner, CostTracker]:
+        first = CostTracker()
+        for _ in range(10):
+            first.record(0, 0, 0.0, plain_then, 0.0)
+        for _ in range(5):  # drafting steps of one guess, a row decoded beyond it
+            first.record(1, 1, 0.24, 1.106, 0.0, confidences=(0.9,), cap=8, rows=2, first_look=0.9)
+        t = CostTracker.from_dict(json.loads(json.dumps(first.to_dict())))
+        return Planner([(Named("model"), t)], GenerationConfig(gamma=None, sampling=SamplingParams(temperature=0))), t
+
+    for plain_then, remeasured in ((1.001, True), (0.2, False)):
+        planner, t = next_process(plain_then)
+        planner._prefilled.add(0)  # the draft made ready (its prompt taken in), as it was in that run
+        probes = []
+        for i in range(40):  # plain steps at 0.2 s, as many as the probe's price needs of the budget
+            plan = planner.plan([1] * (20 + i), 64)
+            if plan.source is not None:
+                probes.append((plan.gamma, planner.exploring))
+                break
+            planner.record(Plan(None, 0), Proposal([], []), 0, 0.0, 0.2, 0.0)
+        assert t.draft_s.value == pytest.approx(0.12) and t.verify.points[2].value == pytest.approx(1.106)
+        assert probes == ([(1, 0)] if remeasured else []), plain_then

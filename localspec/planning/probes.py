@@ -10,6 +10,7 @@ import statistics
 from typing import Callable, NamedTuple, Sequence
 
 from ..acceptance import TEXT_LEAST
+from ..timings import STALL_FACTOR
 from ..tracker import CostTracker
 from .budget import EXPLORE_FRACTION, pace
 from .plans import Choice, cap_of
@@ -268,10 +269,14 @@ class Probes:
     def _remeasure(self, offer: Choice, known: Choice, plain_s: float) -> bool:
         """Whether offer's source, a draft model whose measured cost keeps it out, is measured again by
         a one-token probe (a re-measure): where the step would be plain and a draft row measured no
-        cheaper than a plain step of the target. No draft that pays costs that: a stall set it (a
-        stretch of stalled decodes in a process's first drafting steps fills the first samples'
-        median, and every probe that would measure it again is then priced by it, out of the budget,
-        for good), or the draft runs where the target does not. Priced at the machine's pace now
+        cheaper than a plain step of the target, or the draft's costs measured where the target's
+        one-row decode took more than STALL_FACTOR times what it takes now (budget.pace). No draft
+        that pays costs the first: a stall set it (a stretch of stalled decodes in a process's first
+        drafting steps fills the first samples' median, and every probe that would measure it again
+        is then priced by it, out of the budget, for good), or the draft runs where the target does
+        not. The second is a stretch that stalled the target too, and set the verifies measured with
+        the draft: a row cheaper than a plain step, but a 2-row verify that, untrusted beside the
+        plain step alone, the hope reads at two plain steps, so that no probe could win. Priced at the machine's pace now
         (budget.pace: a row and a catch-up as measured, times the plain step's seconds now over its
         seconds then, where that is less), and a row no dearer than a plain step. Measured
         again, a decode far cheaper than its average starts that over (timings.Seconds). The budget
@@ -282,10 +287,9 @@ class Probes:
         draft = tracker.draft_s.value
         if offer.source != self._model or known.source is not None or draft is None:
             return False
-        plain = tracker.plain_seconds()
-        if draft < plain:
+        plain, paced = tracker.plain_seconds(), pace(tracker)
+        if draft < plain and paced * STALL_FACTOR >= 1.0:
             return False
-        paced = pace(tracker)
         price = self._probe_loss(offer, known.rate, min(draft * paced, plain), paced)(1)
         if not self._affords(offer.source, max(price, tracker.remeasure_loss), plain_s):
             return False
