@@ -61,9 +61,10 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
     t.idle_s = _measured(data.get("idle_s", 0.0))
     # what funds and prices the next re-measure (Probes._remeasure), and the plain step's seconds when
     # the saved draft cost was measured: a stretch that stalled an earlier process is read at the pace
-    # the plain step shows here (budget.pace); older files: none
+    # the plain step shows here (budget.pace); older files: nothing sat out, and the plain step saved
+    # with the cost (a stretch the earlier process ended in is read so too)
     t.out_s, t.remeasure_loss = _measured(data.get("out_s", 0.0)), _measured(data.get("remeasure_loss", 0.0))
-    pace_s = data.get("draft_pace")
+    pace_s = data.get("draft_pace", data["verify"].get("1", [None])[0])
     t.draft_pace = None if pace_s is None else _measured(pace_s)
     t.pricings = [_measured(s) for s in data.get("pricings", [])]  # older files: none
     _load_after_wide(t, data.get("after_wide"))

@@ -66,7 +66,7 @@ def test_a_next_process_starts_from_the_stalled_ones_plan_beside_it_loaded_as_an
     paced, unpaced = warm["auto"][("model", True)], warm["auto-unpaced"][("model", True)]
     assert paced.loaded and unpaced.loaded and 1 not in paced.verify  # a new process measures its plain step
     assert (paced.draft_pace, paced.out_s, paced.remeasure_loss) == (3.0, 9.0, 0.5)
-    assert (unpaced.draft_pace, unpaced.out_s, unpaced.remeasure_loss) == (None, 0.0, 0.0)
+    assert (unpaced.draft_pace, unpaced.out_s, unpaced.remeasure_loss) == (0.2, 0.0, 0.0)  # the saved plain step
     assert paced.saved_draft_s.value == unpaced.saved_draft_s.value == 2.0
 
     monkeypatch.setattr(bs.time, "sleep", lambda s: None)

@@ -2107,17 +2107,20 @@ def test_a_draft_whose_costs_a_stall_set_below_a_plain_step_is_measured_again_at
     # draft's costs are measured again by a one-token probe; measured at this pace, they are not.
     import json
 
-    def next_process(plain_then: float) -> tuple[Planner, CostTracker]:
+    def next_process(plain_then: float, older: bool) -> tuple[Planner, CostTracker]:
         first = CostTracker()
         for _ in range(10):
             first.record(0, 0, 0.0, plain_then, 0.0)
         for _ in range(5):  # drafting steps of one guess, a row decoded beyond it
             first.record(1, 1, 0.24, 1.106, 0.0, confidences=(0.9,), cap=8, rows=2, first_look=0.9)
-        t = CostTracker.from_dict(json.loads(json.dumps(first.to_dict())))
+        data = json.loads(json.dumps(first.to_dict()))
+        if older:  # a file from before the pace was saved: read beside the plain step saved with it
+            del data["draft_pace"]
+        t = CostTracker.from_dict(data)
         return Planner([(Named("model"), t)], GenerationConfig(gamma=None, sampling=SamplingParams(temperature=0))), t
 
-    for plain_then, remeasured in ((1.001, True), (0.2, False)):
-        planner, t = next_process(plain_then)
+    for plain_then, older, remeasured in ((1.001, False, True), (1.001, True, True), (0.2, False, False)):
+        planner, t = next_process(plain_then, older)
         planner._prefilled.add(0)  # the draft made ready (its prompt taken in), as it was in that run
         probes = []
         for i in range(40):  # plain steps at 0.2 s, as many as the probe's price needs of the budget

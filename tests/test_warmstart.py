@@ -491,15 +491,16 @@ def test_a_draft_a_stalled_stretch_measured_is_made_ready_again_by_the_next_proc
     # again: it saved a draft row 16 times a plain step. The next process's plain step is not measured
     # before it decides whether to load the draft; read at the pace the saved plain step shows against
     # the one when the draft was measured, the retry ε of the 30 s covers is due at once, as it would
-    # have been in the first process. Saved without that pace (older files), the retry waits for ten
-    # times as many seconds.
+    # have been in the first process. Saved without that pace (older files: read beside the plain step
+    # saved, from after the stretch), the retry waits for ten times as many seconds.
     from localspec.planning.budget import pace, worth_preparing
     data = json.loads(json.dumps(stalled().to_dict()))
     back = CostTracker.from_dict(data)
     assert (back.draft_pace, back.out_s, back.remeasure_loss) == (pytest.approx(3.2), 30.0, 0.4)
     assert 1 not in back.verify and pace(back) < 0.1 and worth_preparing(back, 8)
+    # an older file: its draft read as measured beside the plain step saved with it, here the stretch's end
     old = CostTracker.from_dict({k: v for k, v in data.items() if k not in ("draft_pace", "out_s", "remeasure_loss")})
-    assert (old.draft_pace, old.out_s, old.remeasure_loss) == (None, 0.0, 0.0)
+    assert (old.draft_pace, old.out_s, old.remeasure_loss) == (old.saved_verify.seconds(1), 0.0, 0.0)
     assert pace(old) == 1.0 and not worth_preparing(old, 8)
 
     first = lazy_pair(CountingLoads())
