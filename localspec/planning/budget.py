@@ -86,8 +86,8 @@ class ExploreBudget:
     spent nothing, so over those processes its exploration still costs at most ε of the time, with
     W's grace a generation. A re-measure (Planner._remeasure) is funded so too, priced at no less
     than the last one lost. The budget is per source so that one drafter's learning never starves
-    the other's: the hybrid learns each part as the part alone would. Every term is in seconds of the machine at hand, so the rule
-    compares ratios only."""
+    the other's: the hybrid learns each part as the part alone would. Every term is in seconds of
+    the machine at hand, so the rule compares ratios only."""
 
     def __init__(self, fraction: float = EXPLORE_FRACTION, grace_steps: int = GRACE_STEPS):
         self.fraction, self.grace_steps = fraction, grace_steps

@@ -276,13 +276,13 @@ class Probes:
         is then priced by it, out of the budget, for good), or the draft runs where the target does
         not. The second is a stretch that stalled the target too, and set the verifies measured with
         the draft: a row cheaper than a plain step, but a 2-row verify that, untrusted beside the
-        plain step alone, the hope reads at two plain steps, so that no probe could win. Priced at the machine's pace now
-        (budget.pace: a row and a catch-up as measured, times the plain step's seconds now over its
-        seconds then, where that is less), and a row no dearer than a plain step. Measured
-        again, a decode far cheaper than its average starts that over (timings.Seconds). The budget
-        funds it as any probe, with the seconds the drafter sat out (ExploreBudget), at no less than
-        the last re-measure lost: a draft that really costs that much is measured again at ε of the
-        time it sits out."""
+        plain step alone, the hope reads at two plain steps, so that no probe could win. Priced at
+        the machine's pace now (budget.pace: a row and a catch-up as measured, times the plain
+        step's seconds now over its seconds then, where that is less), and a row no dearer than a
+        plain step. Measured again, a decode far cheaper than its average starts that over
+        (timings.Seconds). The budget funds it as any probe, with the seconds the drafter sat out
+        (ExploreBudget), at no less than the last re-measure lost: a draft that really costs that
+        much is measured again at ε of the time it sits out."""
         tracker = self.sources[offer.source][1]
         draft = tracker.draft_s.value
         if offer.source != self._model or known.source is not None or draft is None:
