@@ -58,6 +58,11 @@ while True:
 
 def reply(pair: Pair, prompt: list[int], args, name: str, max_tokens: int | None = None) -> dict:
     """One greedy reply (max_tokens: by default --max-tokens): tokens, decode seconds and tokens drafted."""
+    if getattr(pair.draft_ctx, "loaded", pair.draft_ctx is not None):
+        # the prompt taken in anew, as a process running only this scenario would (bench.run_localspec):
+        # not from what the scenario before left in the draft's cache, which would also count as this
+        # one's draft made ready (Pair._count_idle)
+        pair.draft_ctx.truncate(0)
     cfg = GenerationConfig(max_tokens=max_tokens or args.max_tokens, gamma=0 if name == "target-only" else None, seed=0,
                            drafter="model", sampling=SamplingParams(temperature=0.0))
     tokens, stats = streamed(pair, prompt, cfg)

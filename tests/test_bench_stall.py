@@ -70,8 +70,15 @@ def test_a_next_process_starts_from_the_stalled_ones_plan_beside_it_loaded_as_an
     assert paced.saved_draft_s.value == unpaced.saved_draft_s.value == 2.0
 
     monkeypatch.setattr(bs.time, "sleep", lambda s: None)
+    held, streamed = [], bs.streamed
+
+    def recorded(pair, prompt, cfg):  # what the draft's cache held as each reply began
+        held.append(len(pair.draft_ctx.tokens))
+        return streamed(pair, prompt, cfg)
+    monkeypatch.setattr(bs, "streamed", recorded)
     with fake_pair() as pair:
         text = bs.run(run_args(next_process=True), pair)
+    assert held == [0] * (1 + 2 * 3)  # the stalled reply, and 2 prompts x 3 scenarios: each takes its prompt anew
     assert "the later replies are a next process's" in text
     assert "reply 1 (prompt 1): auto " in text and "x target-only" in text.split("reply 1")[1]
     assert "later replies: auto-unpaced" in text and "at the end: auto-unpaced: " in text
