@@ -469,16 +469,21 @@ def order_notes(k: int, replies: int) -> list[str]:
             f"(prompts x rounds a multiple of {rows} balances it)"]
 
 
+def empty_draft_cache(pair: Pair) -> None:
+    """Empty the draft's cache where its model is loaded, so that a reply takes its prompt in anew, as
+    a process running only its scenario would: not from what the last scenario left there, which would
+    also count as this one's draft made ready (Pair._count_idle). (The target's prefill, the same for
+    every scenario, stays outside every speed here.)"""
+    if getattr(pair.draft_ctx, "loaded", pair.draft_ctx is not None):
+        pair.draft_ctx.truncate(0)
+
+
 def run_localspec(pair: Pair, prompt: list[int], sc: Scenario, args, seed: int, runs: Runs) -> None:
     """One reply. Each scenario plans from its own measurements, as a process running only it would:
     shared, the scenario that first drafts from a source pays its learning, and every later one
     (a hybrid after its parts) starts from what that one learnt."""
     pair.trackers = runs.trackers.setdefault(sc.label, {})
-    if getattr(pair.draft_ctx, "loaded", pair.draft_ctx is not None):
-        # the prompt is taken in anew, as a process running only this scenario would: not from
-        # what the last scenario left in the draft's cache (the target's prefill, the same for
-        # every scenario, stays outside every speed here)
-        pair.draft_ctx.truncate(0)
+    empty_draft_cache(pair)
     p_min = {} if args.p_min is None else {"p_min": args.p_min}
     chain = sc.drafter == "chain"  # the model drafter with token trees off
     cfg = GenerationConfig(max_tokens=args.max_tokens, gamma=sc.gamma, sampling=sampling_params(args), seed=seed,

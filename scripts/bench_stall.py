@@ -58,11 +58,7 @@ while True:
 
 def reply(pair: Pair, prompt: list[int], args, name: str, max_tokens: int | None = None) -> dict:
     """One greedy reply (max_tokens: by default --max-tokens): tokens, decode seconds and tokens drafted."""
-    if getattr(pair.draft_ctx, "loaded", pair.draft_ctx is not None):
-        # the prompt taken in anew, as a process running only this scenario would (bench.run_localspec):
-        # not from what the scenario before left in the draft's cache, which would also count as this
-        # one's draft made ready (Pair._count_idle)
-        pair.draft_ctx.truncate(0)
+    bench.empty_draft_cache(pair)  # (the scenarios share one draft context)
     cfg = GenerationConfig(max_tokens=max_tokens or args.max_tokens, gamma=0 if name == "target-only" else None, seed=0,
                            drafter="model", sampling=SamplingParams(temperature=0.0))
     tokens, stats = streamed(pair, prompt, cfg)
@@ -207,11 +203,12 @@ def parse_args(argv=None):
                     help="the later replies start from the plan the stalled replies saved, as a next process "
                          "does, beside the same plan loaded as an older file (auto-unpaced)")
     args = ap.parse_args(argv)
-    for flag, value in (("--stalled", args.stalled), ("--stalled-tokens", args.stalled_tokens),
-                        ("--stall-factor", args.stall_factor), ("--hogs", args.hogs + 1),
-                        ("--draft-stall-factor", 1.0 if args.draft_stall_factor is None else args.draft_stall_factor)):
-        if value < 1:
-            ap.error(f"{flag} {value if flag != '--hogs' else args.hogs}: give {0 if flag == '--hogs' else 1} or more")
+    draft_factor = 1.0 if args.draft_stall_factor is None else args.draft_stall_factor
+    for flag, value, least in (("--stalled", args.stalled, 1), ("--stalled-tokens", args.stalled_tokens, 1),
+                               ("--stall-factor", args.stall_factor, 1), ("--hogs", args.hogs, 0),
+                               ("--draft-stall-factor", draft_factor, 1)):
+        if value < least:
+            ap.error(f"{flag} {value}: give {least} or more")
     if args.hog_model is not None and not args.hog_model.is_file():
         ap.error(f"--hog-model {args.hog_model}: no such file; give a .gguf path")
     bench.one_process_args(ap, args)

@@ -2117,7 +2117,7 @@ def test_a_draft_whose_costs_a_stall_set_below_a_plain_step_is_measured_again_at
         if older:  # a file from before the pace was saved: read beside the plain step saved with it
             del data["draft_pace"]
         t = CostTracker.from_dict(data)
-        return Planner([(Named("model"), t)], GenerationConfig(gamma=None, sampling=SamplingParams(temperature=0))), t
+        return Planner([(Named("model"), t)], GenerationConfig(gamma=None, sampling=GREEDY)), t
 
     for plain_then, older, remeasured in ((1.001, False, True), (1.001, True, True), (0.2, False, False)):
         planner, t = next_process(plain_then, older)
