@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Set everything up and run the whole test suite: ./scripts/test.sh [pytest args]
+# Set everything up and run the whole test suite: ./scripts/test.sh [-q | -v | pytest args]
+# With no arguments (or -q or -v alone) it runs the fast tests on both cores, then the slow ones;
+# any other arguments go to one pytest run as given.
 # ./scripts/test.sh -m "not slow" runs the fast subset: fakes and pure functions, no model loaded
 # (-n 2 spreads it over both cores with pytest-xdist; the slow tests run llama.cpp, keep them in one process).
 # Tests use tiny SmolLM2 models shipped on PyPI and the real Qwen2.5-Coder pair, assembled once from
@@ -20,4 +22,13 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   fi
 fi
 export LOCALSPEC_TEST_MODELS=${LOCALSPEC_TEST_MODELS:-$HOME/.cache/localspec/test-models}
+if [ "$#" -eq 0 ] || { [ "$#" -eq 1 ] && { [ "$1" = -q ] || [ "$1" = -v ]; }; }; then
+  # The whole suite in two runs: the fast tests on both cores, then the slow ones in one process
+  # (each of their llama.cpp contexts decodes on both cores). Both run whatever the first gives;
+  # the exit status is the first failure's.
+  status=0
+  .venv/bin/python -m pytest "$@" -m "not slow" -n 2 || status=$?
+  .venv/bin/python -m pytest "$@" -m slow || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+  exit "$status"
+fi
 exec .venv/bin/python -m pytest "$@"
