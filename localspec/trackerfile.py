@@ -59,13 +59,8 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
     # more than a further token costs (the safe side), and this run's own catch-ups soon replace it
     _load_ema(t.catchup_s, data.get("catchup_s", [None, 0]))
     t.idle_s = _measured(data.get("idle_s", 0.0))
-    # what funds and prices the next re-measure (Probes._remeasure), and the plain step's seconds when
-    # the saved draft cost was measured: a stretch that stalled an earlier process is read at the pace
-    # the plain step shows here (budget.pace); older files: nothing sat out, and the plain step saved
-    # with the cost (a stretch the earlier process ended in is read so too)
+    # what funds and prices the next re-measure (Probes._remeasure); older files: nothing sat out
     t.out_s, t.remeasure_loss = _measured(data.get("out_s", 0.0)), _measured(data.get("remeasure_loss", 0.0))
-    pace_s = data.get("draft_pace", data["verify"].get("1", [None])[0])
-    t.draft_pace = None if pace_s is None else _measured(pace_s)
     t.pricings = [_measured(s) for s in data.get("pricings", [])]  # older files: none
     _load_after_wide(t, data.get("after_wide"))
     # The plain step is measured afresh by the first steps of each process: while drafting pays,
@@ -78,6 +73,13 @@ def load_saved(t: CostTracker, data: dict, max_count: int = WARM_MAX_COUNT) -> C
         if int(k) != 1:
             _load_ema(t.verify.points.setdefault(int(k), Seconds(TRUSTED_SAMPLES)), e)
     _load_ema(t.saved_draft_s, data["draft_s"])
+    # the plain step's seconds when the saved draft cost was measured: a stretch that stalled an earlier
+    # process is read at the pace the plain step shows here (budget.pace); older files: the plain step
+    # saved with the cost, as loaded above (a stretch the earlier process ended in is read so too)
+    pace_s = data.get("draft_pace")
+    if pace_s is None and 1 in t.saved_verify:
+        pace_s = t.saved_verify.points[1].value
+    t.draft_pace = None if pace_s is None else _measured(pace_s)
     # files from before a draft model's cost was kept per row hold a mean per token, first decode in
     t.first_row = bool(data.get("first_row", False))
     t.proposals = int(data.get("proposals", CONFIRM_STEPS))
